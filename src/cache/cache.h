@@ -1,0 +1,113 @@
+/* Local disk cache [L1-L3, L5].
+ *
+ * Layout: each cache dir holds DIR/shoal-<volume fingerprint hex, 16 chars>/ with
+ *   blocks/XX/YY/<block id hex>   (fan-out by the first two bytes of the id; never a user key)
+ *   tmp/                          (inserts are written here, then renamed into blocks/; emptied at
+ *                                  start)
+ * A block file is a header of HEADER_LEN bytes (a multiple of 4096, so data starts aligned for
+ * O_DIRECT) followed by the block's data:
+ *   magic "SHOALBLK", format version, header length, block id, data length, chunk size, chunk
+ *   count, one CRC32C per chunk (shoal_chunk_crc: seeded with id and chunk index), and a CRC of
+ *   the header itself.
+ * Reads verify the header (magic, id equal to the id asked for, length) and the CRC of every
+ * chunk they return. Anything wrong removes the file, counts blockcache_checksum_errors, and the
+ * caller sees a miss (-EBADMSG); a reader never receives wrong bytes.
+ *
+ * Capacity: --cache-size bytes (0 = no disk cache: open succeeds with no dirs, every lookup
+ * misses, inserts are dropped; -1 = unlimited, bounded by free_space_ratio of each dir's
+ * filesystem). Eviction is LRU over an in-memory index rebuilt at start by scanning the dirs, so a
+ * restart keeps the cache. Blocks are spread over dirs by id.
+ *
+ * Failing dirs [L5]: an I/O error or ENOSPC on a dir is counted; a dir with repeated I/O errors is
+ * taken out of use for a while and probed later. A failing dir only ever produces misses and
+ * dropped inserts, never an error to the application.
+ *
+ * Thread-safe: every function may be called from any thread. */
+#ifndef SHOAL_CACHE_CACHE_H
+#define SHOAL_CACHE_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/block.h"
+
+struct shoal_cache;
+
+struct shoal_cache_config {
+        const char *dirs;        /* colon-separated, globs allowed (glob(3)); NULL/"" = none */
+        int64_t size_bytes;      /* 0 = no disk cache, -1 = unlimited, else a byte limit */
+        double free_space_ratio; /* keep at least this fraction free per filesystem (0.1) */
+        const struct shoal_volume *volume;
+};
+
+/* Opens (creating folders as needed) and indexes the cache. On failure returns NULL and writes
+ * one line into ERR (e.g. no dir matched, a dir cannot be created). */
+struct shoal_cache *shoal_cache_open(const struct shoal_cache_config *cfg, char *err,
+                                     size_t errlen);
+void shoal_cache_close(struct shoal_cache *c);
+
+/* True when the cache has at least one usable dir and a non-zero size. */
+bool shoal_cache_enabled(const struct shoal_cache *c);
+
+enum shoal_cache_read_mode {
+        SHOAL_CACHE_READ_BUFFERED = 0, /* pread through the page cache */
+        SHOAL_CACHE_READ_DIRECT = 1,   /* O_DIRECT into an aligned buffer */
+};
+
+/* An open cached block. Owned by the caller between open and close. */
+struct shoal_cache_block {
+        int fd;            /* buffered read fd (for sendfile/splice/pread) */
+        uint64_t data_off; /* file offset of the block's byte 0 */
+        uint32_t len;      /* block length in bytes */
+        struct shoal_block_id id;
+        uint32_t crcs[SHOAL_MAX_CHUNKS]; /* chunk CRCs from the verified header */
+        int dir;                         /* internal */
+};
+
+/* Opens block ID, expecting EXPECT_LEN bytes (0: any). Verifies the header. Returns 0; -ENOENT
+ * when not cached; -EBADMSG when the file was corrupt (it has been removed); -EIO on an I/O error
+ * (the dir is marked). Marks the block recently used. */
+int shoal_cache_open_block(struct shoal_cache *c, const struct shoal_block_id *id,
+                           uint32_t expect_len, struct shoal_cache_block *b);
+
+/* Reads the chunk-aligned range [OFF, OFF+LEN) of B into BUF and verifies each chunk's CRC
+ * (shoal_range_valid must hold). With SHOAL_CACHE_READ_DIRECT, BUF must be 4096-aligned with
+ * room for LEN rounded up to 4096. Returns 0; -EBADMSG on a checksum mismatch or short file (the
+ * block is removed); -EIO on an I/O error. */
+int shoal_cache_block_read(struct shoal_cache *c, struct shoal_cache_block *b, uint32_t off,
+                           uint32_t len, void *buf, enum shoal_cache_read_mode mode);
+
+/* Verifies the chunk CRCs of [OFF, OFF+LEN) of data already read into BUF against B's header
+ * (for callers that read the file themselves). Returns true when all match. */
+bool shoal_cache_block_verify(const struct shoal_cache_block *b, uint32_t off, uint32_t len,
+                              const void *buf);
+
+void shoal_cache_block_close(struct shoal_cache *c, struct shoal_cache_block *b);
+
+/* Inserts a whole block: writes a temp file and renames it into place, evicting as needed.
+ * Returns 0, or a negative errno (-ENOSPC, -EIO, -ENODEV when the cache is disabled) after which
+ * nothing partial remains. Callers treat failure as "not cached". */
+int shoal_cache_insert(struct shoal_cache *c, const struct shoal_block_id *id, const void *data,
+                       uint32_t len);
+
+/* Removes block ID if present (e.g. after a peer reported it corrupt). Returns 0 or -ENOENT. */
+int shoal_cache_remove(struct shoal_cache *c, const struct shoal_block_id *id);
+
+/* True when the index holds ID (no I/O). */
+bool shoal_cache_contains(struct shoal_cache *c, const struct shoal_block_id *id);
+
+struct shoal_cache_usage {
+        uint64_t blocks;
+        uint64_t bytes;    /* data + headers on disk */
+        uint64_t capacity; /* configured limit in bytes (UINT64_MAX when unlimited) */
+        unsigned dirs;     /* dirs in use */
+        unsigned dirs_failing;
+};
+void shoal_cache_usage(struct shoal_cache *c, struct shoal_cache_usage *u);
+
+/* The path of block ID in dir 0 (tests use it to corrupt files). Returns 0 or -ENOENT. */
+int shoal_cache_block_path(struct shoal_cache *c, const struct shoal_block_id *id, char *out,
+                           size_t outlen);
+
+#endif

@@ -1,0 +1,69 @@
+/* Small shared helpers: clocks and deadlines, size and duration parsing, hex. */
+#ifndef SHOAL_COMMON_UTIL_H
+#define SHOAL_COMMON_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#define SHOAL_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define SHOAL_MIN(a, b)     ((a) < (b) ? (a) : (b))
+#define SHOAL_MAX(a, b)     ((a) > (b) ? (a) : (b))
+#define SHOAL_KiB           (1024ULL)
+#define SHOAL_MiB           (1024ULL * 1024ULL)
+#define SHOAL_GiB           (1024ULL * 1024ULL * 1024ULL)
+
+/* Monotonic nanoseconds (deadlines, expiry, latency). */
+static inline uint64_t shoal_now_ns(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* Wall-clock nanoseconds since the epoch (signatures and display only). */
+static inline uint64_t shoal_wall_ns(void)
+{
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* Parses a size: "4096", "4K", "4M", "1G", "2T" (binary units, optional "i"/"iB"/"B").
+ * A plain number is multiplied by DEFAULT_UNIT. "-1" is accepted only when ALLOW_NEG1 (stored
+ * as -1). Returns 0, or -EINVAL for anything else (junk, overflow, other negatives). */
+int shoal_parse_size(const char *s, uint64_t default_unit, bool allow_neg1, int64_t *out);
+
+/* Parses a duration: "30s", "5m", "1h", "100ms", "2d", "1h30m", or a plain number of seconds.
+ * Returns 0 and nanoseconds in *out_ns, or -EINVAL. */
+int shoal_parse_duration(const char *s, uint64_t *out_ns);
+
+/* Parses a non-negative decimal integer no larger than MAX. Returns 0 or -EINVAL. */
+int shoal_parse_u64(const char *s, uint64_t max, uint64_t *out);
+
+/* Writes 2*LEN lowercase hex characters and a NUL into OUT (2*LEN+1 bytes). */
+void shoal_hex(const void *data, size_t len, char *out);
+
+/* Formats BYTES as "4.0 MiB" style text into OUT. */
+void shoal_format_bytes(uint64_t bytes, char *out, size_t outlen);
+
+/* Copies at most OUTLEN-1 bytes and always terminates; returns strlen(src). */
+size_t shoal_strlcpy(char *out, const char *src, size_t outlen);
+
+/* Fills BUF with LEN bytes from the kernel's CSPRNG. Returns 0 or -errno. */
+int shoal_random_bytes(void *buf, size_t len);
+
+/* A fast per-thread PRNG (xorshift), seeded from the CSPRNG; not for secrets. */
+uint64_t shoal_rand64(void);
+
+/* Sleeps for NS nanoseconds (restarting on EINTR). */
+void shoal_sleep_ns(uint64_t ns);
+
+/* write(2)/pwrite(2) loops that finish the whole buffer; return 0 or -errno. */
+int shoal_write_all(int fd, const void *buf, size_t len);
+int shoal_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
+/* pread(2) loop: returns bytes read (short only at EOF) or -errno. */
+long shoal_pread_full(int fd, void *buf, size_t len, uint64_t off);
+
+#endif

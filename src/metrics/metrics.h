@@ -1,0 +1,171 @@
+/* Metrics core: one table (below) is the single source of every metric's name, kind and help
+ * text. Counters are per thread and summed when read, so the data path pays one increment of a
+ * thread-local slot and no atomic; gauges are process-wide atomics; histograms are per-thread
+ * log-linear bucket arrays (value in nanoseconds for durations), summed when read.
+ *
+ * Exported names are exactly the table's names; the exporters (Prometheus text, .stats) add the
+ * labels cache_group and role. Histograms export NAME_tp50, NAME_tp90, NAME_tp99 and NAME_max
+ * over the window between two snapshots (in seconds), plus NAME_count and NAME_sum totals. */
+#ifndef SHOAL_METRICS_METRICS_H
+#define SHOAL_METRICS_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* X(id, kind, help). kind: COUNTER, GAUGE or HIST. Sections follow `shoal stats` letters. */
+#define SHOAL_METRICS_TABLE(X)                                                                     \
+        /* f: fuse */                                                                              \
+        X(fuse_ops, COUNTER, "FUSE operations handled")                                            \
+        X(fuse_op_dur, HIST, "FUSE operation latency")                                             \
+        X(fuse_read_bytes, COUNTER, "Bytes returned to FUSE reads")                                \
+        X(fuse_write_bytes, COUNTER, "Bytes accepted by FUSE writes")                              \
+        X(fuse_read_size_1m, COUNTER, "FUSE read requests of at least 1 MiB")                      \
+        X(fuse_reads, COUNTER, "FUSE read requests")                                               \
+        /* m: meta (object store listing and stat on behalf of the mount) */                       \
+        X(meta_ops, COUNTER, "Metadata operations (list, stat)")                                   \
+        X(meta_op_dur, HIST, "Metadata operation latency")                                         \
+        /* c: local block cache */                                                                 \
+        X(blockcache_hits, COUNTER, "Reads served from the local disk cache")                      \
+        X(blockcache_hit_bytes, COUNTER, "Bytes served from the local disk cache")                 \
+        X(blockcache_miss, COUNTER, "Reads that missed the local disk cache")                      \
+        X(blockcache_writes, COUNTER, "Blocks written to the local disk cache")                    \
+        X(blockcache_write_bytes, COUNTER, "Bytes written to the local disk cache")                \
+        X(blockcache_write_errors, COUNTER, "Failed cache inserts (full disk, I/O error)")         \
+        X(blockcache_read_errors, COUNTER, "Cache reads that failed with an I/O error")            \
+        X(blockcache_checksum_errors, COUNTER, "Cached blocks found corrupt and removed")          \
+        X(blockcache_evictions, COUNTER, "Blocks evicted from the local disk cache")               \
+        X(blockcache_evict_bytes, COUNTER, "Bytes evicted from the local disk cache")              \
+        X(blockcache_blocks, GAUGE, "Blocks held in the local disk cache")                         \
+        X(blockcache_bytes, GAUGE, "Bytes held in the local disk cache")                           \
+        X(blockcache_read_dur, HIST, "Local disk cache read latency")                              \
+        /* buffer layer */                                                                         \
+        X(buffer_hits, COUNTER, "Reads served from in-memory block buffers")                       \
+        X(buffer_hit_bytes, COUNTER, "Bytes served from in-memory block buffers")                  \
+        X(buffer_used_bytes, GAUGE, "Bytes of block buffers in use")                               \
+        X(readahead_blocks, COUNTER, "Blocks fetched by readahead")                                \
+        /* r: remote cache (client side: get; server side: serve) */                               \
+        X(remotecache_get_requests, COUNTER, "Block reads sent to group members")                  \
+        X(remotecache_get_bytes, COUNTER, "Bytes read from group members")                         \
+        X(remotecache_get_errors, COUNTER, "Block reads from group members that failed")           \
+        X(remotecache_get_dur, HIST, "Latency of block reads from group members")                  \
+        X(remotecache_fallbacks, COUNTER, "Block reads sent to the store after a member failed")   \
+        X(remotecache_serve_requests, COUNTER, "Block reads served to group members")              \
+        X(remotecache_serve_bytes, COUNTER, "Bytes served to group members")                       \
+        X(remotecache_serve_errors, COUNTER, "Block reads that the server answered with an error") \
+        X(remotecache_serve_dur, HIST, "Server-side latency of served block reads")                \
+        X(remotecache_serve_miss, COUNTER, "Served reads that were filled from the store")         \
+        X(remotecache_connections, GAUGE, "Open peer connections (client and server side)")        \
+        X(remotecache_tcp_get_bytes, COUNTER, "Bytes read from members over the TCP pool")         \
+        X(remotecache_iorpc_get_bytes, COUNTER, "Bytes read from members over IORPC on TCP")       \
+        X(remotecache_rdma_get_bytes, COUNTER, "Bytes read from members over IORPC on RDMA")       \
+        /* IORPC stages (names as in the seeds) */                                                 \
+        X(mount_iorpc_processRespDur, HIST, "IORPC server: time to process a request")             \
+        X(mount_iorpc_writeBodyDur, HIST, "IORPC server: time to write an answer body")            \
+        X(mount_iorpc_decodeBodyDur, HIST, "IORPC: time to decode a frame body")                   \
+        X(mount_iorpc_inflight, GAUGE, "IORPC server: requests being processed")                   \
+        X(mount_iorpc_queued, GAUGE, "IORPC server: requests waiting for a processing slot")       \
+        /* e: rdma */                                                                              \
+        X(rdma_write_bytes, COUNTER, "Bytes written by RDMA to requesters")                        \
+        X(rdma_read_bytes, COUNTER, "Request bytes received over RDMA")                            \
+        X(rdma_write_ops, COUNTER, "RDMA write operations")                                        \
+        X(rdma_write_dur, HIST, "RDMA write latency")                                              \
+        X(rdma_recv_bytes, COUNTER, "Payload bytes received over RDMA")                            \
+        X(rdma_failovers, COUNTER, "RDMA connections that failed over to TCP")                     \
+        /* o: object store */                                                                      \
+        X(object_get_requests, COUNTER, "Object store GETs (ranged reads)")                        \
+        X(object_get_bytes, COUNTER, "Bytes read from the object store")                           \
+        X(object_get_errors, COUNTER, "Object store GETs that failed (after retries)")             \
+        X(object_get_retries, COUNTER, "Object store GETs retried")                                \
+        X(object_get_dur, HIST, "Object store GET latency")                                        \
+        X(object_head_requests, COUNTER, "Object store HEAD/stat requests")                        \
+        X(object_list_requests, COUNTER, "Object store list requests")                             \
+        X(object_put_requests, COUNTER, "Object store PUTs")                                       \
+        X(object_put_bytes, COUNTER, "Bytes written to the object store")
+
+enum shoal_metric_id {
+#define SHOAL_METRIC_ENUM(id, kind, help) SHOAL_M_##id,
+        SHOAL_METRICS_TABLE(SHOAL_METRIC_ENUM)
+#undef SHOAL_METRIC_ENUM
+        SHOAL_M__COUNT
+};
+
+enum shoal_metric_kind {
+        SHOAL_METRIC_COUNTER,
+        SHOAL_METRIC_GAUGE,
+        SHOAL_METRIC_HIST,
+};
+
+struct shoal_metric_def {
+        const char *name;
+        enum shoal_metric_kind kind;
+        const char *help;
+};
+
+/* The table as data, indexed by enum shoal_metric_id. */
+extern const struct shoal_metric_def shoal_metric_defs[SHOAL_M__COUNT];
+
+/* Data-path calls; each is a few instructions on a thread-local slot (counters, histograms) or
+ * one relaxed atomic (gauges). Safe from any thread, including threads that exit later (their
+ * values are kept). Calling add/observe on an id of the wrong kind is a programming error. */
+void shoal_metric_add(enum shoal_metric_id id, uint64_t v);
+void shoal_metric_gauge_add(enum shoal_metric_id id, int64_t delta);
+void shoal_metric_gauge_set(enum shoal_metric_id id, int64_t v);
+void shoal_metric_observe(enum shoal_metric_id id, uint64_t value); /* ns for durations */
+#define shoal_metric_inc(id) shoal_metric_add((id), 1)
+
+/* Histogram buckets: log-linear, 8 sub-buckets per power of two, values up to 2^63. */
+#define SHOAL_HIST_SUB     8
+#define SHOAL_HIST_BUCKETS (64 * SHOAL_HIST_SUB)
+
+struct shoal_hist_snap {
+        uint64_t count;
+        uint64_t sum;
+        uint64_t max; /* largest value seen since the process started */
+        uint64_t buckets[SHOAL_HIST_BUCKETS];
+};
+
+/* A consistent-enough sum of every thread's values at one moment. */
+struct shoal_metrics_snap {
+        uint64_t taken_ns;                 /* monotonic */
+        uint64_t counters[SHOAL_M__COUNT]; /* counters; gauges as int64 cast */
+        struct shoal_hist_snap *hists;     /* SHOAL_M__COUNT entries; only HIST ids filled */
+};
+
+/* Allocates and fills SNAP (free with shoal_metrics_snap_free). Returns 0 or -ENOMEM. */
+int shoal_metrics_snap_take(struct shoal_metrics_snap *snap);
+void shoal_metrics_snap_free(struct shoal_metrics_snap *snap);
+
+/* Bucket index of VALUE and the upper bound of bucket B (exposed for tests). */
+unsigned shoal_hist_bucket(uint64_t value);
+uint64_t shoal_hist_bucket_upper(unsigned b);
+
+/* Quantile Q (0..1) of the values observed between PREV and CUR (PREV may be NULL: since
+ * start); 0 when nothing was observed. The answer is the bucket's upper bound, so within
+ * 1/SHOAL_HIST_SUB of the true value. Max over the window is approximated the same way. */
+uint64_t shoal_hist_quantile(const struct shoal_hist_snap *cur, const struct shoal_hist_snap *prev,
+                             double q);
+uint64_t shoal_hist_window_max(const struct shoal_hist_snap *cur,
+                               const struct shoal_hist_snap *prev);
+
+/* Process-wide figures for the usage section. */
+struct shoal_process_stats {
+        double cpu_seconds; /* user + system */
+        uint64_t rss_bytes;
+        unsigned threads;
+        unsigned open_fds;
+};
+void shoal_process_stats_read(struct shoal_process_stats *ps);
+
+/* Renders every metric as Prometheus text (version 0.0.4) with the labels cache_group and role
+ * added to every sample (LABELS like `cache_group="g",role="Provider"`, may be empty), using
+ * PREV..CUR as the window of the histogram quantiles. Returns a malloc'd string (caller frees) or
+ * NULL. */
+char *shoal_metrics_render_prometheus(const struct shoal_metrics_snap *cur,
+                                      const struct shoal_metrics_snap *prev, const char *labels);
+/* Renders the `.stats` text: one "name value" line per metric (histograms as NAME_count,
+ * NAME_sum (seconds), NAME_tp50..NAME_max), plus process figures (cpu, rss, threads, fds). */
+char *shoal_metrics_render_stats(const struct shoal_metrics_snap *cur,
+                                 const struct shoal_metrics_snap *prev);
+
+#endif
