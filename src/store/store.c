@@ -1,0 +1,193 @@
+#include "store/store.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "metrics/metrics.h"
+
+struct store_lock {
+        pthread_mutex_t mu;
+        pthread_cond_t cond;
+};
+
+bool shoal_store_err_retryable(int err)
+{
+        switch (err) {
+        case -EAGAIN:
+        case -ETIMEDOUT:
+        case -ECONNRESET:
+        case -ECONNREFUSED:
+        case -EIO:
+        case -EPROTO:
+        case -EPIPE:
+                return true;
+        default:
+                return false;
+        }
+}
+
+struct shoal_store *shoal_store_open(const struct shoal_store_config *cfg, char *err, size_t errlen)
+{
+        struct shoal_store *st = calloc(1, sizeof(*st));
+        struct store_lock *lk = calloc(1, sizeof(*lk));
+        if (!st || !lk) {
+                snprintf(err, errlen, "out of memory");
+                goto out_free;
+        }
+        st->cfg = *cfg;
+        if (!st->cfg.max_attempts)
+                st->cfg.max_attempts = 5;
+        if (!st->cfg.deadline_ns)
+                st->cfg.deadline_ns = 60ULL * 1000000000ULL;
+        if (!st->cfg.backoff_base_ns)
+                st->cfg.backoff_base_ns = 100ULL * 1000000ULL;
+        pthread_mutex_init(&lk->mu, NULL);
+        pthread_cond_init(&lk->cond, NULL);
+        st->lock = lk;
+
+        const char *url = cfg->url ? cfg->url : "";
+        int rc;
+        if (!strncmp(url, "file://", 7)) {
+                rc = shoal_store_file_open(st, url, err, errlen);
+        } else if (!strncmp(url, "s3://", 5)) {
+                snprintf(err, errlen,
+                         "storage %s: the s3:// backend is not available yet (use file:///DIR)",
+                         url);
+                rc = -ENOTSUP;
+        } else {
+                snprintf(err, errlen,
+                         "storage %s: unknown scheme (expected file:///DIR or "
+                         "s3://BUCKET[/PREFIX])",
+                         url);
+                rc = -EINVAL;
+        }
+        if (rc)
+                goto out_destroy;
+        return st;
+
+out_destroy:
+        pthread_mutex_destroy(&lk->mu);
+        pthread_cond_destroy(&lk->cond);
+out_free:
+        free(lk);
+        free(st);
+        return NULL;
+}
+
+void shoal_store_close(struct shoal_store *st)
+{
+        if (!st)
+                return;
+        if (st->ops && st->ops->close)
+                st->ops->close(st);
+        struct store_lock *lk = st->lock;
+        pthread_mutex_destroy(&lk->mu);
+        pthread_cond_destroy(&lk->cond);
+        free(lk);
+        free(st);
+}
+
+/* Backoff before attempt N (1-based retry count): base * 2^(n-1), capped at 5 s, with "full
+ * jitter" (uniform in [d/2, d]) so that many clients throttled together do not retry together. */
+static uint64_t backoff_ns(const struct shoal_store *st, unsigned n)
+{
+        uint64_t d = st->cfg.backoff_base_ns;
+        for (unsigned i = 1; i < n && d < 5000000000ULL; i++)
+                d *= 2;
+        if (d > 5000000000ULL)
+                d = 5000000000ULL;
+        return d / 2 + shoal_rand64() % (d / 2 + 1);
+}
+
+static void slot_acquire(struct shoal_store *st)
+{
+        if (!st->cfg.max_downloads)
+                return;
+        struct store_lock *lk = st->lock;
+        pthread_mutex_lock(&lk->mu);
+        while (st->inflight >= st->cfg.max_downloads) {
+                st->waiting++;
+                pthread_cond_wait(&lk->cond, &lk->mu);
+                st->waiting--;
+        }
+        st->inflight++;
+        pthread_mutex_unlock(&lk->mu);
+}
+
+static void slot_release(struct shoal_store *st)
+{
+        if (!st->cfg.max_downloads)
+                return;
+        struct store_lock *lk = st->lock;
+        pthread_mutex_lock(&lk->mu);
+        st->inflight--;
+        if (st->waiting)
+                pthread_cond_signal(&lk->cond);
+        pthread_mutex_unlock(&lk->mu);
+}
+
+int shoal_store_stat(struct shoal_store *st, const char *key, struct shoal_object *out)
+{
+        if (!shoal_key_valid(key, strnlen(key, SHOAL_KEY_MAX + 1)))
+                return -EINVAL;
+        uint64_t deadline = shoal_now_ns() + st->cfg.deadline_ns;
+        int rc;
+        for (unsigned attempt = 1;; attempt++) {
+                shoal_metric_inc(SHOAL_M_object_head_requests);
+                rc = st->ops->stat(st, key, out);
+                if (!rc || !shoal_store_err_retryable(rc) || attempt >= st->cfg.max_attempts)
+                        break;
+                uint64_t d = backoff_ns(st, attempt);
+                if (shoal_now_ns() + d >= deadline)
+                        break;
+                shoal_sleep_ns(d);
+        }
+        return rc;
+}
+
+int shoal_store_read(struct shoal_store *st, const char *key, const char *version, uint64_t off,
+                     size_t len, void *buf)
+{
+        if (!shoal_key_valid(key, strnlen(key, SHOAL_KEY_MAX + 1)))
+                return -EINVAL;
+        uint64_t start = shoal_now_ns();
+        uint64_t deadline = start + st->cfg.deadline_ns;
+        int rc;
+        slot_acquire(st);
+        for (unsigned attempt = 1;; attempt++) {
+                uint64_t t0 = shoal_now_ns();
+                shoal_metric_inc(SHOAL_M_object_get_requests);
+                log_debug("store", "get %s [%llu+%zu]", key, (unsigned long long)off, len);
+                rc = st->ops->read(st, key, version, off, len, buf);
+                shoal_metric_observe(SHOAL_M_object_get_dur, shoal_now_ns() - t0);
+                if (!rc) {
+                        shoal_metric_add(SHOAL_M_object_get_bytes, len);
+                        break;
+                }
+                if (!shoal_store_err_retryable(rc) || attempt >= st->cfg.max_attempts)
+                        break;
+                uint64_t d = backoff_ns(st, attempt);
+                if (shoal_now_ns() + d >= deadline)
+                        break;
+                shoal_metric_inc(SHOAL_M_object_get_retries);
+                log_ratelimited(SHOAL_LOG_WARN, "store", "read %s [%llu+%zu] failed: %s; retry %u",
+                                key, (unsigned long long)off, len, strerror(-rc), attempt);
+                shoal_sleep_ns(d);
+        }
+        slot_release(st);
+        if (rc)
+                shoal_metric_inc(SHOAL_M_object_get_errors);
+        return rc;
+}
+
+int shoal_store_list(struct shoal_store *st, const char *prefix, const char *delim,
+                     const char *start_after, shoal_list_cb cb, void *arg)
+{
+        shoal_metric_inc(SHOAL_M_object_list_requests);
+        return st->ops->list(st, prefix ? prefix : "", delim, start_after, cb, arg);
+}
