@@ -63,11 +63,14 @@ struct shoal_cache_block {
         struct shoal_block_id id;
         uint32_t crcs[SHOAL_MAX_CHUNKS]; /* chunk CRCs from the verified header */
         int dir;                         /* internal */
+        int dfd; /* internal: O_DIRECT fd, opened by the first direct read, closed by close */
 };
 
 /* Opens block ID, expecting EXPECT_LEN bytes (0: any). Verifies the header. Returns 0; -ENOENT
- * when not cached; -EBADMSG when the file was corrupt (it has been removed); -EIO on an I/O error
- * (the dir is marked). Marks the block recently used. */
+ * when not cached (or its dir is out of use); -EBADMSG when the file was corrupt (it has been
+ * removed); -EIO on an I/O error (the dir is marked); rarely another errno (-EMFILE). Marks the
+ * block recently used. Every failure counts blockcache_miss here, so callers need not. On success
+ * the caller must call shoal_cache_block_close. */
 int shoal_cache_open_block(struct shoal_cache *c, const struct shoal_block_id *id,
                            uint32_t expect_len, struct shoal_cache_block *b);
 
@@ -86,15 +89,15 @@ bool shoal_cache_block_verify(const struct shoal_cache_block *b, uint32_t off, u
 void shoal_cache_block_close(struct shoal_cache *c, struct shoal_cache_block *b);
 
 /* Inserts a whole block: writes a temp file and renames it into place, evicting as needed.
- * Returns 0, or a negative errno (-ENOSPC, -EIO, -ENODEV when the cache is disabled) after which
- * nothing partial remains. Callers treat failure as "not cached". */
+ * Returns 0, or a negative errno (-ENOSPC, -EIO, -ENODEV when the cache is disabled or every dir
+ * is out of use) after which nothing partial remains. Callers treat failure as "not cached". */
 int shoal_cache_insert(struct shoal_cache *c, const struct shoal_block_id *id, const void *data,
                        uint32_t len);
 
 /* Removes block ID if present (e.g. after a peer reported it corrupt). Returns 0 or -ENOENT. */
 int shoal_cache_remove(struct shoal_cache *c, const struct shoal_block_id *id);
 
-/* True when the index holds ID (no I/O). */
+/* True when the index holds ID in a dir that is in use (no I/O). */
 bool shoal_cache_contains(struct shoal_cache *c, const struct shoal_block_id *id);
 
 struct shoal_cache_usage {
@@ -106,7 +109,8 @@ struct shoal_cache_usage {
 };
 void shoal_cache_usage(struct shoal_cache *c, struct shoal_cache_usage *u);
 
-/* The path of block ID in dir 0 (tests use it to corrupt files). Returns 0 or -ENOENT. */
+/* The path of block ID's file in the dir that holds it (tests use it to corrupt files). Returns 0,
+ * -ENOENT when the index does not hold ID, or -ENAMETOOLONG when OUTLEN is too small. */
 int shoal_cache_block_path(struct shoal_cache *c, const struct shoal_block_id *id, char *out,
                            size_t outlen);
 
