@@ -1,0 +1,119 @@
+/* Cache group membership [G1, G2, D1].
+ *
+ * A registry (sqlite3:///path/meta.db — the embedded default, several processes on one host — or
+ * redis://[:password@]host:port/db) holds one record per member of a group. Each member's agent
+ * thread joins, bumps its heartbeat counter every heartbeat interval, and re-reads the member
+ * list; a member whose counter has not moved for the timeout (judged on the READER's monotonic
+ * clock — wall time only decides whether a record seen for the first time is already stale) is
+ * dropped from the view. Records silent for much longer are deleted by whoever notices.
+ *
+ * Placement is weighted rendezvous hashing over the live providers of the view: each block is
+ * owned by the member with the highest score -weight / ln(u), u = hash(member id, block id) in
+ * (0,1). Weight 0 owns nothing (drain). A join or leave moves about 1/N of the blocks and only
+ * those that the joining/leaving member gains/loses. */
+#ifndef SHOAL_GROUP_GROUP_H
+#define SHOAL_GROUP_GROUP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/block.h"
+
+#define SHOAL_MEMBER_ID_LEN 32 /* hex chars */
+#define SHOAL_ADDR_LEN      64 /* "ip:port" */
+#define SHOAL_RDMA_ADDRS    4
+
+enum shoal_member_role {
+        SHOAL_ROLE_PROVIDER = 0, /* shares its cache (serves) */
+        SHOAL_ROLE_CONSUMER = 1, /* --no-sharing: reads only, owns nothing */
+};
+
+struct shoal_member {
+        char id[SHOAL_MEMBER_ID_LEN + 1]; /* random per process start */
+        char host[64];                    /* hostname, for display */
+        char tcp_addr[SHOAL_ADDR_LEN];    /* TCP pool "ip:port"; empty for consumers */
+        char iorpc_addr[SHOAL_ADDR_LEN];  /* IORPC on TCP "ip:port"; empty when disabled */
+        char rdma_addr[SHOAL_RDMA_ADDRS][SHOAL_ADDR_LEN]; /* one per --rdma-network interface */
+        unsigned n_rdma;
+        uint32_t weight;
+        enum shoal_member_role role;
+        char volume_url[1024]; /* [D1]: every member must agree on volume and block size */
+        uint32_t block_size;
+        uint64_t cache_bytes;    /* disk cache use, updated with each heartbeat */
+        uint64_t cache_capacity; /* UINT64_MAX = unlimited */
+        uint64_t beat;           /* heartbeat counter, bumped by the member */
+        int64_t updated_ms;      /* wall clock of the last heartbeat (first-sight staleness) */
+        int64_t started_ms;      /* wall clock of join */
+        /* filled by the reader, not stored */
+        bool alive;
+        uint64_t age_ms; /* since the reader last saw the counter move */
+};
+
+struct shoal_registry;
+
+/* Opens the registry at URL for group GROUP (sqlite3:///path, redis://host:port/db). On failure
+ * returns NULL with one line in ERR. */
+struct shoal_registry *shoal_registry_open(const char *url, const char *group, char *err,
+                                           size_t errlen);
+void shoal_registry_close(struct shoal_registry *r);
+
+/* Low-level record operations (each a few round trips; thread-safe through an internal lock).
+ * They return 0 or a negative errno. put refuses with -EINVAL a record it could not read back as
+ * it is: an id outside [0-9A-Za-z._-]{1,32}, a bad role or n_rdma, an unterminated string. list
+ * skips (and logs) stored records that do not decode. */
+int shoal_registry_put(struct shoal_registry *r, const struct shoal_member *m);
+int shoal_registry_delete(struct shoal_registry *r, const char *id);
+/* Reads every record of the group into a malloc'd array (*OUT, *N); alive/age_ms are not set. */
+int shoal_registry_list(struct shoal_registry *r, struct shoal_member **out, size_t *n);
+
+/* A member view: the live members at one moment, immutable and reference counted. */
+struct shoal_group_view {
+        uint64_t version; /* changes whenever the set of live providers or a weight changes */
+        size_t n;
+        struct shoal_member *members; /* live members, providers and consumers, sorted by id */
+        int refs;                     /* internal */
+};
+
+struct shoal_group_config {
+        const char *meta_url;     /* registry URL */
+        const char *group;        /* --cache-group */
+        struct shoal_member self; /* this member's record (id filled by start when empty) */
+        uint64_t heartbeat_ns;    /* default 1 s; SHOAL_GROUP_HEARTBEAT env overrides (tests) */
+        uint64_t timeout_ns;      /* default 5 s; SHOAL_GROUP_TIMEOUT env overrides (tests) */
+};
+
+struct shoal_group;
+
+/* Joins: refuses with -EINVAL and a line in ERR naming both values when a live member has another
+ * volume URL or block size [D1]; otherwise writes the record and starts the agent thread.
+ * Returns NULL on failure. */
+struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char *err,
+                                      size_t errlen);
+/* Leaves (deletes the record) and stops the agent. */
+void shoal_group_stop(struct shoal_group *g);
+/* Updates the cache use published with the next heartbeat. */
+void shoal_group_set_usage(struct shoal_group *g, uint64_t bytes, uint64_t capacity);
+/* This member's id. */
+const char *shoal_group_self_id(const struct shoal_group *g);
+
+/* The current view, with a reference (release with shoal_group_view_put). Never NULL. */
+struct shoal_group_view *shoal_group_view_get(struct shoal_group *g);
+void shoal_group_view_put(struct shoal_group_view *v);
+
+/* The owner of block ID among V's live providers with weight > 0: an index into V->members, or
+ * -1 when there is none. Pure function of (V's providers, ID). */
+int shoal_group_owner(const struct shoal_group_view *v, const struct shoal_block_id *id);
+
+/* Placement score of a member for a block (exposed for tests). */
+double shoal_placement_score(const char *member_id, uint32_t weight,
+                             const struct shoal_block_id *id);
+
+/* Reads the members of GROUP once without joining (for `shoal group`): lists the records and
+ * judges liveness by watching the counters for WAIT_NS (0: by updated_ms only). *OUT (malloc'd,
+ * sorted by id, freed by the caller) holds every record, dead ones with alive == false. Returns
+ * 0, or a negative errno with one line in ERR. */
+int shoal_group_list_once(const char *meta_url, const char *group, uint64_t wait_ns,
+                          struct shoal_member **out, size_t *n, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,75 @@
+/* Inside the group module: the registry backend interface, the record codec shared by every
+ * backend, and the hashes behind placement and view versions. Not for other modules. */
+#ifndef SHOAL_GROUP_GROUP_INTERNAL_H
+#define SHOAL_GROUP_GROUP_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "group/group.h"
+
+#define SHOAL_GROUP_NAME_MAX 255
+/* An encoded record never exceeds this (every string escaped at worst 3x, plus numbers). */
+#define SHOAL_RECORD_MAX 8192
+
+/* Called by a backend's list for each stored (id, record) pair; neither is NUL-terminated. A
+ * nonzero return stops the listing and is returned by it. */
+typedef int (*shoal_registry_visit_fn)(void *arg, const char *id, size_t id_len, const char *rec,
+                                       size_t rec_len);
+
+/* A backend. Every operation runs under the registry's lock, so backends need no locking of
+ * their own. Operations return 0 or a negative errno. */
+struct shoal_registry_ops {
+        const char *scheme;
+        /* Inserts or replaces the record of ID (RECORD is an encoded, NUL-terminated text). */
+        int (*put)(struct shoal_registry *r, const char *id, const char *record);
+        /* Deletes the record of ID; deleting a missing record is success. */
+        int (*del)(struct shoal_registry *r, const char *id);
+        /* Calls VISIT for every record of the group. */
+        int (*list)(struct shoal_registry *r, shoal_registry_visit_fn visit, void *arg);
+        /* Frees the backend, including R itself. */
+        void (*close)(struct shoal_registry *r);
+};
+
+/* The common head of every backend's registry; each backend embeds it first. */
+struct shoal_registry {
+        const struct shoal_registry_ops *ops;
+        pthread_mutex_t lock;
+        char group[SHOAL_GROUP_NAME_MAX + 1];
+};
+
+/* Backend constructors: REST is the URL after "scheme://". They fill R->ops and their own state
+ * (the caller fills the rest of the head). On failure they return NULL with one line in ERR. */
+struct shoal_registry *shoal_registry_sqlite_open(const char *rest, const char *group, char *err,
+                                                  size_t errlen);
+struct shoal_registry *shoal_registry_redis_open(const char *rest, const char *group, char *err,
+                                                 size_t errlen);
+
+/* True when ID is a usable member id: 1..SHOAL_MEMBER_ID_LEN characters of [0-9A-Za-z._-]. */
+bool shoal_member_id_valid(const char *id, size_t len);
+
+/* Encodes M into OUT (OUTLEN >= SHOAL_RECORD_MAX is always enough). Returns the length, or
+ * -EINVAL when M cannot be stored faithfully (bad id or role, unterminated string, n_rdma out of
+ * range). */
+int shoal_member_encode(const struct shoal_member *m, char *out, size_t outlen);
+/* Decodes LEN bytes of REC (not necessarily NUL-terminated) into M, validating every field;
+ * alive and age_ms are cleared. Returns 0 or -EINVAL for anything malformed. */
+int shoal_member_decode(const char *rec, size_t len, struct shoal_member *m);
+
+/* Copies LEN bytes of S (stopping at a NUL) into OUT for a log line or an error message, with
+ * control characters replaced by '?': registry contents are not trusted to be one line. */
+const char *shoal_group_printable(const char *s, size_t len, char *out, size_t outlen);
+
+/* A fast, well-mixed 64-bit hash (not cryptographic). SEED chains several inputs. */
+uint64_t shoal_group_hash64(const void *data, size_t len, uint64_t seed);
+
+/* Duration from environment variable NAME when set and valid (logs and ignores a bad value),
+ * else DEF. */
+uint64_t shoal_group_env_duration(const char *name, uint64_t def);
+
+#define SHOAL_GROUP_HEARTBEAT_DEFAULT (1000000000ULL)
+#define SHOAL_GROUP_TIMEOUT_DEFAULT   (5000000000ULL)
+
+#endif
