@@ -1,0 +1,197 @@
+/* The shoal wire format: one frame codec for the TCP pool, IORPC on TCP and IORPC on RDMA.
+ * Pure code (no I/O, no allocation), fuzzed. docs/iorpc-protocol.md is the prose version.
+ *
+ * A frame is a 32-byte header, then BODY_LEN bytes of body, then PAYLOAD_LEN bytes of payload:
+ *
+ *   off size field
+ *    0   4   magic        "SHL1" (0x53 0x48 0x4c 0x31 on the wire)
+ *    4   1   version      1
+ *    5   1   type         enum shoal_msg_type
+ *    6   2   flags        SHOAL_WF_*
+ *    8   4   status       0 or enum shoal_status (answers)
+ *   12   4   body_len     <= shoal_wire_body_max(type)
+ *   16   4   payload_len  0, or for READ_RESP the answered length (<= SHOAL_WIRE_PAYLOAD_MAX)
+ *   20   8   id           message id chosen by the requester, echoed in the answer
+ *   28   4   crc          CRC32C over header bytes 0..27 followed by the body
+ *
+ * All integers are little-endian. The payload is not covered by the header CRC: READ_RESP bodies
+ * carry one CRC per chunk of the payload (shoal_chunk_crc, seeded with block id and chunk index),
+ * which the requester verifies end to end — the server may send the payload with sendfile or
+ * splice straight from the cache file, whose stored chunk CRCs are exactly these.
+ *
+ * Lengths are checked against per-type maxima from the header alone, before anything is
+ * allocated or read; before authentication only HELLO / HELLO_ACK / AUTH / AUTH_OK / ERROR are
+ * accepted and their bodies are tiny. */
+#ifndef SHOAL_RPC_WIRE_H
+#define SHOAL_RPC_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/block.h"
+
+#define SHOAL_WIRE_MAGIC       0x314c4853u /* "SHL1" read as little-endian u32 */
+#define SHOAL_WIRE_VERSION     1
+#define SHOAL_WIRE_HDR_LEN     32
+#define SHOAL_WIRE_PAYLOAD_MAX SHOAL_BLOCK_SIZE_MAX
+#define SHOAL_WIRE_NONCE_LEN   32
+#define SHOAL_WIRE_PROOF_LEN   32 /* HMAC-SHA256 */
+
+enum shoal_msg_type {
+        SHOAL_MSG_HELLO = 1,      /* requester -> server, first frame: versions, nonce */
+        SHOAL_MSG_HELLO_ACK = 2,  /* server -> requester: version, nonce, server proof */
+        SHOAL_MSG_AUTH = 3,       /* requester -> server: requester proof */
+        SHOAL_MSG_AUTH_OK = 4,    /* server -> requester: session open */
+        SHOAL_MSG_READ = 16,      /* read a chunk-aligned range of a block */
+        SHOAL_MSG_READ_RESP = 17, /* answer: chunk CRCs in the body, data as payload */
+        SHOAL_MSG_ERROR = 18,     /* answer with status != 0; body: reason text */
+        SHOAL_MSG_PING = 19,      /* liveness; body echoed by PONG */
+        SHOAL_MSG_PONG = 20,
+        SHOAL_MSG_INFO = 21,      /* ask the server's addresses [R6] */
+        SHOAL_MSG_INFO_RESP = 22, /* body: struct shoal_wire_info */
+        SHOAL_MSG_CORRUPT = 23,   /* requester -> server: this block failed verification;
+                                   * body: the READ layout naming block and range; no answer */
+        SHOAL_MSG_GOAWAY = 24,    /* either side: closing; finish in-flight, send no more */
+};
+
+enum shoal_wire_flags {
+        SHOAL_WF_AUTH_REQUIRED = 1u << 0, /* HELLO_ACK: the requester must send AUTH */
+        SHOAL_WF_RDMA_TARGET = 1u << 1,   /* READ: write the payload to rdma_addr/rdma_key */
+        SHOAL_WF_RDMA_WRITTEN = 1u << 2,  /* READ_RESP: payload already written by RDMA */
+        SHOAL_WF_FILL = 1u << 3,          /* READ: fill from the store on a miss (owner) */
+};
+
+enum shoal_status {
+        SHOAL_ST_OK = 0,
+        SHOAL_ST_NOT_FOUND = 1,    /* object missing in the store */
+        SHOAL_ST_STALE = 2,        /* object version changed */
+        SHOAL_ST_NOT_OWNER = 3,    /* not the owner under the server's view; not cached */
+        SHOAL_ST_MISS = 4,         /* not cached and SHOAL_WF_FILL not set */
+        SHOAL_ST_BAD_REQUEST = 5,  /* malformed or invalid request */
+        SHOAL_ST_STORE_ERROR = 6,  /* filling from the store failed */
+        SHOAL_ST_RPC_DISABLED = 7, /* no IORPC service on this member */
+        SHOAL_ST_AUTH_FAILED = 8,
+        SHOAL_ST_BUSY = 9,    /* overloaded; retry elsewhere */
+        SHOAL_ST_VOLUME = 10, /* another volume or block size */
+        SHOAL_ST_INTERNAL = 11,
+        SHOAL_ST__MAX
+};
+
+struct shoal_wire_hdr {
+        uint8_t version;
+        uint8_t type;
+        uint16_t flags;
+        uint32_t status;
+        uint32_t body_len;
+        uint32_t payload_len;
+        uint64_t id;
+};
+
+/* Largest body accepted for TYPE (0 for an unknown type). */
+uint32_t shoal_wire_body_max(uint8_t type);
+/* Human-readable name of STATUS ("not owner", "rpc disabled", ...). */
+const char *shoal_status_str(uint32_t status);
+
+/* Writes the 32-byte header for H and BODY (BODY_LEN must equal H->body_len) into OUT, CRC
+ * included. */
+void shoal_wire_hdr_encode(uint8_t out[SHOAL_WIRE_HDR_LEN], const struct shoal_wire_hdr *h,
+                           const void *body);
+/* Parses and checks the header fields that can be checked without the body: magic, version,
+ * known type, only the flags defined for the type, status 0 except on ERROR (there 1..__MAX-1),
+ * body_len <= shoal_wire_body_max(type), payload_len only on READ_RESP, <= max, and 0 with
+ * SHOAL_WF_RDMA_WRITTEN. Returns 0, or -EPROTO (bad magic/version/type/flags/status) or -EMSGSIZE
+ * (a length past its maximum). */
+int shoal_wire_hdr_decode(const uint8_t in[SHOAL_WIRE_HDR_LEN], struct shoal_wire_hdr *h);
+/* True when the CRC in header IN matches IN's first 28 bytes followed by BODY. */
+bool shoal_wire_crc_ok(const uint8_t in[SHOAL_WIRE_HDR_LEN], const void *body, size_t body_len);
+
+/* HELLO / HELLO_ACK / AUTH bodies. */
+struct shoal_wire_hello {
+        uint8_t min_version, max_version;
+        uint8_t service; /* 1 = TCP pool, 2 = IORPC, 3 = IORPC over RDMA */
+        uint8_t nonce[SHOAL_WIRE_NONCE_LEN];
+};
+struct shoal_wire_hello_ack {
+        uint8_t version;
+        uint8_t nonce[SHOAL_WIRE_NONCE_LEN];
+        uint8_t proof[SHOAL_WIRE_PROOF_LEN]; /* zeros when the server has no secret */
+        uint32_t max_inflight;               /* requests the server takes on this connection */
+};
+struct shoal_wire_auth {
+        uint8_t proof[SHOAL_WIRE_PROOF_LEN];
+};
+
+/* READ body. KEY and VERSION point into the decoded buffer (not NUL-terminated). */
+struct shoal_wire_read {
+        uint64_t view_version; /* requester's group view version */
+        uint64_t obj_size;
+        uint32_t block_size;
+        uint32_t block_index;
+        uint32_t offset; /* chunk-aligned range inside the block */
+        uint32_t length;
+        uint64_t rdma_addr; /* with SHOAL_WF_RDMA_TARGET */
+        uint64_t rdma_key;
+        uint16_t key_len;
+        uint16_t version_len;
+        const char *key;
+        const char *version;
+};
+
+/* READ_RESP body. CRCS points into the decoded buffer (little-endian u32s; use
+ * shoal_wire_read_resp_crc to read entry I). */
+struct shoal_wire_read_resp {
+        struct shoal_block_id block; /* echoes the id the server derived */
+        uint32_t offset;
+        uint32_t length;
+        uint32_t n_crcs; /* chunks in [offset, offset+length) */
+        const uint8_t *crcs;
+};
+
+/* INFO_RESP body: the server's service addresses, each "ip:port" or empty. */
+struct shoal_wire_info {
+        char tcp_addr[64];
+        char iorpc_addr[64];
+        uint8_t n_rdma;
+        char rdma_addr[4][64];
+        uint32_t block_size;
+        char volume_url[1024];
+};
+
+/* Encoders write into OUT (OUTLEN bytes) and return the body length, or -EMSGSIZE when OUTLEN
+ * is too small or a field is out of range. Decoders check every length against BODY_LEN and the
+ * field's limits (key 1..SHOAL_KEY_MAX and shoal_key_valid, version 1..SHOAL_VERSION_MAX,
+ * range inside the block and chunk-aligned per shoal_range_valid, n_crcs equal to the chunk count
+ * of the range, strings NUL-free) and return 0 or -EPROTO. */
+int shoal_wire_hello_encode(uint8_t *out, size_t outlen, const struct shoal_wire_hello *m);
+int shoal_wire_hello_decode(const uint8_t *body, size_t len, struct shoal_wire_hello *m);
+int shoal_wire_hello_ack_encode(uint8_t *out, size_t outlen, const struct shoal_wire_hello_ack *m);
+int shoal_wire_hello_ack_decode(const uint8_t *body, size_t len, struct shoal_wire_hello_ack *m);
+int shoal_wire_auth_encode(uint8_t *out, size_t outlen, const struct shoal_wire_auth *m);
+int shoal_wire_auth_decode(const uint8_t *body, size_t len, struct shoal_wire_auth *m);
+int shoal_wire_read_encode(uint8_t *out, size_t outlen, const struct shoal_wire_read *m);
+int shoal_wire_read_decode(const uint8_t *body, size_t len, struct shoal_wire_read *m);
+/* CRCS: host-order array of n_crcs values. */
+int shoal_wire_read_resp_encode(uint8_t *out, size_t outlen, const struct shoal_block_id *block,
+                                uint32_t offset, uint32_t length, const uint32_t *crcs);
+int shoal_wire_read_resp_decode(const uint8_t *body, size_t len, struct shoal_wire_read_resp *m);
+uint32_t shoal_wire_read_resp_crc(const struct shoal_wire_read_resp *m, uint32_t i);
+int shoal_wire_info_encode(uint8_t *out, size_t outlen, const struct shoal_wire_info *m);
+int shoal_wire_info_decode(const uint8_t *body, size_t len, struct shoal_wire_info *m);
+/* ERROR body: a reason text of at most 200 bytes, printable ASCII. The decoder copies it
+ * NUL-terminated, truncated to REASONLEN - 1 bytes (REASONLEN 0: -EMSGSIZE). */
+int shoal_wire_error_encode(uint8_t *out, size_t outlen, const char *reason);
+int shoal_wire_error_decode(const uint8_t *body, size_t len, char *reason, size_t reasonlen);
+
+/* Mutual challenge-response proofs: HMAC-SHA256(secret, label || nonce_a || nonce_b), with label
+ * "shoal-server" (server proof: nonce_a = requester nonce, nonce_b = server nonce) or
+ * "shoal-client" (requester proof: nonce_a = server nonce, nonce_b = requester nonce). */
+void shoal_wire_proof(const void *secret, size_t secret_len, bool server,
+                      const uint8_t nonce_a[SHOAL_WIRE_NONCE_LEN],
+                      const uint8_t nonce_b[SHOAL_WIRE_NONCE_LEN],
+                      uint8_t out[SHOAL_WIRE_PROOF_LEN]);
+/* Constant-time comparison of two proofs. */
+bool shoal_wire_proof_eq(const uint8_t a[SHOAL_WIRE_PROOF_LEN],
+                         const uint8_t b[SHOAL_WIRE_PROOF_LEN]);
+
+#endif
