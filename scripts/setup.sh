@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs the Debian packages shoal needs to build, test, demo and benchmark — only those that
+# are missing, so a second run costs nothing. Runs as root (or through sudo) on Debian/Ubuntu.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
+  libfabric-dev libfabric-bin libfuse3-dev fuse3 liburing-dev libcurl4-openssl-dev
+  libsqlite3-dev sqlite3 libhiredis-dev redis-server libssl-dev libcmocka-dev
+  nginx memcached iperf3 fio iproute2 procps psmisc util-linux curl
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO="sudo"
+  else
+    echo "setup: missing packages (${missing[*]}); run this script as root" >&2
+    exit 1
+  fi
+fi
+echo "setup: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q >/dev/null
+# Package scripts may try to start services (nginx, redis, memcached); tests start their own.
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null

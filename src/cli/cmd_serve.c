@@ -1,0 +1,66 @@
+/* shoal serve STORAGE — a group member without a mount [C2]. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/daemon.h"
+#include "common/log.h"
+#include "group/group.h"
+#include "rpc/server.h"
+
+int shoal_cmd_serve(int argc, char **argv)
+{
+        struct shoal_cli cli;
+        int rc = shoal_cli_parse(&cli, CMD_SERVE, "serve", argc, argv);
+        if (rc)
+                return rc == 1 ? 0 : 2;
+        if (shoal_cli_setup_log(&cli))
+                return 2;
+        if (cli.npos != 1)
+                return shoal_cli_fail(&cli, "expected STORAGE (see 'shoal serve --help')");
+        struct shoal_node_config cfg;
+        if (shoal_cli_node_config(&cli, cli.pos[0], &cfg))
+                return 2;
+        if (!cfg.cache_group)
+                return shoal_cli_fail(&cli, "a member needs --cache-group NAME");
+        if (cfg.no_sharing)
+                return shoal_cli_fail(&cli, "--no-sharing makes no sense for a dedicated cache "
+                                            "node");
+        cfg.serve = true;
+
+        if (cli.val[OPT_BACKGROUND] && shoal_daemon_start())
+                return shoal_cli_fail(&cli, "cannot fork into the background");
+        /* Every thread inherits this mask; the main thread takes the signals with sigwait. */
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGINT);
+        sigaddset(&set, SIGTERM);
+        sigaddset(&set, SIGHUP);
+        pthread_sigmask(SIG_BLOCK, &set, NULL);
+
+        char err[1024];
+        int code;
+        struct shoal_node *node = shoal_node_start(&cfg, err, sizeof(err), &code);
+        if (!node) {
+                char line[1100];
+                snprintf(line, sizeof(line), "shoal serve: %s", err);
+                if (shoal_daemon_active())
+                        shoal_daemon_fail(code, line);
+                else
+                        fprintf(stderr, "%s\n", line);
+                return code;
+        }
+        char tcp[64], iorpc[64];
+        shoal_server_addrs(node->server, tcp, iorpc);
+        log_info("serve", "member %s of group %s ready: tcp pool %s, iorpc %s",
+                 shoal_group_self_id(node->group), cfg.cache_group, tcp,
+                 iorpc[0] ? iorpc : "disabled");
+        shoal_daemon_ready();
+        int sig = 0;
+        sigwait(&set, &sig);
+        log_info("serve", "signal %d: leaving the group", sig);
+        shoal_node_stop(node);
+        return 0;
+}

@@ -1,0 +1,57 @@
+/* One shoal process's parts, assembled from its configuration: object store, disk cache, group
+ * agent, transports (server and client side), metrics, and the reader that ties them together.
+ * `shoal cat`, `shoal serve` and `shoal mount` all start one node. */
+#ifndef SHOAL_CLIENT_NODE_H
+#define SHOAL_CLIENT_NODE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/block.h"
+
+struct shoal_node_config {
+        const char *storage;  /* STORAGE url */
+        const char *endpoint; /* s3 --endpoint */
+        uint32_t block_size;
+        const char *meta_url;    /* --meta (NULL: sqlite3 default) */
+        const char *cache_group; /* --cache-group (NULL: no group) */
+        const char *cache_dir;
+        int64_t cache_size; /* bytes; 0 none, -1 unlimited */
+        double free_space_ratio;
+        bool no_sharing;
+        bool serve;                /* start the server side (serve, mount) */
+        const char *group_ip;      /* --group-ip */
+        const char *group_network; /* --group-network */
+        uint16_t group_port;
+        uint32_t group_weight;
+        const char *group_secret; /* the secret's bytes, NUL-terminated, or NULL */
+        bool use_iorpc;
+        int iorpc_mode; /* enum shoal_iorpc_mode */
+        bool cache_try_dio;
+        const char *rdma_network;
+        const char *rdma_provider;
+        uint64_t buffer_size; /* bytes */
+        unsigned max_downloads;
+        unsigned prefetch; /* readahead blocks */
+        const char *metrics_addr;
+};
+
+struct shoal_node {
+        struct shoal_node_config cfg;
+        struct shoal_volume vol;
+        struct shoal_store *store;
+        struct shoal_cache *cache;
+        struct shoal_group *group;
+        struct shoal_remote *remote;
+        struct shoal_server *server;
+        struct shoal_reader *reader;
+};
+
+/* Starts every part CFG asks for. On failure returns NULL with one line in ERR and *EXIT_CODE
+ * set to 2 for a usage problem (bad value, unsupported option) or 1 for a runtime failure. */
+struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *err, size_t errlen,
+                                    int *exit_code);
+void shoal_node_stop(struct shoal_node *n);
+
+#endif

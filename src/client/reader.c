@@ -1,0 +1,571 @@
+#include "client/reader.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cache/cache.h"
+#include "common/bufpool.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "group/group.h"
+#include "metrics/metrics.h"
+#include "net/remote.h"
+#include "store/store.h"
+
+#define VALID_WORDS    (SHOAL_MAX_CHUNKS / 64)
+#define BUF_WAIT_NS    (30ULL * 1000000000ULL)
+#define PREFETCH_QUEUE 64
+
+struct mblock {
+        struct shoal_block_id id;
+        uint32_t len;
+        bool used;    /* holds (part of) a block: in the hash table */
+        bool filling; /* one thread is filling missing chunks */
+        int refs;
+        char *buf;
+        uint64_t valid[VALID_WORDS];
+        struct mblock *hnext;               /* hash chain */
+        struct mblock *lru_prev, *lru_next; /* unreferenced blocks, least recent first */
+};
+
+struct prefetch_task {
+        struct shoal_object obj;
+        uint32_t index;
+};
+
+struct shoal_reader {
+        struct shoal_reader_config cfg;
+        struct shoal_bufpool *pool;
+        struct mblock *blocks;
+        unsigned nblocks;
+        struct mblock **hash;
+        unsigned hash_mask;
+        struct mblock lru; /* sentinel */
+        pthread_mutex_t mu;
+        pthread_cond_t cond; /* a fill finished or a block became free */
+
+        /* readahead */
+        pthread_t *threads;
+        unsigned nthreads;
+        struct prefetch_task queue[PREFETCH_QUEUE];
+        unsigned q_head, q_len;
+        pthread_cond_t q_cond;
+        bool stopping;
+};
+
+static void lru_unlink(struct mblock *mb)
+{
+        if (mb->lru_prev) {
+                mb->lru_prev->lru_next = mb->lru_next;
+                mb->lru_next->lru_prev = mb->lru_prev;
+                mb->lru_prev = mb->lru_next = NULL;
+        }
+}
+
+static void lru_push_tail(struct shoal_reader *r, struct mblock *mb)
+{
+        mb->lru_prev = r->lru.lru_prev;
+        mb->lru_next = &r->lru;
+        r->lru.lru_prev->lru_next = mb;
+        r->lru.lru_prev = mb;
+}
+
+static struct mblock **hash_slot(struct shoal_reader *r, const struct shoal_block_id *id)
+{
+        return &r->hash[shoal_block_id_hash64(id) & r->hash_mask];
+}
+
+static struct mblock *hash_find(struct shoal_reader *r, const struct shoal_block_id *id)
+{
+        for (struct mblock *mb = *hash_slot(r, id); mb; mb = mb->hnext)
+                if (shoal_block_id_eq(&mb->id, id))
+                        return mb;
+        return NULL;
+}
+
+static void hash_remove(struct shoal_reader *r, struct mblock *mb)
+{
+        for (struct mblock **pp = hash_slot(r, &mb->id); *pp; pp = &(*pp)->hnext) {
+                if (*pp == mb) {
+                        *pp = mb->hnext;
+                        break;
+                }
+        }
+        mb->hnext = NULL;
+        mb->used = false;
+}
+
+static bool range_valid(const struct mblock *mb, uint32_t off, uint32_t len)
+{
+        for (uint32_t c = off / SHOAL_CHUNK_SIZE; c < shoal_chunk_count(off + len); c++)
+                if (!(mb->valid[c / 64] & (1ULL << (c % 64))))
+                        return false;
+        return true;
+}
+
+static bool any_valid(const struct mblock *mb)
+{
+        for (unsigned i = 0; i < VALID_WORDS; i++)
+                if (mb->valid[i])
+                        return true;
+        return false;
+}
+
+static void mark_valid(struct mblock *mb, uint32_t off, uint32_t len)
+{
+        for (uint32_t c = off / SHOAL_CHUNK_SIZE; c < shoal_chunk_count(off + len); c++)
+                mb->valid[c / 64] |= 1ULL << (c % 64);
+}
+
+/* The smallest chunk range covering every chunk of [off, off+len) that is not valid. */
+static void missing_range(const struct mblock *mb, uint32_t off, uint32_t len, uint32_t *moff,
+                          uint32_t *mlen)
+{
+        uint32_t first = UINT32_MAX, last = 0;
+        for (uint32_t c = off / SHOAL_CHUNK_SIZE; c < shoal_chunk_count(off + len); c++) {
+                if (!(mb->valid[c / 64] & (1ULL << (c % 64)))) {
+                        if (first == UINT32_MAX)
+                                first = c;
+                        last = c;
+                }
+        }
+        *moff = first * SHOAL_CHUNK_SIZE;
+        uint64_t end = (uint64_t)(last + 1) * SHOAL_CHUNK_SIZE;
+        if (end > mb->len)
+                end = mb->len;
+        *mlen = (uint32_t)(end - *moff);
+}
+
+static void cond_wait_until(pthread_cond_t *c, pthread_mutex_t *mu, uint64_t deadline)
+{
+        struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000ULL),
+                              .tv_nsec = (long)(deadline % 1000000000ULL)};
+        pthread_cond_timedwait(c, mu, &ts);
+}
+
+/* Finds or claims the in-memory block for ID, with a reference. Called with r->mu held. WAIT:
+ * whether to wait for an unreferenced block to come free. NULL when none did. */
+static struct mblock *mblock_get_locked(struct shoal_reader *r, const struct shoal_block_id *id,
+                                        uint32_t len, bool wait)
+{
+        uint64_t deadline = shoal_now_ns() + BUF_WAIT_NS;
+        for (;;) {
+                struct mblock *mb = hash_find(r, id);
+                if (mb) {
+                        if (mb->refs++ == 0)
+                                lru_unlink(mb);
+                        return mb;
+                }
+                mb = r->lru.lru_next;
+                if (mb != &r->lru) {
+                        lru_unlink(mb);
+                        if (mb->used)
+                                hash_remove(r, mb);
+                        mb->id = *id;
+                        mb->len = len;
+                        mb->used = true;
+                        mb->filling = false;
+                        mb->refs = 1;
+                        memset(mb->valid, 0, sizeof(mb->valid));
+                        struct mblock **slot = hash_slot(r, id);
+                        mb->hnext = *slot;
+                        *slot = mb;
+                        return mb;
+                }
+                if (!wait || shoal_now_ns() >= deadline)
+                        return NULL;
+                cond_wait_until(&r->cond, &r->mu, deadline);
+        }
+}
+
+static void mblock_put_locked(struct shoal_reader *r, struct mblock *mb)
+{
+        if (--mb->refs == 0) {
+                /* A block that never became valid is worthless: reuse it first. */
+                if (!any_valid(mb)) {
+                        hash_remove(r, mb);
+                        mb->lru_prev = &r->lru;
+                        mb->lru_next = r->lru.lru_next;
+                        r->lru.lru_next->lru_prev = mb;
+                        r->lru.lru_next = mb;
+                } else {
+                        lru_push_tail(r, mb);
+                }
+                pthread_cond_broadcast(&r->cond);
+        }
+}
+
+/* Whether a block read from the store should go into this process's disk cache: when this
+ * process serves it (owner or alone), or when it only consumes and keeps a local cache. */
+static bool should_cache_locally(struct shoal_reader *r, bool owner_is_self)
+{
+        if (!r->cfg.cache || !shoal_cache_enabled(r->cfg.cache))
+                return false;
+        if (!__atomic_load_n(&r->cfg.group, __ATOMIC_ACQUIRE))
+                return true;
+        return owner_is_self || !r->cfg.sharing;
+}
+
+static int read_local_cache(struct shoal_reader *r, struct mblock *mb, uint32_t off, uint32_t len)
+{
+        struct shoal_cache *c = r->cfg.cache;
+        if (!c || !shoal_cache_enabled(c))
+                return -ENOENT;
+        struct shoal_cache_block cb;
+        int rc = shoal_cache_open_block(c, &mb->id, mb->len, &cb);
+        if (rc)
+                return rc; /* counted as a miss by the cache */
+        rc = shoal_cache_block_read(c, &cb, off, len, mb->buf + off, SHOAL_CACHE_READ_BUFFERED);
+        shoal_cache_block_close(c, &cb);
+        return rc;
+}
+
+static int read_store(struct shoal_reader *r, struct mblock *mb, const struct shoal_object *obj,
+                      uint32_t index, uint32_t off, uint32_t len, bool cache_it)
+{
+        uint64_t base = (uint64_t)index * r->cfg.vol->block_size;
+        int rc = shoal_store_read(r->cfg.store, obj->key, obj->version, base + off, len,
+                                  mb->buf + off);
+        if (rc)
+                return rc;
+        if (cache_it && off == 0 && len == mb->len) {
+                int crc = shoal_cache_insert(r->cfg.cache, &mb->id, mb->buf, mb->len);
+                if (crc && crc != -ENODEV)
+                        log_ratelimited(SHOAL_LOG_WARN, "reader", "cache insert failed: %s",
+                                        strerror(-crc));
+        }
+        return 0;
+}
+
+/* Fills [off, off+len) of MB (chunk-aligned, none of it valid yet) from the layers below the
+ * buffer. ALLOW_REMOTE: false on an owner answering a peer (it must not bounce the request). */
+static int fill(struct shoal_reader *r, struct mblock *mb, const struct shoal_object *obj,
+                uint32_t index, uint32_t off, uint32_t len, bool allow_remote, bool whole)
+{
+        int rc = read_local_cache(r, mb, off, len);
+        if (!rc)
+                return 0;
+
+        struct shoal_group *g = __atomic_load_n(&r->cfg.group, __ATOMIC_ACQUIRE);
+        bool owner_is_self = !g;
+        if (g) {
+                struct shoal_group_view *v = shoal_group_view_get(g);
+                int o = shoal_group_owner(v, &mb->id);
+                const char *self = shoal_group_self_id(g);
+                if (o < 0) {
+                        owner_is_self = false;
+                } else if (!strcmp(v->members[o].id, self)) {
+                        owner_is_self = true;
+                } else if (allow_remote && r->cfg.remote &&
+                           !shoal_remote_avoided(r->cfg.remote, v->members[o].id)) {
+                        rc = shoal_remote_read(r->cfg.remote, &v->members[o], r->cfg.vol, obj,
+                                               index, off, len, mb->buf + off, v->version);
+                        if (!rc) {
+                                shoal_group_view_put(v);
+                                if (!r->cfg.sharing && off == 0 && len == mb->len &&
+                                    should_cache_locally(r, false))
+                                        shoal_cache_insert(r->cfg.cache, &mb->id, mb->buf, mb->len);
+                                return 0;
+                        }
+                        if (rc == -ESTALE || rc == -ENOENT) {
+                                shoal_group_view_put(v);
+                                return rc;
+                        }
+                        shoal_metric_inc(SHOAL_M_remotecache_fallbacks);
+                        log_ratelimited(SHOAL_LOG_WARN, "reader",
+                                        "read from member %s (%s) failed: %s; reading the store",
+                                        v->members[o].id, v->members[o].tcp_addr, strerror(-rc));
+                        if (rc != -EREMOTEIO)
+                                shoal_remote_avoid(r->cfg.remote, v->members[o].id);
+                }
+                shoal_group_view_put(v);
+        }
+        /* From the store: the whole block when nothing of it is held yet, so that it can be
+         * cached; only the missing range otherwise (valid chunks are never rewritten). */
+        if (whole) {
+                off = 0;
+                len = mb->len;
+        }
+        return read_store(r, mb, obj, index, off, len, should_cache_locally(r, owner_is_self));
+}
+
+/* Makes [off, off+len) of block INDEX valid in MB (held), sharing fills with other threads. */
+static int ensure_range(struct shoal_reader *r, struct mblock *mb, const struct shoal_object *obj,
+                        uint32_t index, uint32_t off, uint32_t len, bool allow_remote)
+{
+        int rc = 0;
+        pthread_mutex_lock(&r->mu);
+        while (!range_valid(mb, off, len)) {
+                if (mb->filling) {
+                        pthread_cond_wait(&r->cond, &r->mu);
+                        continue;
+                }
+                uint32_t moff, mlen;
+                missing_range(mb, off, len, &moff, &mlen);
+                bool whole = !any_valid(mb);
+                mb->filling = true;
+                pthread_mutex_unlock(&r->mu);
+                rc = fill(r, mb, obj, index, moff, mlen, allow_remote, whole);
+                pthread_mutex_lock(&r->mu);
+                mb->filling = false;
+                if (!rc) {
+                        if (whole)
+                                mark_valid(mb, 0, mb->len);
+                        else
+                                mark_valid(mb, moff, mlen);
+                }
+                pthread_cond_broadcast(&r->cond);
+                if (rc)
+                        break;
+        }
+        pthread_mutex_unlock(&r->mu);
+        return rc;
+}
+
+static void prefetch_enqueue(struct shoal_reader *r, const struct shoal_object *obj, uint32_t index)
+{
+        pthread_mutex_lock(&r->mu);
+        struct shoal_block_id id;
+        shoal_block_id_derive(r->cfg.vol, obj->key, obj->version, index, &id);
+        struct mblock *mb = hash_find(r, &id);
+        bool have = mb && (mb->filling || range_valid(mb, 0, mb->len));
+        if (!have && r->q_len < PREFETCH_QUEUE) {
+                struct prefetch_task *t = &r->queue[(r->q_head + r->q_len) % PREFETCH_QUEUE];
+                t->obj = *obj;
+                t->index = index;
+                r->q_len++;
+                pthread_cond_signal(&r->q_cond);
+        }
+        pthread_mutex_unlock(&r->mu);
+}
+
+static void *prefetch_main(void *arg)
+{
+        struct shoal_reader *r = arg;
+        struct shoal_object *obj = malloc(sizeof(*obj));
+        if (!obj)
+                return NULL;
+        pthread_mutex_lock(&r->mu);
+        for (;;) {
+                while (!r->q_len && !r->stopping)
+                        pthread_cond_wait(&r->q_cond, &r->mu);
+                if (r->stopping)
+                        break;
+                struct prefetch_task *t = &r->queue[r->q_head];
+                *obj = t->obj;
+                uint32_t index = t->index;
+                r->q_head = (r->q_head + 1) % PREFETCH_QUEUE;
+                r->q_len--;
+                uint32_t len = shoal_block_len(obj->size, r->cfg.vol->block_size, index);
+                struct shoal_block_id id;
+                shoal_block_id_derive(r->cfg.vol, obj->key, obj->version, index, &id);
+                /* Readahead never waits for a buffer: it only uses spare ones. */
+                struct mblock *mb = len ? mblock_get_locked(r, &id, len, false) : NULL;
+                if (!mb)
+                        continue;
+                pthread_mutex_unlock(&r->mu);
+                if (!ensure_range(r, mb, obj, index, 0, len, true))
+                        shoal_metric_inc(SHOAL_M_readahead_blocks);
+                pthread_mutex_lock(&r->mu);
+                mblock_put_locked(r, mb);
+        }
+        pthread_mutex_unlock(&r->mu);
+        free(obj);
+        return NULL;
+}
+
+struct shoal_reader *shoal_reader_create(const struct shoal_reader_config *cfg, char *err,
+                                         size_t errlen)
+{
+        struct shoal_reader *r = calloc(1, sizeof(*r));
+        if (!r) {
+                snprintf(err, errlen, "out of memory");
+                return NULL;
+        }
+        r->cfg = *cfg;
+        uint32_t bs = cfg->vol->block_size;
+        uint64_t n = cfg->buffer_bytes / bs;
+        if (n < 4)
+                n = 4;
+        if (n > 65536)
+                n = 65536;
+        r->nblocks = (unsigned)n;
+        r->pool = shoal_bufpool_create(bs, r->nblocks);
+        r->blocks = calloc(r->nblocks, sizeof(*r->blocks));
+        unsigned hs = 1;
+        while (hs < 2 * r->nblocks)
+                hs <<= 1;
+        r->hash = calloc(hs, sizeof(*r->hash));
+        r->hash_mask = hs - 1;
+        if (!r->pool || !r->blocks || !r->hash) {
+                snprintf(err, errlen, "cannot allocate %u block buffers of %u bytes", r->nblocks,
+                         bs);
+                goto out_free;
+        }
+        r->lru.lru_prev = r->lru.lru_next = &r->lru;
+        for (unsigned i = 0; i < r->nblocks; i++) {
+                r->blocks[i].buf = shoal_bufpool_get(r->pool, 0);
+                lru_push_tail(r, &r->blocks[i]);
+        }
+        pthread_mutex_init(&r->mu, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&r->cond, &ca);
+        pthread_condattr_destroy(&ca);
+        pthread_cond_init(&r->q_cond, NULL);
+        if (cfg->readahead && cfg->prefetch_threads) {
+                r->threads = calloc(cfg->prefetch_threads, sizeof(pthread_t));
+                for (unsigned i = 0; r->threads && i < cfg->prefetch_threads; i++) {
+                        if (pthread_create(&r->threads[i], NULL, prefetch_main, r))
+                                break;
+                        r->nthreads++;
+                }
+        }
+        shoal_metric_gauge_set(SHOAL_M_buffer_used_bytes, 0);
+        return r;
+
+out_free:
+        shoal_bufpool_destroy(r->pool);
+        free(r->blocks);
+        free(r->hash);
+        free(r);
+        return NULL;
+}
+
+void shoal_reader_destroy(struct shoal_reader *r)
+{
+        if (!r)
+                return;
+        pthread_mutex_lock(&r->mu);
+        r->stopping = true;
+        pthread_cond_broadcast(&r->q_cond);
+        pthread_mutex_unlock(&r->mu);
+        for (unsigned i = 0; i < r->nthreads; i++)
+                pthread_join(r->threads[i], NULL);
+        free(r->threads);
+        pthread_mutex_destroy(&r->mu);
+        pthread_cond_destroy(&r->cond);
+        pthread_cond_destroy(&r->q_cond);
+        shoal_bufpool_destroy(r->pool);
+        free(r->blocks);
+        free(r->hash);
+        free(r);
+}
+
+void shoal_reader_set_group(struct shoal_reader *r, struct shoal_group *g)
+{
+        __atomic_store_n(&r->cfg.group, g, __ATOMIC_RELEASE);
+}
+
+struct shoal_cache *shoal_reader_cache(struct shoal_reader *r)
+{
+        return r->cfg.cache;
+}
+
+static void readahead(struct shoal_reader *r, const struct shoal_object *obj, uint64_t off,
+                      size_t len, struct shoal_stream *s)
+{
+        if (!s)
+                return;
+        uint32_t bs = r->cfg.vol->block_size;
+        if (off == s->next_off && off != 0)
+                s->seq_reads++;
+        else if (off != s->next_off)
+                s->seq_reads = 0, s->ra_next = 0;
+        s->next_off = off + len;
+        if (!r->nthreads || s->seq_reads < 1)
+                return;
+        uint32_t cur = (uint32_t)(off / bs);
+        uint32_t nblocks = shoal_block_count(obj->size, bs);
+        uint32_t from = SHOAL_MAX(cur + 1, s->ra_next);
+        uint32_t to = SHOAL_MIN(nblocks, cur + 1 + r->cfg.readahead);
+        for (uint32_t b = from; b < to; b++)
+                prefetch_enqueue(r, obj, b);
+        if (to > s->ra_next)
+                s->ra_next = to;
+}
+
+long shoal_reader_read(struct shoal_reader *r, const struct shoal_object *obj, uint64_t off,
+                       size_t len, void *dst, struct shoal_stream *s)
+{
+        if (off >= obj->size || !len)
+                return 0;
+        if (len > obj->size - off)
+                len = (size_t)(obj->size - off);
+        readahead(r, obj, off, len, s);
+        uint32_t bs = r->cfg.vol->block_size;
+        size_t done = 0;
+        while (done < len) {
+                uint64_t pos = off + done;
+                uint32_t index = (uint32_t)(pos / bs);
+                uint32_t boff = (uint32_t)(pos % bs);
+                uint32_t blen = shoal_block_len(obj->size, bs, index);
+                uint32_t n = (uint32_t)SHOAL_MIN((uint64_t)(blen - boff), (uint64_t)(len - done));
+                uint32_t aoff, alen;
+                shoal_range_align(blen, boff, n, &aoff, &alen);
+                struct shoal_block_id id;
+                shoal_block_id_derive(r->cfg.vol, obj->key, obj->version, index, &id);
+
+                pthread_mutex_lock(&r->mu);
+                struct mblock *mb = mblock_get_locked(r, &id, blen, true);
+                bool hit = mb && range_valid(mb, aoff, alen);
+                pthread_mutex_unlock(&r->mu);
+                if (!mb)
+                        return done ? (long)done : -EBUSY;
+                int rc = hit ? 0 : ensure_range(r, mb, obj, index, aoff, alen, true);
+                if (!rc) {
+                        memcpy((char *)dst + done, mb->buf + boff, n);
+                        if (hit) {
+                                shoal_metric_inc(SHOAL_M_buffer_hits);
+                                shoal_metric_add(SHOAL_M_buffer_hit_bytes, n);
+                        }
+                }
+                pthread_mutex_lock(&r->mu);
+                mblock_put_locked(r, mb);
+                pthread_mutex_unlock(&r->mu);
+                if (rc)
+                        return done ? (long)done : rc;
+                done += n;
+        }
+        return (long)done;
+}
+
+int shoal_reader_hold_block(struct shoal_reader *r, const struct shoal_object *obj, uint32_t index,
+                            struct shoal_held_block *hb)
+{
+        uint32_t len = shoal_block_len(obj->size, r->cfg.vol->block_size, index);
+        if (!len)
+                return -EINVAL;
+        struct shoal_block_id id;
+        shoal_block_id_derive(r->cfg.vol, obj->key, obj->version, index, &id);
+        pthread_mutex_lock(&r->mu);
+        struct mblock *mb = mblock_get_locked(r, &id, len, true);
+        pthread_mutex_unlock(&r->mu);
+        if (!mb)
+                return -EBUSY;
+        int rc = ensure_range(r, mb, obj, index, 0, len, false);
+        if (rc) {
+                pthread_mutex_lock(&r->mu);
+                mblock_put_locked(r, mb);
+                pthread_mutex_unlock(&r->mu);
+                return rc;
+        }
+        hb->data = mb->buf;
+        hb->len = len;
+        hb->id = id;
+        hb->ref = mb;
+        return 0;
+}
+
+void shoal_reader_release(struct shoal_reader *r, struct shoal_held_block *hb)
+{
+        pthread_mutex_lock(&r->mu);
+        mblock_put_locked(r, hb->ref);
+        pthread_mutex_unlock(&r->mu);
+        hb->ref = NULL;
+}

@@ -1,0 +1,77 @@
+/* The read path of one block range, end to end (DESIGN.md "The read of one block"):
+ *   buffer (in-memory blocks, --buffer-size) -> local disk cache -> owner in the group (remote)
+ *   -> object store.
+ * A reader owns a fixed set of block buffers carved once from a buffer pool; each holds one block
+ * with a bitmap of valid chunks. Concurrent readers of one block share one fill (single flight),
+ * whether they are local readers, readahead, or (on an owner) peers asking for the block. Any
+ * failure of the cache or of a member falls through to the next layer; the caller only sees an
+ * error when the object store itself fails. Thread-safe. */
+#ifndef SHOAL_CLIENT_READER_H
+#define SHOAL_CLIENT_READER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/block.h"
+
+struct shoal_store;
+struct shoal_cache;
+struct shoal_group;
+struct shoal_remote;
+
+struct shoal_reader_config {
+        const struct shoal_volume *vol;
+        struct shoal_store *store;
+        struct shoal_cache *cache;   /* may be NULL or disabled */
+        struct shoal_group *group;   /* NULL: not in a group */
+        struct shoal_remote *remote; /* transports to members; NULL without a group */
+        bool sharing;                /* this process is a provider (owns blocks) */
+        uint64_t buffer_bytes;       /* --buffer-size; at least 4 blocks are always kept */
+        unsigned readahead;          /* blocks to prefetch ahead of a sequential stream */
+        unsigned prefetch_threads;   /* 0: no readahead */
+};
+
+struct shoal_reader;
+
+/* Sequential-stream state of one reader of one object (a FUSE file handle, a cat loop). Zero it
+ * before first use; it is only a hint, so a shared or stale one costs speed, never correctness. */
+struct shoal_stream {
+        uint64_t next_off;
+        uint32_t seq_reads;
+        uint32_t ra_next; /* next block index readahead has not yet asked for */
+};
+
+struct shoal_reader *shoal_reader_create(const struct shoal_reader_config *cfg, char *err,
+                                         size_t errlen);
+void shoal_reader_destroy(struct shoal_reader *r);
+
+/* Reads up to LEN bytes at OFF of OBJ (its size and version from a stat) into DST. Returns the
+ * bytes read (short only at the end of the object) or a negative errno (-ESTALE: the object
+ * changed, stat again; -EIO: the store failed). S may be NULL. */
+long shoal_reader_read(struct shoal_reader *r, const struct shoal_object *obj, uint64_t off,
+                       size_t len, void *dst, struct shoal_stream *s);
+
+/* A whole block held in memory, for a server answering a peer. */
+struct shoal_held_block {
+        const char *data; /* block bytes, valid until shoal_reader_release */
+        uint32_t len;
+        struct shoal_block_id id;
+        void *ref; /* internal */
+};
+
+/* On an owner: makes block INDEX of OBJ valid in memory — from the disk cache, else from the
+ * store (one download however many ask; the block is then inserted into the disk cache) — and
+ * holds it. Returns 0, -ENOENT/-ESTALE for a missing or changed object, -EIO when the store
+ * failed, -EBUSY when no buffer came free in time. */
+int shoal_reader_hold_block(struct shoal_reader *r, const struct shoal_object *obj, uint32_t index,
+                            struct shoal_held_block *hb);
+void shoal_reader_release(struct shoal_reader *r, struct shoal_held_block *hb);
+
+/* Sets the group once it has been joined (the server side starts before the join). */
+void shoal_reader_set_group(struct shoal_reader *r, struct shoal_group *g);
+
+/* The disk cache this reader uses (may be NULL). */
+struct shoal_cache *shoal_reader_cache(struct shoal_reader *r);
+
+#endif

@@ -1,0 +1,41 @@
+/* The client side of the transports: read a chunk-aligned range of a block from a group member,
+ * over the TCP pool, IORPC on TCP or IORPC on RDMA, whichever the flags and the member allow.
+ * Implementations verify every chunk CRC of the answer before returning success, so DST holds
+ * correct bytes or the call fails. Thread-safe; calls block the calling thread until the answer,
+ * an error or the deadline. */
+#ifndef SHOAL_NET_REMOTE_H
+#define SHOAL_NET_REMOTE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/block.h"
+#include "group/group.h"
+
+struct shoal_remote;
+
+struct shoal_remote_config {
+        const char *secret;     /* group secret, or NULL */
+        uint64_t timeout_ns;    /* per request, connect included (default 10 s;
+                                   SHOAL_REMOTE_TIMEOUT overrides) */
+        uint64_t avoid_ns;      /* how long a failed member is avoided (default 10 s;
+                                   SHOAL_AVOID_DURATION overrides) */
+        unsigned idle_per_peer; /* idle connections kept per member (default 64) */
+};
+
+struct shoal_remote *shoal_remote_create(const struct shoal_remote_config *cfg);
+void shoal_remote_destroy(struct shoal_remote *rm);
+
+/* Reads [OFF, OFF+LEN) of block INDEX of OBJ from member M into DST. Returns 0, or a negative
+ * errno: -EREMOTEIO for an error answer (not owner, store error, ...), -ETIMEDOUT past the
+ * deadline, -ECONNRESET/-ECONNREFUSED/-EPROTO for connection faults, -EBADMSG for a payload that
+ * failed its checksum after retries. */
+int shoal_remote_read(struct shoal_remote *rm, const struct shoal_member *m,
+                      const struct shoal_volume *vol, const struct shoal_object *obj,
+                      uint32_t index, uint32_t off, uint32_t len, void *dst, uint64_t view_version);
+
+/* Members that failed recently are avoided for a while [G5]. */
+bool shoal_remote_avoided(struct shoal_remote *rm, const char *member_id);
+void shoal_remote_avoid(struct shoal_remote *rm, const char *member_id);
+
+#endif

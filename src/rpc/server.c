@@ -1,0 +1,1108 @@
+/* The member's server: TCP pool and IORPC listeners on event-loop threads.
+ *
+ * Each loop thread owns its listening sockets (SO_REUSEPORT spreads accepts), its connections and
+ * their socket I/O. Blocking work never runs on a loop: opening and reading cache files runs on
+ * the "disk" workers, filling a miss from the store on the "fill" workers; both post the finished
+ * request back to the connection's loop, which writes the answer. A request is one struct srv_req
+ * moving through explicit states; answers leave in completion order.
+ *
+ * Both services speak the same frames (rpc/wire.h). The TCP pool allows one request in flight per
+ * connection and answers a cache hit with sendfile(2) from the cache file (or O_DIRECT + send with
+ * --cache-try-dio); IORPC multiplexes up to max_inflight requests per connection and reads by
+ * --iorpc-mode. At most max_inflight requests are processed at once in the whole server; the rest
+ * wait in a FIFO for a slot [R4]. */
+#include "rpc/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cache/cache.h"
+#include "client/reader.h"
+#include "common/bufpool.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "event/loop.h"
+#include "group/group.h"
+#include "metrics/metrics.h"
+#include "rpc/wire.h"
+
+#define MAX_LOOPS           8
+#define SERVICE_POOL        1
+#define SERVICE_IORPC       2
+#define HANDSHAKE_NS        (5ULL * 1000000000ULL)
+#define FRAME_STALL_NS      (10ULL * 1000000000ULL)
+#define SEND_STALL_NS       (30ULL * 1000000000ULL)
+#define MAX_CONNS           10000
+#define IORPC_CONN_INFLIGHT 1024
+#define DIO_BUFFERS         64
+#define IN_MAX              (SHOAL_WIRE_HDR_LEN + 4096)
+
+struct srv_loop;
+struct conn;
+
+enum req_src {
+        SRC_NONE,
+        SRC_FILE, /* sendfile from an open cache block */
+        SRC_BUF,  /* from a server buffer (dio / pagecache read) */
+        SRC_HELD, /* from a block held in the reader (miss fill) */
+};
+
+struct srv_req {
+        struct shoal_work work;
+        struct shoal_loop_task done;
+        struct conn *c;
+        struct shoal_server *s;
+        uint64_t id;
+        uint8_t type;
+        uint16_t flags;
+        struct shoal_object obj;
+        uint32_t index, off, len;
+        uint64_t t_start;
+        /* result */
+        uint32_t status;
+        char reason[128];
+        enum req_src src;
+        struct shoal_cache_block cb;
+        bool cb_open;
+        char *buf;
+        struct shoal_held_block hb;
+        /* answer */
+        uint8_t out[SHOAL_WIRE_HDR_LEN + 4 * SHOAL_MAX_CHUNKS + 64];
+        size_t out_len, out_sent;
+        uint64_t pay_sent;
+        uint64_t t_write;
+        bool counted; /* holds a server-wide processing slot */
+        struct srv_req *next;
+};
+
+struct conn {
+        struct shoal_loop_io io;
+        struct srv_loop *lp;
+        int service;
+        char peer[64];
+        enum {
+                C_HELLO,
+                C_AUTH,
+                C_READY
+        } state;
+        bool closed;
+        int refs; /* the loop's own reference + one per request outside the loop */
+        uint8_t nonce_c[SHOAL_WIRE_NONCE_LEN], nonce_s[SHOAL_WIRE_NONCE_LEN];
+        uint8_t in[IN_MAX];
+        size_t in_len;
+        uint64_t frame_start; /* monotonic time the current partial frame began, 0 = none */
+        uint64_t deadline;    /* handshake deadline */
+        unsigned inflight;    /* answers owed (requests and control frames): ids[0..inflight) */
+        unsigned nreq;        /* READ requests among them: bounded by conn_max_inflight */
+        unsigned ncorrupt;    /* CORRUPT notices being checked (no answer) */
+        uint64_t *ids;        /* in-flight ids, for the duplicate check */
+        struct srv_req *sendq, *sendq_tail; /* answers ready, in completion order */
+        uint64_t last_progress;
+        struct conn *prev, *next;
+};
+
+struct srv_listener {
+        struct shoal_loop_io io;
+        struct srv_loop *lp;
+        int service;
+};
+
+struct srv_loop {
+        struct shoal_server *s;
+        struct shoal_loop *loop;
+        pthread_t thread;
+        struct srv_listener lis[2]; /* pool, iorpc */
+        bool accept_paused;
+        uint64_t accept_resume;
+        struct conn *conns;
+};
+
+struct shoal_server {
+        struct shoal_server_config cfg;
+        bool stopping;
+        struct srv_loop loops[MAX_LOOPS];
+        unsigned nloops;
+        struct shoal_workers *disk, *fill;
+        struct shoal_bufpool *dio;
+        char tcp_addr[64], iorpc_addr[64];
+        struct shoal_group *_Atomic group;
+        pthread_mutex_t cap_mu;
+        unsigned active;
+        struct srv_req *waitq, *waitq_tail;
+        unsigned nconns;
+        bool iorpc_on;
+};
+
+static void conn_close(struct conn *c);
+static void conn_kick_write(struct conn *c);
+static void conn_update_events(struct conn *c);
+static void req_dispatch(struct srv_req *r);
+
+/* ---- requests ---------------------------------------------------------------------------- */
+
+static void conn_put(struct conn *c)
+{
+        if (--c->refs == 0) {
+                free(c->ids);
+                free(c);
+        }
+}
+
+static void req_release_resources(struct srv_req *r)
+{
+        if (r->cb_open) {
+                shoal_cache_block_close(r->s->cfg.cache, &r->cb);
+                r->cb_open = false;
+        }
+        if (r->buf) {
+                shoal_bufpool_put(r->s->dio, r->buf);
+                r->buf = NULL;
+        }
+        if (r->hb.ref)
+                shoal_reader_release(r->s->cfg.reader, &r->hb);
+}
+
+/* Gives back the processing slot; the next waiting request takes it. */
+static void slot_release(struct shoal_server *s)
+{
+        pthread_mutex_lock(&s->cap_mu);
+        struct srv_req *next = s->stopping ? NULL : s->waitq;
+        if (next) {
+                s->waitq = next->next;
+                if (!s->waitq)
+                        s->waitq_tail = NULL;
+                shoal_metric_gauge_add(SHOAL_M_mount_iorpc_queued, -1);
+        } else {
+                s->active--;
+                shoal_metric_gauge_add(SHOAL_M_mount_iorpc_inflight, -1);
+        }
+        pthread_mutex_unlock(&s->cap_mu);
+        if (next)
+                shoal_workers_submit(s->disk, &next->work);
+}
+
+static void req_free(struct srv_req *r)
+{
+        req_release_resources(r);
+        if (r->counted)
+                slot_release(r->s);
+        free(r);
+}
+
+static void conn_forget_id(struct conn *c, uint64_t id, bool is_req)
+{
+        for (unsigned i = 0; i < c->inflight; i++) {
+                if (c->ids[i] == id) {
+                        c->ids[i] = c->ids[c->inflight - 1];
+                        c->inflight--;
+                        break;
+                }
+        }
+        if (is_req)
+                c->nreq--;
+}
+
+/* Builds the answer frame of R into R->out. */
+static void req_build_answer(struct srv_req *r)
+{
+        struct shoal_wire_hdr h = {.version = SHOAL_WIRE_VERSION, .id = r->id};
+        uint8_t *body = r->out + SHOAL_WIRE_HDR_LEN;
+        size_t cap = sizeof(r->out) - SHOAL_WIRE_HDR_LEN;
+        int n;
+        if (r->status == SHOAL_ST_OK) {
+                uint32_t crcs[SHOAL_MAX_CHUNKS];
+                uint32_t first = r->off / SHOAL_CHUNK_SIZE;
+                uint32_t nc = shoal_chunk_count(r->off + r->len) - first;
+                for (uint32_t i = 0; i < nc; i++) {
+                        if (r->src == SRC_FILE || r->src == SRC_BUF) {
+                                crcs[i] = r->cb.crcs[first + i];
+                        } else {
+                                uint32_t coff = (first + i) * SHOAL_CHUNK_SIZE;
+                                uint32_t clen = SHOAL_MIN(SHOAL_CHUNK_SIZE, r->hb.len - coff);
+                                crcs[i] = shoal_chunk_crc(&r->hb.id, first + i, r->hb.data + coff,
+                                                          clen);
+                        }
+                }
+                n = shoal_wire_read_resp_encode(body, cap,
+                                                r->src == SRC_HELD ? &r->hb.id : &r->cb.id, r->off,
+                                                r->len, crcs);
+                h.type = SHOAL_MSG_READ_RESP;
+                h.payload_len = r->len;
+        } else {
+                n = shoal_wire_error_encode(body, cap,
+                                            r->reason[0] ? r->reason : shoal_status_str(r->status));
+                h.type = SHOAL_MSG_ERROR;
+                h.status = r->status;
+        }
+        if (n < 0) { /* cannot happen with our own sizes; answer with a bare error */
+                n = 0;
+                h.type = SHOAL_MSG_ERROR;
+                h.status = SHOAL_ST_INTERNAL;
+                h.payload_len = 0;
+        }
+        h.body_len = (uint32_t)n;
+        shoal_wire_hdr_encode(r->out, &h, body);
+        r->out_len = SHOAL_WIRE_HDR_LEN + (size_t)n;
+}
+
+/* Loop thread: a request came back from the workers. */
+static void req_done_on_loop(void *arg)
+{
+        struct srv_req *r = arg;
+        struct conn *c = r->c;
+        if (c->closed) {
+                conn_put(c);
+                req_free(r);
+                return;
+        }
+        conn_put(c); /* the loop's own reference keeps it now */
+        if (r->type == SHOAL_MSG_CORRUPT) {
+                c->ncorrupt--;
+                req_free(r);
+                conn_update_events(c);
+                return;
+        }
+        req_build_answer(r);
+        shoal_metric_observe(SHOAL_M_mount_iorpc_processRespDur, shoal_now_ns() - r->t_start);
+        r->next = NULL;
+        if (c->sendq_tail)
+                c->sendq_tail->next = r;
+        else
+                c->sendq = r;
+        c->sendq_tail = r;
+        conn_kick_write(c);
+}
+
+static void req_finish(struct srv_req *r)
+{
+        shoal_loop_post(r->c->lp->loop, &r->done);
+}
+
+static void fill_work(struct shoal_work *w)
+{
+        struct srv_req *r = (struct srv_req *)w;
+        int rc = shoal_reader_hold_block(r->s->cfg.reader, &r->obj, r->index, &r->hb);
+        shoal_metric_inc(SHOAL_M_remotecache_serve_miss);
+        if (rc) {
+                r->status = rc == -ENOENT   ? SHOAL_ST_NOT_FOUND
+                            : rc == -ESTALE ? SHOAL_ST_STALE
+                            : rc == -EBUSY  ? SHOAL_ST_BUSY
+                                            : SHOAL_ST_STORE_ERROR;
+                snprintf(r->reason, sizeof(r->reason), "fill %.60s block %u: %s", r->obj.key,
+                         r->index, strerror(-rc));
+        } else {
+                r->src = SRC_HELD;
+        }
+        req_finish(r);
+}
+
+static bool is_owner(struct shoal_server *s, const struct shoal_block_id *id)
+{
+        struct shoal_group *g = atomic_load(&s->group);
+        if (!g)
+                return true;
+        struct shoal_group_view *v = shoal_group_view_get(g);
+        int o = shoal_group_owner(v, id);
+        bool mine = o >= 0 && !strcmp(v->members[o].id, shoal_group_self_id(g));
+        shoal_group_view_put(v);
+        return mine;
+}
+
+/* Disk worker: answer from the cache, or pass a miss to the fill workers. */
+static void disk_work(struct shoal_work *w)
+{
+        struct srv_req *r = (struct srv_req *)w;
+        struct shoal_server *s = r->s;
+        struct shoal_block_id id;
+        shoal_block_id_derive(s->cfg.vol, r->obj.key, r->obj.version, r->index, &id);
+        uint32_t blen = shoal_block_len(r->obj.size, s->cfg.vol->block_size, r->index);
+
+        if (r->type == SHOAL_MSG_CORRUPT) {
+                /* A requester saw a bad checksum: verify the whole block ourselves; a corrupt
+                 * file is removed by the cache as it is read. */
+                if (!shoal_cache_open_block(s->cfg.cache, &id, blen, &r->cb)) {
+                        r->cb_open = true;
+                        r->buf = shoal_bufpool_get(s->dio, 5ULL * 1000000000ULL);
+                        if (r->buf && shoal_cache_block_read(s->cfg.cache, &r->cb, 0, blen, r->buf,
+                                                             SHOAL_CACHE_READ_BUFFERED))
+                                log_warn("server", "block %s/%u reported corrupt by %s: removed",
+                                         r->obj.key, r->index, r->c->peer);
+                }
+                req_finish(r);
+                return;
+        }
+
+        int rc = s->cfg.cache ? shoal_cache_open_block(s->cfg.cache, &id, blen, &r->cb) : -ENOENT;
+        if (!rc) {
+                r->cb_open = true;
+                int mode = r->c->service == SERVICE_POOL
+                                   ? (s->cfg.cache_try_dio ? SHOAL_IORPC_DIO : -1)
+                                   : s->cfg.iorpc_mode;
+                if (mode < 0) {
+                        r->src = SRC_FILE; /* sendfile from the cache file */
+                        req_finish(r);
+                        return;
+                }
+                r->buf = shoal_bufpool_get(s->dio, 5ULL * 1000000000ULL);
+                if (r->buf) {
+                        rc = shoal_cache_block_read(s->cfg.cache, &r->cb, r->off, r->len, r->buf,
+                                                    mode == SHOAL_IORPC_PAGECACHE
+                                                            ? SHOAL_CACHE_READ_BUFFERED
+                                                            : SHOAL_CACHE_READ_DIRECT);
+                        if (!rc) {
+                                r->src = SRC_BUF;
+                                req_finish(r);
+                                return;
+                        }
+                }
+                req_release_resources(r);
+        }
+        /* A miss: only the owner fills from the store, so that a member with a stale view does
+         * not download blocks another member owns. */
+        if (!(r->flags & SHOAL_WF_FILL) || !is_owner(s, &id)) {
+                r->status = (r->flags & SHOAL_WF_FILL) ? SHOAL_ST_NOT_OWNER : SHOAL_ST_MISS;
+                req_finish(r);
+                return;
+        }
+        r->work.fn = fill_work;
+        shoal_workers_submit(s->fill, &r->work);
+}
+
+/* Loop thread: admit R under the server-wide processing cap, or queue it [R4]. */
+static void req_dispatch(struct srv_req *r)
+{
+        struct shoal_server *s = r->s;
+        r->c->refs++;
+        r->work.fn = disk_work;
+        r->counted = true;
+        pthread_mutex_lock(&s->cap_mu);
+        bool run = s->active < s->cfg.max_inflight;
+        if (run) {
+                s->active++;
+                shoal_metric_gauge_add(SHOAL_M_mount_iorpc_inflight, 1);
+        } else {
+                r->next = NULL;
+                if (s->waitq_tail)
+                        s->waitq_tail->next = r;
+                else
+                        s->waitq = r;
+                s->waitq_tail = r;
+                shoal_metric_gauge_add(SHOAL_M_mount_iorpc_queued, 1);
+        }
+        pthread_mutex_unlock(&s->cap_mu);
+        if (run)
+                shoal_workers_submit(s->disk, &r->work);
+}
+
+/* ---- writing ------------------------------------------------------------------------------ */
+
+/* Sends as much of the queued answers as the socket takes. Returns false when C was closed. */
+static bool conn_write(struct conn *c)
+{
+        while (c->sendq) {
+                struct srv_req *r = c->sendq;
+                if (!r->t_write)
+                        r->t_write = shoal_now_ns();
+                if (r->out_sent < r->out_len) {
+                        int more = r->status == SHOAL_ST_OK ? MSG_MORE : 0;
+                        ssize_t n = send(c->io.fd, r->out + r->out_sent, r->out_len - r->out_sent,
+                                         MSG_NOSIGNAL | MSG_DONTWAIT | more);
+                        if (n < 0) {
+                                if (errno == EAGAIN || errno == EINTR)
+                                        return true;
+                                conn_close(c);
+                                return false;
+                        }
+                        r->out_sent += (size_t)n;
+                        c->last_progress = shoal_now_ns();
+                        continue;
+                }
+                uint64_t pay = r->status == SHOAL_ST_OK ? r->len : 0;
+                if (r->pay_sent < pay) {
+                        ssize_t n;
+                        size_t left = (size_t)(pay - r->pay_sent);
+                        if (r->src == SRC_FILE) {
+                                off_t off = (off_t)(r->cb.data_off + r->off + r->pay_sent);
+                                n = sendfile(c->io.fd, r->cb.fd, &off, left);
+                                if (n == 0) {
+                                        /* The cache file was truncated under us: the requester
+                                         * would wait for bytes that never come. */
+                                        log_warn("server",
+                                                 "cache file of %s/%u truncated while "
+                                                 "sending to %s",
+                                                 r->obj.key, r->index, c->peer);
+                                        conn_close(c);
+                                        return false;
+                                }
+                        } else {
+                                const char *base = r->src == SRC_BUF ? r->buf : r->hb.data + r->off;
+                                n = send(c->io.fd, base + r->pay_sent, left,
+                                         MSG_NOSIGNAL | MSG_DONTWAIT);
+                        }
+                        if (n < 0) {
+                                if (errno == EAGAIN || errno == EINTR)
+                                        return true;
+                                conn_close(c);
+                                return false;
+                        }
+                        r->pay_sent += (uint64_t)n;
+                        c->last_progress = shoal_now_ns();
+                        continue;
+                }
+                /* Answer complete. */
+                c->sendq = r->next;
+                if (!c->sendq)
+                        c->sendq_tail = NULL;
+                uint64_t now = shoal_now_ns();
+                shoal_metric_observe(SHOAL_M_mount_iorpc_writeBodyDur, now - r->t_write);
+                shoal_metric_observe(SHOAL_M_remotecache_serve_dur, now - r->t_start);
+                if (r->status == SHOAL_ST_OK) {
+                        shoal_metric_inc(SHOAL_M_remotecache_serve_requests);
+                        shoal_metric_add(SHOAL_M_remotecache_serve_bytes, r->len);
+                } else {
+                        shoal_metric_inc(SHOAL_M_remotecache_serve_errors);
+                }
+                conn_forget_id(c, r->id, r->type == SHOAL_MSG_READ);
+                req_free(r);
+        }
+        return true;
+}
+
+static unsigned conn_max_inflight(const struct conn *c)
+{
+        return c->service == SERVICE_POOL ? 1 : IORPC_CONN_INFLIGHT;
+}
+
+/* Stops reading while the connection is at its request limit: the peer's excess waits in the
+ * socket buffers (backpressure, not memory, and not a refusal). */
+static bool conn_can_read(const struct conn *c)
+{
+        return c->nreq < conn_max_inflight(c) && c->inflight < conn_max_inflight(c) + 8 &&
+               c->ncorrupt < 16;
+}
+
+static void conn_update_events(struct conn *c)
+{
+        if (c->closed)
+                return;
+        uint32_t ev = conn_can_read(c) ? EPOLLIN | EPOLLRDHUP : 0;
+        if (c->sendq)
+                ev |= EPOLLOUT;
+        shoal_loop_mod(c->lp->loop, &c->io, ev);
+}
+
+static void conn_kick_write(struct conn *c)
+{
+        if (conn_write(c))
+                conn_update_events(c);
+}
+
+/* Queues a small control frame (handshake, error, pong) as a pseudo-request. */
+static bool conn_send_ctrl(struct conn *c, uint8_t type, uint16_t flags, uint32_t status,
+                           uint64_t id, const uint8_t *body, size_t body_len)
+{
+        struct srv_req *r = calloc(1, sizeof(*r));
+        if (!r)
+                return false;
+        r->s = c->lp->s;
+        r->c = c;
+        r->id = id;
+        r->type = type;
+        r->status = SHOAL_ST__MAX; /* not OK: no payload */
+        struct shoal_wire_hdr h = {.version = SHOAL_WIRE_VERSION,
+                                   .type = type,
+                                   .flags = flags,
+                                   .status = status,
+                                   .body_len = (uint32_t)body_len,
+                                   .id = id};
+        if (body_len)
+                memcpy(r->out + SHOAL_WIRE_HDR_LEN, body, body_len);
+        shoal_wire_hdr_encode(r->out, &h, r->out + SHOAL_WIRE_HDR_LEN);
+        r->out_len = SHOAL_WIRE_HDR_LEN + body_len;
+        r->t_start = shoal_now_ns();
+        r->next = NULL;
+        if (c->sendq_tail)
+                c->sendq_tail->next = r;
+        else
+                c->sendq = r;
+        c->sendq_tail = r;
+        c->ids[c->inflight++] = id; /* conn_write forgets it when sent */
+        return true;
+}
+
+static void conn_send_error(struct conn *c, uint64_t id, uint32_t status, const char *reason)
+{
+        uint8_t body[256];
+        int n = shoal_wire_error_encode(body, sizeof(body), reason);
+        conn_send_ctrl(c, SHOAL_MSG_ERROR, 0, status, id, body, n > 0 ? (size_t)n : 0);
+}
+
+/* ---- reading ------------------------------------------------------------------------------ */
+
+/* Handles one complete, CRC-checked frame. Returns false when the connection was closed. */
+static bool conn_frame(struct conn *c, const struct shoal_wire_hdr *h, const uint8_t *body)
+{
+        struct shoal_server *s = c->lp->s;
+        if (c->state == C_HELLO) {
+                struct shoal_wire_hello hello;
+                if (h->type != SHOAL_MSG_HELLO ||
+                    shoal_wire_hello_decode(body, h->body_len, &hello) ||
+                    hello.service != c->service || hello.min_version > SHOAL_WIRE_VERSION) {
+                        conn_close(c);
+                        return false;
+                }
+                memcpy(c->nonce_c, hello.nonce, sizeof(c->nonce_c));
+                shoal_random_bytes(c->nonce_s, sizeof(c->nonce_s));
+                struct shoal_wire_hello_ack ack = {.version = SHOAL_WIRE_VERSION,
+                                                   .max_inflight = conn_max_inflight(c)};
+                memcpy(ack.nonce, c->nonce_s, sizeof(ack.nonce));
+                if (s->cfg.secret)
+                        shoal_wire_proof(s->cfg.secret, strlen(s->cfg.secret), true, c->nonce_c,
+                                         c->nonce_s, ack.proof);
+                uint8_t b[128];
+                int n = shoal_wire_hello_ack_encode(b, sizeof(b), &ack);
+                if (n < 0) {
+                        conn_close(c);
+                        return false;
+                }
+                conn_send_ctrl(c, SHOAL_MSG_HELLO_ACK, s->cfg.secret ? SHOAL_WF_AUTH_REQUIRED : 0,
+                               0, h->id, b, (size_t)n);
+                c->state = s->cfg.secret ? C_AUTH : C_READY;
+                if (c->state == C_READY)
+                        c->deadline = 0;
+                return true;
+        }
+        if (c->state == C_AUTH) {
+                struct shoal_wire_auth auth;
+                uint8_t want[SHOAL_WIRE_PROOF_LEN];
+                if (h->type != SHOAL_MSG_AUTH || shoal_wire_auth_decode(body, h->body_len, &auth)) {
+                        conn_close(c);
+                        return false;
+                }
+                shoal_wire_proof(s->cfg.secret, strlen(s->cfg.secret), false, c->nonce_s,
+                                 c->nonce_c, want);
+                if (!shoal_wire_proof_eq(want, auth.proof)) {
+                        log_ratelimited(SHOAL_LOG_WARN, "server", "peer %s failed authentication",
+                                        c->peer);
+                        conn_close(c);
+                        return false;
+                }
+                conn_send_ctrl(c, SHOAL_MSG_AUTH_OK, 0, 0, h->id, NULL, 0);
+                c->state = C_READY;
+                c->deadline = 0;
+                return true;
+        }
+
+        switch (h->type) {
+        case SHOAL_MSG_READ:
+        case SHOAL_MSG_CORRUPT: {
+                bool is_read = h->type == SHOAL_MSG_READ;
+                for (unsigned i = 0; is_read && i < c->inflight; i++) {
+                        if (c->ids[i] == h->id) {
+                                log_ratelimited(SHOAL_LOG_WARN, "server",
+                                                "peer %s reused in-flight id %llu: closing",
+                                                c->peer, (unsigned long long)h->id);
+                                conn_close(c);
+                                return false;
+                        }
+                }
+                uint64_t t0 = shoal_now_ns();
+                struct shoal_wire_read rd;
+                int rc = shoal_wire_read_decode(body, h->body_len, &rd);
+                shoal_metric_observe(SHOAL_M_mount_iorpc_decodeBodyDur, shoal_now_ns() - t0);
+                if (rc) {
+                        if (is_read)
+                                conn_send_error(c, h->id, SHOAL_ST_BAD_REQUEST,
+                                                "malformed read request");
+                        return true;
+                }
+                if (rd.block_size != s->cfg.vol->block_size) {
+                        char why[128];
+                        snprintf(why, sizeof(why), "block size %u, this member has %u",
+                                 rd.block_size, s->cfg.vol->block_size);
+                        if (is_read)
+                                conn_send_error(c, h->id, SHOAL_ST_VOLUME, why);
+                        return true;
+                }
+                if ((h->flags & SHOAL_WF_RDMA_TARGET)) {
+                        if (is_read)
+                                conn_send_error(c, h->id, SHOAL_ST_BAD_REQUEST,
+                                                "RDMA target on a TCP connection");
+                        return true;
+                }
+                struct srv_req *r = calloc(1, sizeof(*r));
+                if (!r) {
+                        conn_send_error(c, h->id, SHOAL_ST_BUSY, "out of memory");
+                        return true;
+                }
+                r->s = s;
+                r->c = c;
+                r->id = h->id;
+                r->type = h->type;
+                r->flags = h->flags;
+                r->t_start = t0;
+                memcpy(r->obj.key, rd.key, rd.key_len);
+                r->obj.key[rd.key_len] = '\0';
+                memcpy(r->obj.version, rd.version, rd.version_len);
+                r->obj.version[rd.version_len] = '\0';
+                r->obj.size = rd.obj_size;
+                r->index = rd.block_index;
+                r->off = rd.offset;
+                r->len = rd.length;
+                r->done.fn = req_done_on_loop;
+                r->done.arg = r;
+                if (is_read) {
+                        c->ids[c->inflight++] = h->id;
+                        c->nreq++;
+                } else {
+                        c->ncorrupt++;
+                }
+                req_dispatch(r);
+                return true;
+        }
+        case SHOAL_MSG_PING:
+                conn_send_ctrl(c, SHOAL_MSG_PONG, 0, 0, h->id, body, h->body_len);
+                return true;
+        case SHOAL_MSG_INFO: {
+                struct shoal_wire_info info;
+                memset(&info, 0, sizeof(info));
+                shoal_strlcpy(info.tcp_addr, s->tcp_addr, sizeof(info.tcp_addr));
+                shoal_strlcpy(info.iorpc_addr, s->iorpc_addr, sizeof(info.iorpc_addr));
+                info.block_size = s->cfg.vol->block_size;
+                shoal_strlcpy(info.volume_url, s->cfg.vol->url, sizeof(info.volume_url));
+                uint8_t b[2048];
+                int n = shoal_wire_info_encode(b, sizeof(b), &info);
+                if (n < 0) {
+                        conn_close(c);
+                        return false;
+                }
+                conn_send_ctrl(c, SHOAL_MSG_INFO_RESP, 0, 0, h->id, b, (size_t)n);
+                return true;
+        }
+        case SHOAL_MSG_GOAWAY:
+                conn_close(c);
+                return false;
+        default:
+                /* A type valid on the wire but not from a requester (answers, handshake). */
+                log_ratelimited(SHOAL_LOG_WARN, "server", "peer %s sent message type %u: closing",
+                                c->peer, h->type);
+                conn_close(c);
+                return false;
+        }
+}
+
+static void conn_read(struct conn *c)
+{
+        for (;;) {
+                size_t want;
+                struct shoal_wire_hdr h;
+                if (c->in_len < SHOAL_WIRE_HDR_LEN) {
+                        want = SHOAL_WIRE_HDR_LEN - c->in_len;
+                } else {
+                        if (shoal_wire_hdr_decode(c->in, &h)) {
+                                log_ratelimited(SHOAL_LOG_WARN, "server",
+                                                "bad frame header from %s: closing", c->peer);
+                                conn_close(c);
+                                return;
+                        }
+                        bool preauth = c->state != C_READY;
+                        if (h.payload_len || (preauth && h.body_len > 128) ||
+                            SHOAL_WIRE_HDR_LEN + h.body_len > IN_MAX) {
+                                conn_close(c);
+                                return;
+                        }
+                        want = SHOAL_WIRE_HDR_LEN + h.body_len - c->in_len;
+                }
+                if (want == 0) {
+                        if (!shoal_wire_crc_ok(c->in, c->in + SHOAL_WIRE_HDR_LEN, h.body_len)) {
+                                log_ratelimited(SHOAL_LOG_WARN, "server",
+                                                "frame checksum mismatch from %s: closing",
+                                                c->peer);
+                                conn_close(c);
+                                return;
+                        }
+                        c->in_len = 0;
+                        c->frame_start = 0;
+                        if (!conn_frame(c, &h, c->in + SHOAL_WIRE_HDR_LEN))
+                                return;
+                        continue;
+                }
+                if (c->state == C_READY && !conn_can_read(c)) {
+                        conn_update_events(c);
+                        return;
+                }
+                ssize_t n = recv(c->io.fd, c->in + c->in_len, want, MSG_DONTWAIT);
+                if (n == 0) {
+                        conn_close(c);
+                        return;
+                }
+                if (n < 0) {
+                        if (errno != EAGAIN && errno != EINTR)
+                                conn_close(c);
+                        return;
+                }
+                if (c->in_len == 0)
+                        c->frame_start = shoal_now_ns();
+                c->in_len += (size_t)n;
+        }
+}
+
+static void conn_event(void *arg, uint32_t events)
+{
+        struct conn *c = arg;
+        c->refs++;
+        if (events & (EPOLLERR | EPOLLHUP)) {
+                conn_close(c);
+        } else {
+                if ((events & EPOLLOUT) && !c->closed)
+                        conn_kick_write(c);
+                if ((events & (EPOLLIN | EPOLLRDHUP)) && !c->closed)
+                        conn_read(c);
+                if (!c->closed)
+                        conn_kick_write(c);
+        }
+        conn_put(c);
+}
+
+static void conn_close(struct conn *c)
+{
+        if (c->closed)
+                return;
+        c->closed = true;
+        struct srv_loop *lp = c->lp;
+        shoal_loop_del(lp->loop, &c->io);
+        close(c->io.fd);
+        c->io.fd = -1;
+        while (c->sendq) {
+                struct srv_req *r = c->sendq;
+                c->sendq = r->next;
+                req_free(r);
+        }
+        c->sendq_tail = NULL;
+        if (c->prev)
+                c->prev->next = c->next;
+        else
+                lp->conns = c->next;
+        if (c->next)
+                c->next->prev = c->prev;
+        __atomic_fetch_sub(&lp->s->nconns, 1, __ATOMIC_RELAXED);
+        shoal_metric_gauge_add(SHOAL_M_remotecache_connections, -1);
+        conn_put(c); /* the loop's reference; workers may still hold theirs */
+}
+
+/* ---- accepting ---------------------------------------------------------------------------- */
+
+static void accept_event(void *arg, uint32_t events)
+{
+        struct srv_listener *lis = arg;
+        struct shoal_loop_io *lio = &lis->io;
+        struct srv_loop *lp = lis->lp;
+        int service = lis->service;
+        struct shoal_server *srv = lp->s;
+        (void)events;
+        for (int i = 0; i < 64; i++) {
+                struct sockaddr_in sa;
+                socklen_t sl = sizeof(sa);
+                int fd =
+                        accept4(lio->fd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+                if (fd < 0) {
+                        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+                            errno == ENOMEM) {
+                                /* Out of fds: stop accepting for a moment instead of spinning
+                                 * on a listener that stays readable. */
+                                log_ratelimited(SHOAL_LOG_WARN, "server",
+                                                "accept: %s; pausing accepts", strerror(errno));
+                                for (int k = 0; k < 2; k++)
+                                        if (lp->lis[k].io.fd >= 0)
+                                                shoal_loop_del(lp->loop, &lp->lis[k].io);
+                                lp->accept_paused = true;
+                                lp->accept_resume = shoal_now_ns() + 200000000ULL;
+                        }
+                        return;
+                }
+                if (__atomic_load_n(&srv->nconns, __ATOMIC_RELAXED) >= MAX_CONNS) {
+                        close(fd);
+                        continue;
+                }
+                struct conn *c = calloc(1, sizeof(*c));
+                uint64_t *ids = calloc(IORPC_CONN_INFLIGHT + 16, sizeof(uint64_t));
+                if (!c || !ids) {
+                        free(c);
+                        free(ids);
+                        close(fd);
+                        continue;
+                }
+                int one = 1;
+                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+                c->ids = ids;
+                c->io.fd = fd;
+                c->io.fn = conn_event;
+                c->io.arg = c;
+                c->lp = lp;
+                c->service = service;
+                c->refs = 1;
+                c->state = C_HELLO;
+                c->deadline = shoal_now_ns() + HANDSHAKE_NS;
+                c->last_progress = shoal_now_ns();
+                char ip[INET_ADDRSTRLEN];
+                inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip));
+                snprintf(c->peer, sizeof(c->peer), "%s:%u", ip, ntohs(sa.sin_port));
+                if (shoal_loop_add(lp->loop, &c->io, EPOLLIN | EPOLLRDHUP)) {
+                        close(fd);
+                        free(ids);
+                        free(c);
+                        continue;
+                }
+                c->next = lp->conns;
+                if (lp->conns)
+                        lp->conns->prev = c;
+                lp->conns = c;
+                __atomic_fetch_add(&srv->nconns, 1, __ATOMIC_RELAXED);
+                shoal_metric_gauge_add(SHOAL_M_remotecache_connections, 1);
+        }
+}
+
+/* Loop tick: handshake and stalled-frame deadlines, stalled senders, paused accepts. */
+static void loop_tick(void *arg)
+{
+        struct srv_loop *lp = arg;
+        uint64_t now = shoal_now_ns();
+        if (lp->accept_paused && now >= lp->accept_resume) {
+                lp->accept_paused = false;
+                for (int k = 0; k < 2; k++)
+                        if (lp->lis[k].io.fd >= 0)
+                                shoal_loop_add(lp->loop, &lp->lis[k].io, EPOLLIN);
+        }
+        struct conn *c = lp->conns;
+        while (c) {
+                struct conn *next = c->next;
+                bool expired = (c->deadline && now > c->deadline) ||
+                               (c->frame_start && now - c->frame_start > FRAME_STALL_NS) ||
+                               (c->sendq && now - c->last_progress > SEND_STALL_NS);
+                if (expired) {
+                        log_ratelimited(SHOAL_LOG_INFO, "server",
+                                        "closing %s: handshake, frame or send deadline passed",
+                                        c->peer);
+                        conn_close(c);
+                }
+                c = next;
+        }
+}
+
+static void *loop_main(void *arg)
+{
+        struct srv_loop *lp = arg;
+        shoal_loop_run(lp->loop);
+        return NULL;
+}
+
+static int bind_listener(const char *ip, uint16_t *port, char *err, size_t errlen)
+{
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+                snprintf(err, errlen, "socket: %s", strerror(errno));
+                return -1;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(*port)};
+        if (inet_pton(AF_INET, ip, &sa.sin_addr) != 1) {
+                snprintf(err, errlen, "invalid listen address %s", ip);
+                close(fd);
+                return -1;
+        }
+        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 1024)) {
+                snprintf(err, errlen, "cannot listen on %s:%u: %s", ip, *port, strerror(errno));
+                close(fd);
+                return -1;
+        }
+        socklen_t sl = sizeof(sa);
+        getsockname(fd, (struct sockaddr *)&sa, &sl);
+        *port = ntohs(sa.sin_port);
+        return fd;
+}
+
+static bool is_loopback(const char *ip)
+{
+        return !strncmp(ip, "127.", 4);
+}
+
+struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, char *err,
+                                        size_t errlen)
+{
+        if (!is_loopback(cfg->listen_ip) && !cfg->secret) {
+                snprintf(err, errlen,
+                         "refusing to listen on %s without a group secret: set "
+                         "--group-secret-file or SHOAL_GROUP_SECRET (or use --group-ip "
+                         "127.0.0.1)",
+                         cfg->listen_ip);
+                return NULL;
+        }
+        struct shoal_server *s = calloc(1, sizeof(*s));
+        if (!s) {
+                snprintf(err, errlen, "out of memory");
+                return NULL;
+        }
+        s->cfg = *cfg;
+        if (!s->cfg.max_inflight)
+                s->cfg.max_inflight = 2048;
+        unsigned threads = cfg->threads;
+        if (!threads) {
+                long n = sysconf(_SC_NPROCESSORS_ONLN);
+                threads = n > 0 ? (unsigned)n : 1;
+        }
+        if (threads > MAX_LOOPS)
+                threads = MAX_LOOPS;
+        pthread_mutex_init(&s->cap_mu, NULL);
+        s->iorpc_on = cfg->iorpc_mode != SHOAL_IORPC_DISABLE;
+        s->disk = shoal_workers_create(16, "disk");
+        s->fill = shoal_workers_create(64, "fill");
+        s->dio = shoal_bufpool_create(cfg->vol->block_size, DIO_BUFFERS);
+        if (!s->disk || !s->fill || !s->dio) {
+                snprintf(err, errlen, "cannot start server workers");
+                goto out_fail;
+        }
+        uint16_t pool_port = cfg->tcp_port, rpc_port = 0;
+        for (unsigned i = 0; i < threads; i++) {
+                struct srv_loop *lp = &s->loops[i];
+                lp->s = s;
+                for (int k = 0; k < 2; k++) {
+                        lp->lis[k].io.fd = -1;
+                        lp->lis[k].io.fn = accept_event;
+                        lp->lis[k].io.arg = &lp->lis[k];
+                        lp->lis[k].lp = lp;
+                        lp->lis[k].service = k == 0 ? SERVICE_POOL : SERVICE_IORPC;
+                }
+                lp->loop = shoal_loop_create();
+                if (!lp->loop) {
+                        snprintf(err, errlen, "cannot create event loop");
+                        goto out_fail;
+                }
+                s->nloops++;
+                int fd = bind_listener(cfg->listen_ip, &pool_port, err, errlen);
+                if (fd < 0)
+                        goto out_fail;
+                lp->lis[0].io.fd = fd;
+                shoal_loop_add(lp->loop, &lp->lis[0].io, EPOLLIN);
+                if (s->iorpc_on) {
+                        fd = bind_listener(cfg->listen_ip, &rpc_port, err, errlen);
+                        if (fd < 0)
+                                goto out_fail;
+                        lp->lis[1].io.fd = fd;
+                        shoal_loop_add(lp->loop, &lp->lis[1].io, EPOLLIN);
+                }
+                shoal_loop_set_tick(lp->loop, 250000000ULL, loop_tick, lp);
+        }
+        snprintf(s->tcp_addr, sizeof(s->tcp_addr), "%s:%u", cfg->listen_ip, pool_port);
+        if (s->iorpc_on)
+                snprintf(s->iorpc_addr, sizeof(s->iorpc_addr), "%s:%u", cfg->listen_ip, rpc_port);
+        for (unsigned i = 0; i < s->nloops; i++) {
+                if (pthread_create(&s->loops[i].thread, NULL, loop_main, &s->loops[i])) {
+                        snprintf(err, errlen, "cannot start loop thread");
+                        for (unsigned j = 0; j < i; j++) {
+                                shoal_loop_stop(s->loops[j].loop);
+                                pthread_join(s->loops[j].thread, NULL);
+                        }
+                        s->nloops = i; /* only these ran; all are stopped */
+                        goto out_fail_noloops;
+                }
+                pthread_setname_np(s->loops[i].thread, "shoal-loop");
+        }
+        log_info("server", "max pipe size: 8388608, iorpc: %s, tcp pool: %s",
+                 s->iorpc_on ? shoal_iorpc_mode_name(cfg->iorpc_mode) : "disable",
+                 cfg->cache_try_dio ? "dio" : "sendfile");
+        log_info("server", "tcp pool listening on %s%s%s", s->tcp_addr,
+                 s->iorpc_on ? ", iorpc on " : "", s->iorpc_on ? s->iorpc_addr : "");
+        return s;
+
+out_fail_noloops:
+out_fail:
+        for (unsigned i = 0; i < MAX_LOOPS; i++) {
+                struct srv_loop *lp = &s->loops[i];
+                for (int k = 0; k < 2; k++)
+                        if (lp->lis[k].io.fd > 0)
+                                close(lp->lis[k].io.fd);
+                if (lp->loop)
+                        shoal_loop_destroy(lp->loop);
+        }
+        shoal_workers_destroy(s->disk);
+        shoal_workers_destroy(s->fill);
+        shoal_bufpool_destroy(s->dio);
+        pthread_mutex_destroy(&s->cap_mu);
+        free(s);
+        return NULL;
+}
+
+void shoal_server_set_group(struct shoal_server *s, struct shoal_group *g)
+{
+        atomic_store(&s->group, g);
+}
+
+void shoal_server_addrs(const struct shoal_server *s, char tcp[64], char iorpc[64])
+{
+        shoal_strlcpy(tcp, s->tcp_addr, 64);
+        shoal_strlcpy(iorpc, s->iorpc_addr, 64);
+}
+
+static void close_all_task(void *arg)
+{
+        struct srv_loop *lp = arg;
+        while (lp->conns)
+                conn_close(lp->conns);
+}
+
+void shoal_server_stop(struct shoal_server *s)
+{
+        if (!s)
+                return;
+        /* Stop the loops first, then drain the workers (their completions are posted to loops
+         * that no longer run, so each loop frees its leftovers below). */
+        for (unsigned i = 0; i < s->nloops; i++) {
+                struct srv_loop *lp = &s->loops[i];
+                shoal_loop_stop(lp->loop);
+                pthread_join(lp->thread, NULL);
+        }
+        pthread_mutex_lock(&s->cap_mu);
+        s->stopping = true;
+        struct srv_req *waiting = s->waitq;
+        s->waitq = s->waitq_tail = NULL;
+        pthread_mutex_unlock(&s->cap_mu);
+        while (waiting) {
+                struct srv_req *next = waiting->next;
+                waiting->counted = false;
+                shoal_metric_gauge_add(SHOAL_M_mount_iorpc_queued, -1);
+                conn_put(waiting->c);
+                req_free(waiting);
+                waiting = next;
+        }
+        shoal_workers_destroy(s->disk);
+        shoal_workers_destroy(s->fill);
+        s->disk = s->fill = NULL;
+        for (unsigned i = 0; i < s->nloops; i++) {
+                struct srv_loop *lp = &s->loops[i];
+                close_all_task(lp);
+                /* Run what workers posted after the loop stopped. */
+                shoal_loop_run_pending(lp->loop);
+                for (int k = 0; k < 2; k++)
+                        if (lp->lis[k].io.fd >= 0)
+                                close(lp->lis[k].io.fd);
+                shoal_loop_destroy(lp->loop);
+        }
+        shoal_bufpool_destroy(s->dio);
+        pthread_mutex_destroy(&s->cap_mu);
+        free(s);
+}
