@@ -7,7 +7,7 @@ PKGS=(
   build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
   libfabric-dev libfabric-bin libfuse3-dev fuse3 liburing-dev libcurl4-openssl-dev
   libsqlite3-dev sqlite3 libhiredis-dev redis-server libssl-dev libcmocka-dev
-  nginx memcached iperf3 fio iproute2 procps psmisc util-linux curl
+  nginx memcached iperf3 fio iproute2 procps psmisc util-linux curl python3
 )
 
 missing=()
