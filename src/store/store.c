@@ -15,6 +15,54 @@ struct store_lock {
         pthread_cond_t cond;
 };
 
+static _Thread_local uint64_t call_deadline;
+
+uint64_t shoal_store_deadline_ns(void)
+{
+        return call_deadline;
+}
+
+/* Test and operator knobs: SHOAL_STORE_DEADLINE (a duration) and SHOAL_STORE_ATTEMPTS override
+ * the defaults, not values the caller set. */
+static int env_overrides(struct shoal_store_config *cfg, char *err, size_t errlen)
+{
+        const char *d = getenv("SHOAL_STORE_DEADLINE");
+        const char *a = getenv("SHOAL_STORE_ATTEMPTS");
+        if (d && *d && !cfg->deadline_ns) {
+                uint64_t ns;
+                if (shoal_parse_duration(d, &ns) || !ns) {
+                        snprintf(err, errlen,
+                                 "invalid SHOAL_STORE_DEADLINE %s: expected a duration like 30s",
+                                 d);
+                        return -EINVAL;
+                }
+                cfg->deadline_ns = ns;
+        }
+        if (a && *a && !cfg->max_attempts) {
+                uint64_t n;
+                if (shoal_parse_u64(a, 1000, &n) || !n) {
+                        snprintf(err, errlen, "invalid SHOAL_STORE_ATTEMPTS %s: expected 1..1000",
+                                 a);
+                        return -EINVAL;
+                }
+                cfg->max_attempts = (unsigned)n;
+        }
+        return 0;
+}
+
+/* A retryable error that outlasted the attempts or the deadline is the end of the road: the
+ * caller gets -EIO, never an -EAGAIN or -ETIMEDOUT that it might take for "try again" (a FUSE
+ * read would spin on it), and the cause goes to the log. */
+static int give_up(int rc, const char *what, const char *key, unsigned attempts, uint64_t start)
+{
+        if (!rc || !shoal_store_err_retryable(rc))
+                return rc;
+        log_ratelimited(SHOAL_LOG_WARN, "store", "%s %s failed after %u attempt%s in %llu ms: %s",
+                        what, key, attempts, attempts == 1 ? "" : "s",
+                        (unsigned long long)((shoal_now_ns() - start) / 1000000), strerror(-rc));
+        return -EIO;
+}
+
 bool shoal_store_err_retryable(int err)
 {
         switch (err) {
@@ -40,6 +88,8 @@ struct shoal_store *shoal_store_open(const struct shoal_store_config *cfg, char 
                 goto out_free;
         }
         st->cfg = *cfg;
+        if (env_overrides(&st->cfg, err, errlen))
+                goto out_free;
         if (!st->cfg.max_attempts)
                 st->cfg.max_attempts = 5;
         if (!st->cfg.deadline_ns)
@@ -55,10 +105,7 @@ struct shoal_store *shoal_store_open(const struct shoal_store_config *cfg, char 
         if (!strncmp(url, "file://", 7)) {
                 rc = shoal_store_file_open(st, url, err, errlen);
         } else if (!strncmp(url, "s3://", 5)) {
-                snprintf(err, errlen,
-                         "storage %s: the s3:// backend is not available yet (use file:///DIR)",
-                         url);
-                rc = -ENOTSUP;
+                rc = shoal_store_s3_open(st, url, err, errlen);
         } else {
                 snprintf(err, errlen,
                          "storage %s: unknown scheme (expected file:///DIR or "
@@ -135,9 +182,12 @@ int shoal_store_stat(struct shoal_store *st, const char *key, struct shoal_objec
 {
         if (!shoal_key_valid(key, strnlen(key, SHOAL_KEY_MAX + 1)))
                 return -EINVAL;
-        uint64_t deadline = shoal_now_ns() + st->cfg.deadline_ns;
+        uint64_t start = shoal_now_ns();
+        uint64_t deadline = start + st->cfg.deadline_ns;
         int rc;
-        for (unsigned attempt = 1;; attempt++) {
+        unsigned attempt;
+        call_deadline = deadline;
+        for (attempt = 1;; attempt++) {
                 shoal_metric_inc(SHOAL_M_object_head_requests);
                 rc = st->ops->stat(st, key, out);
                 if (!rc || !shoal_store_err_retryable(rc) || attempt >= st->cfg.max_attempts)
@@ -147,7 +197,8 @@ int shoal_store_stat(struct shoal_store *st, const char *key, struct shoal_objec
                         break;
                 shoal_sleep_ns(d);
         }
-        return rc;
+        call_deadline = 0;
+        return give_up(rc, "stat", key, attempt, start);
 }
 
 int shoal_store_read(struct shoal_store *st, const char *key, const char *version, uint64_t off,
@@ -158,8 +209,10 @@ int shoal_store_read(struct shoal_store *st, const char *key, const char *versio
         uint64_t start = shoal_now_ns();
         uint64_t deadline = start + st->cfg.deadline_ns;
         int rc;
+        unsigned attempt;
         slot_acquire(st);
-        for (unsigned attempt = 1;; attempt++) {
+        call_deadline = deadline;
+        for (attempt = 1;; attempt++) {
                 uint64_t t0 = shoal_now_ns();
                 shoal_metric_inc(SHOAL_M_object_get_requests);
                 log_debug("store", "get %s [%llu+%zu]", key, (unsigned long long)off, len);
@@ -179,7 +232,9 @@ int shoal_store_read(struct shoal_store *st, const char *key, const char *versio
                                 key, (unsigned long long)off, len, strerror(-rc), attempt);
                 shoal_sleep_ns(d);
         }
+        call_deadline = 0;
         slot_release(st);
+        rc = give_up(rc, "read", key, attempt, start);
         if (rc)
                 shoal_metric_inc(SHOAL_M_object_get_errors);
         return rc;
@@ -189,5 +244,19 @@ int shoal_store_list(struct shoal_store *st, const char *prefix, const char *del
                      const char *start_after, shoal_list_cb cb, void *arg)
 {
         shoal_metric_inc(SHOAL_M_object_list_requests);
-        return st->ops->list(st, prefix ? prefix : "", delim, start_after, cb, arg);
+        call_deadline = shoal_now_ns() + st->cfg.deadline_ns;
+        int rc = st->ops->list(st, prefix ? prefix : "", delim, start_after, cb, arg);
+        call_deadline = 0;
+        return rc;
+}
+
+bool shoal_store_retry_wait(struct shoal_store *st, int err, unsigned attempt)
+{
+        if (!shoal_store_err_retryable(err) || attempt >= st->cfg.max_attempts)
+                return false;
+        uint64_t d = backoff_ns(st, attempt);
+        if (call_deadline && shoal_now_ns() + d >= call_deadline)
+                return false;
+        shoal_sleep_ns(d);
+        return true;
 }

@@ -13,6 +13,8 @@
  *   -EINVAL   bad key or range          (permanent)
  *   -EAGAIN   throttled / 5xx           (retryable)
  *   -ETIMEDOUT, -ECONNRESET, -EIO, -EPROTO (short or mismatching body)  (retryable)
+ * Backends return these; the generic entry points retry the retryable ones and, once attempts
+ * or the deadline run out, return -EIO (the last cause is logged).
  */
 #ifndef SHOAL_STORE_STORE_H
 #define SHOAL_STORE_STORE_H
@@ -58,8 +60,10 @@ struct shoal_store_config {
         const char *url;          /* file:///dir or s3://bucket[/prefix] */
         const char *endpoint;     /* s3: --endpoint */
         unsigned max_downloads;   /* concurrent reads per process; 0 = unlimited */
-        unsigned max_attempts;    /* read attempts on retryable errors (default 5) */
-        uint64_t deadline_ns;     /* overall deadline of one read, retries included (60 s) */
+        unsigned max_attempts;    /* read attempts on retryable errors (default 5, or
+                                     SHOAL_STORE_ATTEMPTS) */
+        uint64_t deadline_ns;     /* overall deadline of one call, retries included (60 s, or
+                                     SHOAL_STORE_DEADLINE) */
         uint64_t backoff_base_ns; /* first backoff (default 100 ms), doubled per attempt */
 };
 
@@ -89,7 +93,18 @@ int shoal_store_list(struct shoal_store *st, const char *prefix, const char *del
 /* True for errors worth another attempt. */
 bool shoal_store_err_retryable(int err);
 
+/* Monotonic deadline (shoal_now_ns() scale) of the generic call (stat, read, list) running on
+ * this thread, retries included; 0 outside one. Backends bound each request by it, so one hung
+ * request cannot outlive the caller's deadline. */
+uint64_t shoal_store_deadline_ns(void);
+
+/* For a backend whose one call makes several requests (a listing's pages): whether a request
+ * that failed with ERR on attempt ATTEMPT (1-based) may be tried again under the store's policy
+ * (retryable error, attempts and deadline left); if so, it has already slept the backoff. */
+bool shoal_store_retry_wait(struct shoal_store *st, int err, unsigned attempt);
+
 /* Backend constructors (store_file.c, store_s3.c). Each fills st->ops and st->impl. */
 int shoal_store_file_open(struct shoal_store *st, const char *url, char *err, size_t errlen);
+int shoal_store_s3_open(struct shoal_store *st, const char *url, char *err, size_t errlen);
 
 #endif

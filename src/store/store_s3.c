@@ -1,0 +1,1275 @@
+/* s3://BUCKET[/PREFIX] — an S3-compatible object store over HTTP(S) with libcurl [O2, O3].
+ *
+ * Each call is one blocking request on an easy handle taken from a per-store pool, so a worker
+ * thread reuses the connection its handle kept alive; DNS results and TLS sessions are shared
+ * across handles. Requests are signed by libcurl (SigV4, CURLOPT_AWS_SIGV4). Every request is
+ * bounded by the deadline of the generic call (store.c), so retries and a hung server together
+ * never outlive it. The generic layer owns retries: this file only maps each outcome to the
+ * error convention of store.h. */
+#include "store/store.h"
+
+#include <ctype.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "common/util.h"
+
+#define S3_POOL_MAX      64
+#define S3_ERRBODY_MAX   4096
+#define S3_LIST_BODY_MAX (16u * 1024u * 1024u)
+/* SHA-256 of the empty payload: the hash S3 expects for GET, HEAD and list requests. */
+#define S3_EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+struct s3_store {
+        char bucket[64];
+        char prefix[SHOAL_KEY_MAX + 1]; /* "" or "PREFIX/" */
+        size_t prefix_len;
+        char base[1024];      /* scheme://host[:port][/bucket]: object URLs append "/KEY" */
+        char list_path[1100]; /* base as it is written before "?list-type=2..." */
+        char region[64];
+        char sigv4[128];
+        char *access_key;
+        char *secret_key;
+        char *token_header; /* "x-amz-security-token: ..." or NULL */
+        char *ca_file;
+        unsigned list_max_keys;
+        atomic_bool denied_logged;
+        atomic_bool config_logged;
+
+        CURLSH *share;
+        pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST];
+        pthread_mutex_t pool_mu;
+        CURL *pool[S3_POOL_MAX];
+        unsigned npool;
+};
+
+/* What one request brought back. */
+struct s3_resp {
+        long status;
+        /* 2xx body sink: a fixed buffer (GET of a range) or a growing one (listing). */
+        char *buf;
+        size_t cap;
+        size_t got;
+        bool grow;
+        bool overflow;
+        /* error body, kept apart so that it can never land in the caller's buffer */
+        char err[S3_ERRBODY_MAX + 1];
+        size_t err_len;
+        /* headers */
+        int64_t content_length; /* -1 when absent */
+        char etag[SHOAL_VERSION_MAX + 3];
+        char last_modified[64];
+        char content_range[128];
+        char request_id[64];
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+
+static void curl_init_once(void)
+{
+        curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+/* --- encoding ---------------------------------------------------------------------------- */
+
+static bool unreserved(unsigned char c)
+{
+        return isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+/* RFC 3986 percent-encoding as SigV4 wants it: everything but unreserved bytes (and '/' when
+ * KEEP_SLASH, for object paths) becomes %XX with upper-case hex. Returns the length, or -1 when
+ * OUT is too small. */
+static long uri_encode(const char *in, bool keep_slash, char *out, size_t outlen)
+{
+        static const char hex[] = "0123456789ABCDEF";
+        size_t o = 0;
+        for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
+                if (unreserved(*p) || (keep_slash && *p == '/')) {
+                        if (o + 1 >= outlen)
+                                return -1;
+                        out[o++] = (char)*p;
+                } else {
+                        if (o + 3 >= outlen)
+                                return -1;
+                        out[o++] = '%';
+                        out[o++] = hex[*p >> 4];
+                        out[o++] = hex[*p & 15];
+                }
+        }
+        out[o] = '\0';
+        return (long)o;
+}
+
+static int hexval(int c)
+{
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -1;
+}
+
+/* In-place decoding of encoding-type=url values (S3 writes a space as '+'). */
+static int url_decode(char *s)
+{
+        char *o = s;
+        for (char *p = s; *p; p++) {
+                if (*p == '+') {
+                        *o++ = ' ';
+                } else if (*p == '%') {
+                        int h = hexval((unsigned char)p[1]);
+                        int l = h < 0 ? -1 : hexval((unsigned char)p[2]);
+                        if (l < 0)
+                                return -EPROTO;
+                        *o++ = (char)(h << 4 | l);
+                        p += 2;
+                } else {
+                        *o++ = *p;
+                }
+        }
+        *o = '\0';
+        return 0;
+}
+
+/* Appends code point CP as UTF-8; returns bytes written or -1. */
+static int utf8_put(uint32_t cp, char *out)
+{
+        if (cp == 0 || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
+                return -1;
+        if (cp < 0x80) {
+                out[0] = (char)cp;
+                return 1;
+        }
+        if (cp < 0x800) {
+                out[0] = (char)(0xc0 | cp >> 6);
+                out[1] = (char)(0x80 | (cp & 0x3f));
+                return 2;
+        }
+        if (cp < 0x10000) {
+                out[0] = (char)(0xe0 | cp >> 12);
+                out[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+                out[2] = (char)(0x80 | (cp & 0x3f));
+                return 3;
+        }
+        out[0] = (char)(0xf0 | cp >> 18);
+        out[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+        out[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        out[3] = (char)(0x80 | (cp & 0x3f));
+        return 4;
+}
+
+/* Decodes the XML text [S, S+LEN) (the five named entities and numeric references) into a new
+ * NUL-terminated string. The decoded form is never longer than the source. NULL on a malformed
+ * reference or out of memory. */
+static char *xml_text(const char *s, size_t len)
+{
+        char *out = malloc(len + 1);
+        if (!out)
+                return NULL;
+        size_t o = 0;
+        for (size_t i = 0; i < len;) {
+                if (s[i] != '&') {
+                        out[o++] = s[i++];
+                        continue;
+                }
+                const char *semi = memchr(s + i, ';', SHOAL_MIN(len - i, (size_t)12));
+                if (!semi)
+                        goto bad;
+                const char *ent = s + i + 1;
+                size_t el = (size_t)(semi - ent);
+                static const struct {
+                        const char *name;
+                        char c;
+                } named[] = {{"amp", '&'}, {"lt", '<'}, {"gt", '>'}, {"quot", '"'}, {"apos", '\''}};
+                bool done = false;
+                for (size_t k = 0; k < SHOAL_ARRAY_SIZE(named); k++) {
+                        if (el == strlen(named[k].name) && !memcmp(ent, named[k].name, el)) {
+                                out[o++] = named[k].c;
+                                done = true;
+                                break;
+                        }
+                }
+                if (!done) {
+                        if (el < 2 || ent[0] != '#')
+                                goto bad;
+                        bool hexa = ent[1] == 'x' || ent[1] == 'X';
+                        size_t k = hexa ? 2 : 1;
+                        if (k >= el)
+                                goto bad;
+                        uint32_t cp = 0;
+                        for (; k < el; k++) {
+                                int v = hexa ? hexval((unsigned char)ent[k])
+                                             : (isdigit((unsigned char)ent[k]) ? ent[k] - '0' : -1);
+                                if (v < 0 || cp > 0x10ffff)
+                                        goto bad;
+                                cp = cp * (hexa ? 16u : 10u) + (uint32_t)v;
+                        }
+                        /* "&#N;" is at least 4 bytes and UTF-8 at most 4: it never grows. */
+                        int n = utf8_put(cp, out + o);
+                        if (n < 0)
+                                goto bad;
+                        o += (size_t)n;
+                }
+                i = (size_t)(semi - s) + 1;
+        }
+        out[o] = '\0';
+        return out;
+bad:
+        free(out);
+        return NULL;
+}
+
+/* Finds the element <TAG>...</TAG> (or <TAG/>) in [P, END) and returns its text range. S3
+ * writes these elements without attributes; markup inside text is always escaped, so a literal
+ * "<TAG>" is a tag. */
+static bool xml_find(const char *p, const char *end, const char *tag, const char **text,
+                     size_t *len, const char **after)
+{
+        char open[64], close[64], empty[64];
+        snprintf(open, sizeof(open), "<%s>", tag);
+        snprintf(close, sizeof(close), "</%s>", tag);
+        snprintf(empty, sizeof(empty), "<%s/>", tag);
+        const char *o = memmem(p, (size_t)(end - p), open, strlen(open));
+        const char *e = memmem(p, (size_t)(end - p), empty, strlen(empty));
+        if (e && (!o || e < o)) {
+                *text = e;
+                *len = 0;
+                if (after)
+                        *after = e + strlen(empty);
+                return true;
+        }
+        if (!o)
+                return false;
+        const char *t = o + strlen(open);
+        const char *c = memmem(t, (size_t)(end - t), close, strlen(close));
+        if (!c)
+                return false;
+        *text = t;
+        *len = (size_t)(c - t);
+        if (after)
+                *after = c + strlen(close);
+        return true;
+}
+
+/* The decoded text of <TAG> in [P, END), or NULL (absent or malformed). */
+static char *xml_get(const char *p, const char *end, const char *tag)
+{
+        const char *t;
+        size_t l;
+        if (!xml_find(p, end, tag, &t, &l, NULL))
+                return NULL;
+        return xml_text(t, l);
+}
+
+/* --- requests ---------------------------------------------------------------------------- */
+
+static size_t on_header(char *data, size_t size, size_t n, void *arg)
+{
+        struct s3_resp *r = arg;
+        size_t len = size * n;
+        if (len >= 5 && !memcmp(data, "HTTP/", 5)) {
+                /* A new status line (after a 100 Continue, say) starts a new response. */
+                const char *sp = memchr(data, ' ', len);
+                r->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+                r->content_length = -1;
+                r->etag[0] = r->last_modified[0] = r->content_range[0] = '\0';
+                return len;
+        }
+        const char *colon = memchr(data, ':', len);
+        if (!colon)
+                return len;
+        size_t nl = (size_t)(colon - data);
+        const char *v = colon + 1;
+        const char *ve = data + len;
+        while (v < ve && (*v == ' ' || *v == '\t'))
+                v++;
+        while (ve > v && (ve[-1] == '\r' || ve[-1] == '\n' || ve[-1] == ' ' || ve[-1] == '\t'))
+                ve--;
+        size_t vl = (size_t)(ve - v);
+        char *dst = NULL;
+        size_t dl = 0;
+        if (nl == 14 && !strncasecmp(data, "content-length", nl)) {
+                char tmp[32];
+                if (vl && vl < sizeof(tmp)) {
+                        memcpy(tmp, v, vl);
+                        tmp[vl] = '\0';
+                        char *endp;
+                        long long cl = strtoll(tmp, &endp, 10);
+                        r->content_length = (*endp || cl < 0) ? -1 : cl;
+                }
+        } else if (nl == 4 && !strncasecmp(data, "etag", nl)) {
+                dst = r->etag;
+                dl = sizeof(r->etag);
+        } else if (nl == 13 && !strncasecmp(data, "last-modified", nl)) {
+                dst = r->last_modified;
+                dl = sizeof(r->last_modified);
+        } else if (nl == 13 && !strncasecmp(data, "content-range", nl)) {
+                dst = r->content_range;
+                dl = sizeof(r->content_range);
+        } else if (nl == 16 && !strncasecmp(data, "x-amz-request-id", nl)) {
+                dst = r->request_id;
+                dl = sizeof(r->request_id);
+        }
+        if (dst) {
+                if (vl >= dl)
+                        vl = dl - 1; /* an over-long ETag then fails validation */
+                memcpy(dst, v, vl);
+                dst[vl] = '\0';
+        }
+        return len;
+}
+
+static size_t on_body(char *data, size_t size, size_t n, void *arg)
+{
+        struct s3_resp *r = arg;
+        size_t len = size * n;
+        if (r->status < 200 || r->status > 299) {
+                size_t k = SHOAL_MIN(len, S3_ERRBODY_MAX - r->err_len);
+                memcpy(r->err + r->err_len, data, k);
+                r->err_len += k;
+                r->err[r->err_len] = '\0';
+                return len;
+        }
+        if (r->got + len > r->cap) {
+                if (!r->grow || r->got + len > S3_LIST_BODY_MAX) {
+                        r->overflow = true;
+                        return 0; /* more than asked for: abort, never a partial success */
+                }
+                size_t ncap = SHOAL_MAX(r->cap * 2, r->got + len);
+                char *nb = realloc(r->buf, ncap + 1);
+                if (!nb) {
+                        r->overflow = true;
+                        return 0;
+                }
+                r->buf = nb;
+                r->cap = ncap;
+        }
+        memcpy(r->buf + r->got, data, len);
+        r->got += len;
+        return len;
+}
+
+static CURL *handle_get(struct s3_store *s)
+{
+        CURL *h = NULL;
+        pthread_mutex_lock(&s->pool_mu);
+        if (s->npool)
+                h = s->pool[--s->npool];
+        pthread_mutex_unlock(&s->pool_mu);
+        if (h) {
+                /* Keeps the handle's live connection; only the options go. */
+                curl_easy_reset(h);
+                return h;
+        }
+        return curl_easy_init();
+}
+
+static void handle_put(struct s3_store *s, CURL *h)
+{
+        pthread_mutex_lock(&s->pool_mu);
+        if (s->npool < S3_POOL_MAX) {
+                s->pool[s->npool++] = h;
+                h = NULL;
+        }
+        pthread_mutex_unlock(&s->pool_mu);
+        if (h)
+                curl_easy_cleanup(h);
+}
+
+static int map_curl(struct s3_store *s, CURLcode c, const struct s3_resp *r, const char *what,
+                    const char *key, const char *errbuf)
+{
+        switch (c) {
+        case CURLE_OK:
+                return 0;
+        case CURLE_OPERATION_TIMEDOUT:
+                return -ETIMEDOUT;
+        case CURLE_COULDNT_CONNECT:
+        case CURLE_COULDNT_RESOLVE_HOST:
+        case CURLE_COULDNT_RESOLVE_PROXY:
+                log_ratelimited(SHOAL_LOG_WARN, "s3", "%s %s: %s", what, key, errbuf);
+                return -ECONNREFUSED;
+        case CURLE_SEND_ERROR:
+        case CURLE_RECV_ERROR:
+        case CURLE_GOT_NOTHING:
+        case CURLE_SSL_CONNECT_ERROR:
+        case CURLE_HTTP2:
+        case CURLE_HTTP2_STREAM:
+                return -ECONNRESET;
+        case CURLE_PARTIAL_FILE:
+                return -EPROTO;
+        case CURLE_WRITE_ERROR:
+                return r->overflow ? -EPROTO : -EIO;
+        case CURLE_OUT_OF_MEMORY:
+                return -ENOMEM;
+        case CURLE_PEER_FAILED_VERIFICATION:
+        case CURLE_SSL_CACERT_BADFILE:
+        case CURLE_SSL_CERTPROBLEM:
+                /* A certificate the client does not trust is configuration, not weather. */
+                if (!atomic_exchange(&s->config_logged, true))
+                        log_error("s3",
+                                  "%s %s: TLS: %s — check the endpoint's certificate or "
+                                  "set SHOAL_S3_CA_FILE to the CA that signed it",
+                                  what, key, errbuf);
+                return -EACCES;
+        case CURLE_URL_MALFORMAT:
+                return -EINVAL;
+        default:
+                log_ratelimited(SHOAL_LOG_WARN, "s3", "%s %s: %s (%s)", what, key,
+                                curl_easy_strerror(c), errbuf);
+                return -EIO;
+        }
+}
+
+/* Maps a non-2xx answer. The error body (when there is one) names S3's code. */
+static int map_status(struct s3_store *s, const struct s3_resp *r, const char *what,
+                      const char *key)
+{
+        const char *end = r->err + r->err_len;
+        char *code = xml_get(r->err, end, "Code");
+        char *msg = xml_get(r->err, end, "Message");
+        const char *cs = code ? code : "";
+        int rc;
+        switch (r->status) {
+        case 404:
+                if (!strcmp(cs, "NoSuchBucket") && !atomic_exchange(&s->config_logged, true))
+                        log_error("s3",
+                                  "%s %s: 404 NoSuchBucket — bucket %s does not exist at "
+                                  "this endpoint",
+                                  what, key, s->bucket);
+                rc = -ENOENT;
+                break;
+        case 412:
+                rc = -ESTALE;
+                break;
+        case 401:
+        case 403:
+                if (!atomic_exchange(&s->denied_logged, true))
+                        log_error("s3",
+                                  "%s %s: %ld %s%s%s — check credentials "
+                                  "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+                                  "AWS_SESSION_TOKEN), AWS_REGION and the bucket policy",
+                                  what, key, r->status, *cs ? cs : "Forbidden", msg ? ": " : "",
+                                  msg ? msg : "");
+                else
+                        log_debug("s3", "%s %s: %ld %s", what, key, r->status, cs);
+                rc = -EACCES;
+                break;
+        case 400:
+                if (!strcmp(cs, "RequestTimeout")) {
+                        rc = -ETIMEDOUT;
+                } else if (!strcmp(cs, "ExpiredToken") || !strcmp(cs, "InvalidToken") ||
+                           !strcmp(cs, "AuthorizationHeaderMalformed")) {
+                        if (!atomic_exchange(&s->denied_logged, true))
+                                log_error("s3",
+                                          "%s %s: 400 %s%s%s — check AWS_SESSION_TOKEN and "
+                                          "AWS_REGION",
+                                          what, key, cs, msg ? ": " : "", msg ? msg : "");
+                        rc = -EACCES;
+                } else {
+                        log_ratelimited(SHOAL_LOG_WARN, "s3", "%s %s: 400 %s%s%s", what, key, cs,
+                                        msg ? ": " : "", msg ? msg : "");
+                        rc = -EINVAL;
+                }
+                break;
+        case 416:
+                rc = -EINVAL;
+                break;
+        case 301:
+        case 307:
+        case 308:
+                if (!atomic_exchange(&s->config_logged, true))
+                        log_error("s3",
+                                  "%s %s: %ld %s — the bucket is in another region or needs "
+                                  "another endpoint (set AWS_REGION or --endpoint)",
+                                  what, key, r->status, *cs ? cs : "redirect");
+                rc = -EINVAL;
+                break;
+        case 408:
+                rc = -ETIMEDOUT;
+                break;
+        case 429:
+                rc = -EAGAIN;
+                break;
+        default:
+                if (r->status >= 500 && r->status <= 599) {
+                        rc = -EAGAIN; /* 500 InternalError, 503 SlowDown and friends */
+                } else {
+                        log_ratelimited(SHOAL_LOG_WARN, "s3", "%s %s: unexpected HTTP %ld %s", what,
+                                        key, r->status, cs);
+                        rc = -EIO;
+                }
+                break;
+        }
+        free(code);
+        free(msg);
+        return rc;
+}
+
+/* Performs one request: METHOD ("GET" or "HEAD") of URL with extra header lines EXTRA
+ * (NULL-terminated). Returns 0 when an HTTP answer arrived (its status is in R; the caller maps
+ * it), or a negative errno for a transport failure. */
+static int perform(struct s3_store *s, const char *method, const char *url,
+                   const char *const *extra, struct s3_resp *r, const char *what, const char *key)
+{
+        uint64_t deadline = shoal_store_deadline_ns();
+        uint64_t now = shoal_now_ns();
+        long timeout_ms = 60000;
+        if (deadline) {
+                if (now >= deadline)
+                        return -ETIMEDOUT;
+                timeout_ms = (long)((deadline - now + 999999) / 1000000);
+        }
+        CURL *h = handle_get(s);
+        if (!h)
+                return -ENOMEM;
+        struct curl_slist *hdrs = NULL, *t;
+        int rc = 0;
+        /* Only headers that are sent: libcurl signs every header in this list, and one that
+         * merely removes a default ("Expect:") would be signed but never sent. */
+        static const char *const fixed[] = {
+                "x-amz-content-sha256: " S3_EMPTY_SHA256,
+                NULL,
+        };
+        for (const char *const *p = fixed; *p; p++) {
+                if (!(t = curl_slist_append(hdrs, *p)))
+                        goto out_nomem;
+                hdrs = t;
+        }
+        for (const char *const *p = extra; p && *p; p++) {
+                if (!(t = curl_slist_append(hdrs, *p)))
+                        goto out_nomem;
+                hdrs = t;
+        }
+        if (s->token_header) {
+                if (!(t = curl_slist_append(hdrs, s->token_header)))
+                        goto out_nomem;
+                hdrs = t;
+        }
+
+        char errbuf[CURL_ERROR_SIZE] = "";
+        r->content_length = -1;
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+        /* Keys may hold "./" or "//": they are names, not paths to normalise. */
+        curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
+        curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, SHOAL_MIN(timeout_ms, 10000L));
+        /* A stalled transfer is cut well before a long deadline, leaving time to retry. */
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 15L);
+        curl_easy_setopt(h, CURLOPT_SHARE, s->share);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+        if (s->ca_file)
+                curl_easy_setopt(h, CURLOPT_CAINFO, s->ca_file);
+        if (s->access_key) {
+                curl_easy_setopt(h, CURLOPT_AWS_SIGV4, s->sigv4);
+                curl_easy_setopt(h, CURLOPT_USERNAME, s->access_key);
+                curl_easy_setopt(h, CURLOPT_PASSWORD, s->secret_key);
+        }
+        if (!strcmp(method, "HEAD"))
+                curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+
+        CURLcode c = curl_easy_perform(h);
+        if (c == CURLE_OK)
+                curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
+        else
+                rc = map_curl(s, c, r, what, key, errbuf[0] ? errbuf : curl_easy_strerror(c));
+        if (rc)
+                log_debug("s3", "%s %s: %s (%s)", what, key, strerror(-rc),
+                          errbuf[0] ? errbuf : curl_easy_strerror(c));
+        curl_slist_free_all(hdrs);
+        /* Detach what lives on this stack before the handle goes back to the pool. */
+        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+        if (c == CURLE_OK || c == CURLE_HTTP_RETURNED_ERROR)
+                handle_put(s, h);
+        else
+                curl_easy_cleanup(h); /* its connection is in an unknown state */
+        return rc;
+
+out_nomem:
+        curl_slist_free_all(hdrs);
+        handle_put(s, h);
+        return -ENOMEM;
+}
+
+/* URL of object KEY (the bucket prefix added), or -ENAMETOOLONG. */
+static int object_url(struct s3_store *s, const char *key, char *out, size_t outlen)
+{
+        char full[SHOAL_KEY_MAX * 2 + 2];
+        int n = snprintf(full, sizeof(full), "%s%s", s->prefix, key);
+        if (n < 0 || (size_t)n >= sizeof(full))
+                return -ENAMETOOLONG;
+        size_t bl = strlen(s->base);
+        if (bl + 1 >= outlen)
+                return -ENAMETOOLONG;
+        memcpy(out, s->base, bl);
+        out[bl] = '/';
+        if (uri_encode(full, true, out + bl + 1, outlen - bl - 1) < 0)
+                return -ENAMETOOLONG;
+        return 0;
+}
+
+/* ETag without its quotes (and without a weak "W/" mark), checked as a version. */
+static int etag_version(const char *etag, char *out, size_t outlen)
+{
+        const char *p = etag;
+        if (!strncmp(p, "W/", 2))
+                p += 2;
+        size_t l = strlen(p);
+        if (l >= 2 && p[0] == '"' && p[l - 1] == '"') {
+                p++;
+                l -= 2;
+        }
+        if (!l || l >= outlen || !shoal_version_valid(p, l))
+                return -EPROTO;
+        memcpy(out, p, l);
+        out[l] = '\0';
+        return 0;
+}
+
+static int s3_stat(struct shoal_store *st, const char *key, struct shoal_object *out)
+{
+        struct s3_store *s = st->impl;
+        char url[6 * SHOAL_KEY_MAX + 1200]; /* a key and the prefix, each 3x when encoded */
+        int rc = object_url(s, key, url, sizeof(url));
+        if (rc)
+                return -EINVAL;
+        struct s3_resp *r = calloc(1, sizeof(*r));
+        if (!r)
+                return -ENOMEM;
+        rc = perform(s, "HEAD", url, NULL, r, "HEAD", key);
+        if (rc)
+                goto out;
+        if (r->status != 200) {
+                rc = map_status(s, r, "HEAD", key);
+                goto out;
+        }
+        memset(out, 0, sizeof(*out));
+        if (r->content_length < 0 || etag_version(r->etag, out->version, sizeof(out->version))) {
+                log_ratelimited(SHOAL_LOG_WARN, "s3",
+                                "HEAD %s: answer without a usable Content-Length or ETag", key);
+                rc = -EPROTO;
+                goto out;
+        }
+        shoal_strlcpy(out->key, key, sizeof(out->key));
+        out->size = (uint64_t)r->content_length;
+        time_t mt = r->last_modified[0] ? curl_getdate(r->last_modified, NULL) : -1;
+        out->mtime_ns = mt > 0 ? (int64_t)mt * 1000000000LL : 0;
+out:
+        free(r);
+        return rc;
+}
+
+/* "bytes FIRST-LAST/TOTAL" must name exactly the range asked for. */
+static bool content_range_ok(const char *cr, uint64_t off, size_t len)
+{
+        unsigned long long first, last;
+        if (sscanf(cr, "bytes %llu-%llu/", &first, &last) != 2)
+                return false;
+        return first == off && last == off + len - 1;
+}
+
+static int s3_read(struct shoal_store *st, const char *key, const char *version, uint64_t off,
+                   size_t len, void *buf)
+{
+        struct s3_store *s = st->impl;
+        if (!len)
+                return 0;
+        char url[6 * SHOAL_KEY_MAX + 1200]; /* a key and the prefix, each 3x when encoded */
+        if (object_url(s, key, url, sizeof(url)))
+                return -EINVAL;
+        char range[96], ifmatch[SHOAL_VERSION_MAX + 16];
+        snprintf(range, sizeof(range), "Range: bytes=%" PRIu64 "-%" PRIu64, off,
+                 off + (uint64_t)len - 1);
+        const char *extra[3] = {range, NULL, NULL};
+        if (version) {
+                snprintf(ifmatch, sizeof(ifmatch), "If-Match: \"%s\"", version);
+                extra[1] = ifmatch;
+        }
+        struct s3_resp *r = calloc(1, sizeof(*r));
+        if (!r)
+                return -ENOMEM;
+        r->buf = buf;
+        r->cap = len;
+        int rc = perform(s, "GET", url, extra, r, "GET", key);
+        if (rc)
+                goto out;
+        if (r->status != 206 && r->status != 200) {
+                rc = map_status(s, r, "GET", key);
+                goto out;
+        }
+        /* Exactly the range asked for, or nothing: a 200 carries the whole object, which is our
+         * range only when it starts at 0 and is LEN bytes long. */
+        if (r->got != len || r->overflow ||
+            (r->content_length >= 0 && (uint64_t)r->content_length != len) ||
+            (r->status == 206 && !content_range_ok(r->content_range, off, len)) ||
+            (r->status == 200 && off != 0)) {
+                log_ratelimited(SHOAL_LOG_WARN, "s3",
+                                "GET %s [%" PRIu64 "+%zu]: got %zu bytes (HTTP %ld, %s), "
+                                "discarded",
+                                key, off, len, r->got, r->status,
+                                r->content_range[0] ? r->content_range : "no Content-Range");
+                rc = -EPROTO;
+                goto out;
+        }
+        /* Servers that ignore If-Match still name the version they sent. */
+        if (version && r->etag[0]) {
+                char v[SHOAL_VERSION_MAX + 1];
+                if (etag_version(r->etag, v, sizeof(v)) || strcmp(v, version)) {
+                        rc = -ESTALE;
+                        goto out;
+                }
+        }
+out:
+        free(r);
+        return rc;
+}
+
+/* --- listing ----------------------------------------------------------------------------- */
+
+struct list_item {
+        char *key; /* without the bucket prefix */
+        bool is_prefix;
+        uint64_t size;
+        int64_t mtime_ns;
+        char *version;
+};
+
+static int item_cmp(const void *a, const void *b)
+{
+        return strcmp(((const struct list_item *)a)->key, ((const struct list_item *)b)->key);
+}
+
+/* "2009-10-12T17:50:30.000Z" as nanoseconds since the epoch; 0 when unreadable. */
+static int64_t iso8601_ns(const char *s)
+{
+        struct tm tm = {0};
+        int frac_digits = 0;
+        long frac = 0;
+        const char *p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+        if (!p)
+                return 0;
+        if (*p == '.') {
+                for (p++; isdigit((unsigned char)*p); p++) {
+                        if (frac_digits < 9) {
+                                frac = frac * 10 + (*p - '0');
+                                frac_digits++;
+                        }
+                }
+        }
+        while (frac_digits && frac_digits < 9) {
+                frac *= 10;
+                frac_digits++;
+        }
+        time_t t = timegm(&tm);
+        if (t < 0)
+                return 0;
+        return (int64_t)t * 1000000000LL + frac;
+}
+
+static void items_free(struct list_item *it, size_t n)
+{
+        for (size_t i = 0; i < n; i++) {
+                free(it[i].key);
+                free(it[i].version);
+        }
+        free(it);
+}
+
+/* Takes one <Contents> or <CommonPrefixes> block [P, END) into IT. Returns 0, 1 to skip it
+ * (outside the prefix, or a key shoal cannot name), or a negative errno. */
+static int parse_item(struct s3_store *s, const char *p, const char *end, bool is_prefix,
+                      bool url_encoded, struct list_item *it)
+{
+        memset(it, 0, sizeof(*it));
+        char *k = xml_get(p, end, is_prefix ? "Prefix" : "Key");
+        if (!k)
+                return -EPROTO;
+        if (url_encoded && url_decode(k)) {
+                free(k);
+                return -EPROTO;
+        }
+        size_t kl = strlen(k);
+        if (kl <= s->prefix_len || strncmp(k, s->prefix, s->prefix_len) ||
+            !shoal_key_valid(k + s->prefix_len, kl - s->prefix_len)) {
+                free(k);
+                return 1;
+        }
+        memmove(k, k + s->prefix_len, kl - s->prefix_len + 1);
+        it->key = k;
+        it->is_prefix = is_prefix;
+        if (is_prefix)
+                return 0;
+        char *size = xml_get(p, end, "Size");
+        char *etag = xml_get(p, end, "ETag");
+        char *lm = xml_get(p, end, "LastModified");
+        int rc = 0;
+        char *endp = NULL;
+        unsigned long long sz = size ? strtoull(size, &endp, 10) : 0;
+        char v[SHOAL_VERSION_MAX + 1];
+        if (!size || !*size || *endp || !etag || etag_version(etag, v, sizeof(v))) {
+                rc = -EPROTO;
+        } else {
+                it->size = sz;
+                it->mtime_ns = lm ? iso8601_ns(lm) : 0;
+                it->version = strdup(v);
+                if (!it->version)
+                        rc = -ENOMEM;
+        }
+        free(size);
+        free(etag);
+        free(lm);
+        if (rc) {
+                free(it->key);
+                it->key = NULL;
+        }
+        return rc;
+}
+
+/* Parses one ListObjectsV2 page: delivers its entries in key order, and returns the next
+ * continuation token in *NEXT (NULL when the listing is complete). */
+static int list_page(struct s3_store *s, const char *body, size_t blen, shoal_list_cb cb, void *arg,
+                     char **next)
+{
+        const char *end = body + blen;
+        *next = NULL;
+        if (!memmem(body, blen, "<ListBucketResult", 17))
+                return -EPROTO;
+        char *enc = xml_get(body, end, "EncodingType");
+        bool url_encoded = enc && !strcmp(enc, "url");
+        free(enc);
+
+        size_t n = 0, cap = 0;
+        struct list_item *items = NULL;
+        int rc = 0;
+        /* The next <Contents> and the next <CommonPrefixes>, each searched again only once
+         * it has been taken, so that a page is parsed in one pass. */
+        const char *ct = NULL, *pt = NULL, *ca = body, *pa = body;
+        size_t cl = 0, pl = 0;
+        bool hc = xml_find(body, end, "Contents", &ct, &cl, &ca);
+        bool hp = xml_find(body, end, "CommonPrefixes", &pt, &pl, &pa);
+        while (hc || hp) {
+                bool is_prefix = hp && (!hc || pt < ct);
+                const char *t = is_prefix ? pt : ct;
+                size_t tl = is_prefix ? pl : cl;
+                if (is_prefix)
+                        hp = xml_find(pa, end, "CommonPrefixes", &pt, &pl, &pa);
+                else
+                        hc = xml_find(ca, end, "Contents", &ct, &cl, &ca);
+                if (n == cap) {
+                        cap = cap ? cap * 2 : 256;
+                        struct list_item *ni = realloc(items, cap * sizeof(*ni));
+                        if (!ni) {
+                                rc = -ENOMEM;
+                                goto out;
+                        }
+                        items = ni;
+                }
+                int pr = parse_item(s, t, t + tl, is_prefix, url_encoded, &items[n]);
+                if (pr < 0) {
+                        rc = pr;
+                        goto out;
+                }
+                if (pr == 0)
+                        n++;
+        }
+        char *trunc = xml_get(body, end, "IsTruncated");
+        bool truncated = trunc && !strcmp(trunc, "true");
+        free(trunc);
+        if (truncated) {
+                *next = xml_get(body, end, "NextContinuationToken");
+                if (!*next || !**next) {
+                        free(*next);
+                        *next = NULL;
+                        rc = -EPROTO; /* truncated without a way on: never a silent short list */
+                        goto out;
+                }
+        }
+        /* S3 sends objects and common prefixes in two runs; callers want one key order. */
+        if (n)
+                qsort(items, n, sizeof(*items), item_cmp);
+        for (size_t i = 0; i < n && !rc; i++) {
+                struct shoal_list_entry e = {
+                        .key = items[i].key,
+                        .is_prefix = items[i].is_prefix,
+                        .size = items[i].size,
+                        .mtime_ns = items[i].mtime_ns,
+                        .version = items[i].version,
+                };
+                rc = cb(arg, &e);
+        }
+        if (rc) {
+                free(*next);
+                *next = NULL;
+        }
+out:
+        items_free(items, n);
+        return rc;
+}
+
+/* Appends "&NAME=ENCODED(VALUE)" (or without '&' first) to Q. */
+static int query_add(char *q, size_t qlen, const char *name, const char *value)
+{
+        size_t l = strlen(q);
+        int n = snprintf(q + l, qlen - l, "%s%s=", l ? "&" : "", name);
+        if (n < 0 || (size_t)n >= qlen - l)
+                return -ENAMETOOLONG;
+        l += (size_t)n;
+        return uri_encode(value, false, q + l, qlen - l) < 0 ? -ENAMETOOLONG : 0;
+}
+
+static int s3_list(struct shoal_store *st, const char *prefix, const char *delim,
+                   const char *start_after, shoal_list_cb cb, void *arg)
+{
+        struct s3_store *s = st->impl;
+        char full_prefix[2 * SHOAL_KEY_MAX + 2], full_after[2 * SHOAL_KEY_MAX + 2];
+        snprintf(full_prefix, sizeof(full_prefix), "%s%s", s->prefix, prefix);
+        if (start_after && *start_after)
+                snprintf(full_after, sizeof(full_after), "%s%s", s->prefix, start_after);
+        else
+                full_after[0] = '\0';
+        char max_keys[16];
+        snprintf(max_keys, sizeof(max_keys), "%u", s->list_max_keys);
+
+        size_t qcap = 16 * SHOAL_KEY_MAX + 4096;
+        char *url = malloc(qcap + sizeof(s->list_path) + 2);
+        char *q = malloc(qcap);
+        char *token = NULL;
+        struct s3_resp *r = calloc(1, sizeof(*r));
+        int rc = 0;
+        if (!url || !q || !r) {
+                rc = -ENOMEM;
+                goto out;
+        }
+        for (;;) {
+                /* Parameters in byte order of their names: the query string as sent is then
+                 * already the canonical one that SigV4 signs. */
+                q[0] = '\0';
+                if ((token && (rc = query_add(q, qcap, "continuation-token", token))) ||
+                    (delim && *delim && (rc = query_add(q, qcap, "delimiter", delim))) ||
+                    (rc = query_add(q, qcap, "encoding-type", "url")) ||
+                    (rc = query_add(q, qcap, "list-type", "2")) ||
+                    (rc = query_add(q, qcap, "max-keys", max_keys)) ||
+                    (rc = query_add(q, qcap, "prefix", full_prefix)) ||
+                    (!token && full_after[0] &&
+                     (rc = query_add(q, qcap, "start-after", full_after)))) {
+                        rc = -EINVAL;
+                        goto out;
+                }
+                snprintf(url, qcap + sizeof(s->list_path) + 2, "%s?%s", s->list_path, q);
+                for (unsigned attempt = 1;; attempt++) {
+                        free(r->buf);
+                        memset(r, 0, sizeof(*r));
+                        r->grow = true;
+                        rc = perform(s, "GET", url, NULL, r, "LIST", full_prefix);
+                        if (!rc && r->status != 200)
+                                rc = map_status(s, r, "LIST", full_prefix);
+                        if (!rc || !shoal_store_retry_wait(st, rc, attempt))
+                                break;
+                }
+                if (rc)
+                        goto out;
+                char *next = NULL;
+                rc = list_page(s, r->buf ? r->buf : "", r->got, cb, arg, &next);
+                free(token);
+                token = next;
+                if (rc || !token)
+                        goto out;
+        }
+out:
+        if (r)
+                free(r->buf);
+        free(r);
+        free(token);
+        free(q);
+        free(url);
+        return rc;
+}
+
+/* --- open and close ---------------------------------------------------------------------- */
+
+static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *arg)
+{
+        struct s3_store *s = arg;
+        pthread_mutex_lock(&s->share_mu[data]);
+}
+
+static void share_unlock(CURL *h, curl_lock_data data, void *arg)
+{
+        struct s3_store *s = arg;
+        pthread_mutex_unlock(&s->share_mu[data]);
+}
+
+static void s3_free(struct s3_store *s)
+{
+        for (unsigned i = 0; i < s->npool; i++)
+                curl_easy_cleanup(s->pool[i]);
+        if (s->share)
+                curl_share_cleanup(s->share);
+        for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+                pthread_mutex_destroy(&s->share_mu[i]);
+        pthread_mutex_destroy(&s->pool_mu);
+        free(s->access_key);
+        if (s->secret_key) {
+                explicit_bzero(s->secret_key, strlen(s->secret_key));
+                free(s->secret_key);
+        }
+        if (s->token_header) {
+                explicit_bzero(s->token_header, strlen(s->token_header));
+                free(s->token_header);
+        }
+        free(s->ca_file);
+        free(s);
+}
+
+static void s3_close(struct shoal_store *st)
+{
+        if (st->impl)
+                s3_free(st->impl);
+        st->impl = NULL;
+}
+
+static const char *env(const char *name)
+{
+        const char *v = getenv(name);
+        return v && *v ? v : NULL;
+}
+
+/* Bucket names as S3 allows them (with the legacy upper case and '_' some stores accept). */
+static bool bucket_ok(const char *b)
+{
+        size_t l = strlen(b);
+        if (l < 3 || l > 63)
+                return false;
+        for (const char *p = b; *p; p++)
+                if (!isalnum((unsigned char)*p) && *p != '-' && *p != '.' && *p != '_')
+                        return false;
+        return true;
+}
+
+/* A bucket that can be a DNS label under TLS: no dots (they break the wildcard certificate). */
+static bool bucket_vhost_ok(const char *b)
+{
+        for (const char *p = b; *p; p++)
+                if (!(islower((unsigned char)*p) || isdigit((unsigned char)*p) || *p == '-'))
+                        return false;
+        return true;
+}
+
+static int build_base(struct s3_store *s, const char *endpoint, char *err, size_t errlen)
+{
+        char ep[900];
+        if (!endpoint) {
+                snprintf(ep, sizeof(ep), "https://s3.%s.amazonaws.com", s->region);
+        } else if (strstr(endpoint, "://")) {
+                if (strncmp(endpoint, "http://", 7) && strncmp(endpoint, "https://", 8)) {
+                        snprintf(err, errlen, "invalid --endpoint %s: expected http:// or https://",
+                                 endpoint);
+                        return -EINVAL;
+                }
+                shoal_strlcpy(ep, endpoint, sizeof(ep));
+        } else {
+                snprintf(ep, sizeof(ep), "https://%s", endpoint);
+        }
+        size_t l = strlen(ep);
+        while (l && ep[l - 1] == '/')
+                ep[--l] = '\0';
+        const char *host = strstr(ep, "://") + 3;
+        if (!*host || strchr(host, '?') || strchr(host, '#') || strchr(host, ' ')) {
+                snprintf(err, errlen, "invalid --endpoint %s", endpoint ? endpoint : ep);
+                return -EINVAL;
+        }
+        /* AWS itself wants virtual-hosted addressing; every other store gets path style. */
+        const char *slash = strchr(host, '/');
+        size_t hl = slash ? (size_t)(slash - host) : strlen(host);
+        const char *colon = memchr(host, ':', hl);
+        size_t name_len = colon ? (size_t)(colon - host) : hl;
+        bool aws = name_len > 14 && !memcmp(host + name_len - 14, ".amazonaws.com", 14);
+        int n;
+        if (aws && !slash && bucket_vhost_ok(s->bucket)) {
+                n = snprintf(s->base, sizeof(s->base), "%.*s%s.%s", (int)(host - ep), ep, s->bucket,
+                             host);
+                if (n > 0 && (size_t)n < sizeof(s->base))
+                        snprintf(s->list_path, sizeof(s->list_path), "%s/", s->base);
+        } else {
+                n = snprintf(s->base, sizeof(s->base), "%s/%s", ep, s->bucket);
+                if (n > 0 && (size_t)n < sizeof(s->base))
+                        snprintf(s->list_path, sizeof(s->list_path), "%s", s->base);
+        }
+        if (n < 0 || (size_t)n >= sizeof(s->base)) {
+                snprintf(err, errlen, "--endpoint is too long");
+                return -EINVAL;
+        }
+        return 0;
+}
+
+int shoal_store_s3_open(struct shoal_store *st, const char *url, char *err, size_t errlen)
+{
+        pthread_once(&curl_once, curl_init_once);
+        if (curl_init_rc != CURLE_OK) {
+                snprintf(err, errlen, "storage %s: libcurl: %s", url,
+                         curl_easy_strerror(curl_init_rc));
+                return -EIO;
+        }
+        struct s3_store *s = calloc(1, sizeof(*s));
+        if (!s) {
+                snprintf(err, errlen, "out of memory");
+                return -ENOMEM;
+        }
+        pthread_mutex_init(&s->pool_mu, NULL);
+        for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+                pthread_mutex_init(&s->share_mu[i], NULL);
+        int rc = -EINVAL;
+
+        const char *b = url + strlen("s3://");
+        const char *slash = strchr(b, '/');
+        size_t bl = slash ? (size_t)(slash - b) : strlen(b);
+        if (bl >= sizeof(s->bucket)) {
+                snprintf(err, errlen, "storage %s: bucket name too long", url);
+                goto out_free;
+        }
+        memcpy(s->bucket, b, bl);
+        s->bucket[bl] = '\0';
+        if (!bucket_ok(s->bucket)) {
+                snprintf(err, errlen,
+                         "storage %s: invalid bucket name (expected s3://BUCKET[/PREFIX])", url);
+                goto out_free;
+        }
+        if (slash) {
+                const char *p = slash + 1;
+                size_t pl = strlen(p);
+                while (pl && p[pl - 1] == '/')
+                        pl--;
+                if (pl) {
+                        if (pl + 1 >= SHOAL_KEY_MAX || !shoal_key_valid(p, pl)) {
+                                snprintf(err, errlen, "storage %s: invalid prefix", url);
+                                goto out_free;
+                        }
+                        memcpy(s->prefix, p, pl);
+                        s->prefix[pl] = '/';
+                        s->prefix_len = pl + 1;
+                }
+        }
+
+        const char *region = env("AWS_REGION");
+        if (!region)
+                region = env("AWS_DEFAULT_REGION");
+        if (!region)
+                region = "us-east-1";
+        if (strlen(region) >= sizeof(s->region) || strpbrk(region, ": /")) {
+                snprintf(err, errlen, "invalid AWS_REGION %s", region);
+                goto out_free;
+        }
+        shoal_strlcpy(s->region, region, sizeof(s->region));
+        snprintf(s->sigv4, sizeof(s->sigv4), "aws:amz:%s:s3", s->region);
+
+        const char *endpoint =
+                st->cfg.endpoint && *st->cfg.endpoint ? st->cfg.endpoint : env("AWS_ENDPOINT_URL");
+        if (build_base(s, endpoint, err, errlen))
+                goto out_free;
+
+        rc = -ENOMEM;
+        const char *ak = env("AWS_ACCESS_KEY_ID"), *sk = env("AWS_SECRET_ACCESS_KEY");
+        const char *tok = env("AWS_SESSION_TOKEN");
+        if (ak && !sk) {
+                snprintf(err, errlen, "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not");
+                rc = -EINVAL;
+                goto out_free;
+        }
+        if (ak) {
+                s->access_key = strdup(ak);
+                s->secret_key = strdup(sk);
+                if (!s->access_key || !s->secret_key)
+                        goto out_nomem;
+                if (tok) {
+                        size_t tl = strlen(tok) + 32;
+                        s->token_header = malloc(tl);
+                        if (!s->token_header)
+                                goto out_nomem;
+                        snprintf(s->token_header, tl, "x-amz-security-token: %s", tok);
+                }
+        } else {
+                log_info("s3",
+                         "no AWS_ACCESS_KEY_ID: requests to %s go unsigned (public "
+                         "buckets only)",
+                         s->bucket);
+        }
+
+        const char *ca = env("SHOAL_S3_CA_FILE");
+        if (ca) {
+                struct stat sb;
+                if (stat(ca, &sb) || !S_ISREG(sb.st_mode)) {
+                        snprintf(err, errlen, "SHOAL_S3_CA_FILE %s: not a readable file", ca);
+                        rc = -EINVAL;
+                        goto out_free;
+                }
+                if (!(s->ca_file = strdup(ca)))
+                        goto out_nomem;
+        }
+
+        s->list_max_keys = 1000;
+        const char *mk = env("SHOAL_S3_LIST_MAX_KEYS");
+        if (mk) {
+                uint64_t v;
+                if (shoal_parse_u64(mk, 1000, &v) || !v) {
+                        snprintf(err, errlen, "invalid SHOAL_S3_LIST_MAX_KEYS %s: expected 1..1000",
+                                 mk);
+                        rc = -EINVAL;
+                        goto out_free;
+                }
+                s->list_max_keys = (unsigned)v;
+        }
+
+        s->share = curl_share_init();
+        if (!s->share)
+                goto out_nomem;
+        curl_share_setopt(s->share, CURLSHOPT_LOCKFUNC, share_lock);
+        curl_share_setopt(s->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+        curl_share_setopt(s->share, CURLSHOPT_USERDATA, s);
+        curl_share_setopt(s->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+        curl_share_setopt(s->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+
+        log_info("s3", "storage %s: %s, region %s, %s", url, s->base, s->region,
+                 s->access_key ? "signed (SigV4)" : "unsigned");
+        static const struct shoal_store_ops s3_ops = {
+                .scheme = "s3",
+                .stat = s3_stat,
+                .read = s3_read,
+                .list = s3_list,
+                .close = s3_close,
+        };
+        st->ops = &s3_ops;
+        st->impl = s;
+        return 0;
+
+out_nomem:
+        snprintf(err, errlen, "out of memory");
+out_free:
+        s3_free(s);
+        return rc;
+}
