@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# fio through FUSE, in one run on the same data (DESIGN.md "Benchmarks"): sequential 1 MiB
+# O_DIRECT reads (libaio, iodepth 1, JOBS jobs) against
+#   raw     the data folder itself (tmpfs: the memory-copy ceiling),
+#   ptmin   bench/passthrough_min.c, a minimal passthrough FUSE of that folder (built here with cc),
+#   shoal   a shoal mount of that folder as a file:// store, warm (its disk cache filled by one
+#           unmeasured pass; single node, no group),
+# and prints throughput and ratios. Root and /dev/fuse needed. Environment: SHOAL_BIN (default: a
+# RelWithDebInfo build in build-bench), JOBS (4), SIZE per job (1G), RUNTIME seconds (10),
+# DATA_DIR (a fresh folder under /dev/shm).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" -eq 0 ] && [ -c /dev/fuse ] || { echo "bench: needs root and /dev/fuse" >&2; exit 1; }
+command -v fio >/dev/null || { echo "bench: needs fio (./scripts/setup.sh installs it)" >&2; exit 1; }
+JOBS=${JOBS:-4}
+SIZE=${SIZE:-1G}
+RUNTIME=${RUNTIME:-10}
+SHOAL=${SHOAL_BIN:-}
+if [ -z "$SHOAL" ]; then
+  # Warnings are the test build's business; a benchmark build must not stop on them.
+  cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHOAL_SANITIZE=OFF \
+    -DSHOAL_WERROR=OFF >/dev/null
+  cmake --build build-bench -j"$(nproc)" --target shoal >/dev/null
+  SHOAL=$PWD/build-bench/shoal
+fi
+
+D=$(mktemp -d /tmp/shoal-bench.XXXXXX)
+DATA=${DATA_DIR:-$(mktemp -d /dev/shm/shoal-bench-data.XXXXXX)}
+MOUNTS=()
+PIDS=()
+cleanup() {
+  trap - EXIT INT TERM
+  local m p i
+  for m in "${MOUNTS[@]}"; do
+    mountpoint -q "$m" 2>/dev/null && { fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; }
+  done
+  for p in "${PIDS[@]}"; do
+    for i in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+  rm -rf "$D"
+  [ -n "${DATA_DIR:-}" ] || rm -rf "$DATA"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+cc -O2 bench/passthrough_min.c $(pkg-config --cflags --libs fuse3) -o "$D/passthrough_min"
+echo "== data: $JOBS files of $SIZE in $DATA"
+fio --name=b --directory="$DATA" --rw=write --bs=1M --size="$SIZE" --numjobs="$JOBS" \
+  --ioengine=psync >/dev/null
+
+wait_mounted() {
+  local i
+  for i in $(seq 1 200); do mountpoint -q "$1" && return 0; sleep 0.1; done
+  echo "bench: $1 did not mount" >&2
+  exit 1
+}
+
+# run DIR — fio over DIR's files; prints MiB/s.
+run() {
+  fio --name=b --directory="$1" --rw=read --bs=1M --size="$SIZE" --numjobs="$JOBS" --direct=1 \
+    --ioengine=libaio --iodepth=1 --time_based --runtime="$RUNTIME" --group_reporting \
+    --output-format=json >"$D/fio.json"
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("%.0f" % (j["jobs"][0]["read"]["bw_bytes"] / 1048576))' "$D/fio.json"
+}
+
+echo "== raw folder"
+raw=$(run "$DATA")
+
+mkdir -p "$D/pt"
+"$D/passthrough_min" "$DATA" "$D/pt" &
+PIDS+=($!)
+MOUNTS+=("$D/pt")
+wait_mounted "$D/pt"
+echo "== passthrough_min"
+pt=$(run "$D/pt")
+fusermount3 -u "$D/pt"
+
+mkdir -p "$D/sh"
+"$SHOAL" mount "file://$DATA" "$D/sh" --cache-dir "$D/cache" --cache-size 64G \
+  --log-file "$D/shoal.log" --log-level warn &
+PIDS+=($!)
+MOUNTS+=("$D/sh")
+wait_mounted "$D/sh"
+echo "== shoal (one unmeasured pass to warm the cache, then the measured one)"
+fio --name=b --directory="$D/sh" --rw=read --bs=1M --size="$SIZE" --numjobs="$JOBS" --direct=1 \
+  --ioengine=libaio --iodepth=1 >/dev/null
+sh=$(run "$D/sh")
+reads=$(awk '$1 == "fuse_reads" { print $2 }' "$D/sh/.stats")
+big=$(awk '$1 == "fuse_read_size_1m" { print $2 }' "$D/sh/.stats")
+"$SHOAL" umount "$D/sh"
+
+echo
+echo "fio: sequential read, 1 MiB, O_DIRECT, libaio iodepth 1, $JOBS jobs x $SIZE, ${RUNTIME}s"
+printf "  %-18s %8s MiB/s\n" "raw folder" "$raw" "passthrough_min" "$pt" "shoal mount (warm)" "$sh"
+awk -v r="$raw" -v p="$pt" -v s="$sh" 'BEGIN {
+  printf "  shoal / passthrough_min = %.2f\n  shoal / raw = %.2f\n  passthrough_min / raw = %.2f\n", s / p, s / r, p / r
+}'
+echo "  shoal kernel requests of 1 MiB: $big of $reads"

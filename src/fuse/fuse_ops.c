@@ -1,0 +1,835 @@
+/* The FUSE low-level operations: names and listings from the store (cached for the TTL), data
+ * through the reader, and EROFS for anything that would change the volume. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "client/node.h"
+#include "client/reader.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "fuse/fuse_internal.h"
+#include "store/store.h"
+
+#define NAME_MAX_LEN 255
+#define STATS_NAME   ".stats"
+
+struct open_file {
+        pthread_mutex_t mu; /* guards obj, which a stale read replaces */
+        struct shoal_object obj;
+        struct shoal_stream stream; /* a hint; racing readers of one handle cost speed only */
+};
+
+struct stats_handle {
+        char *text;
+        size_t len;
+};
+
+struct dir_handle {
+        struct shoal_dirlist *list;
+        uint64_t parent_ino;
+        char path[SHOAL_KEY_MAX + 1];
+};
+
+struct thread_buf {
+        size_t cap;
+        void *mem;
+};
+
+static struct shoal_fuse *fs_of(fuse_req_t req)
+{
+        return fuse_req_userdata(req);
+}
+
+static uint64_t op_begin(void)
+{
+        shoal_metric_inc(SHOAL_M_fuse_ops);
+        return shoal_now_ns();
+}
+
+static void op_end(uint64_t t0)
+{
+        shoal_metric_observe(SHOAL_M_fuse_op_dur, shoal_now_ns() - t0);
+}
+
+static void reply_err(fuse_req_t req, uint64_t t0, int err)
+{
+        fuse_reply_err(req, err);
+        op_end(t0);
+}
+
+void shoal_fuse_buf_free(void *p)
+{
+        struct thread_buf *b = p;
+        if (!b)
+                return;
+        munmap(b->mem, b->cap);
+        free(b);
+}
+
+/* This worker thread's buffer of at least NEED bytes. Allocated and faulted in once per thread
+ * (DESIGN.md "Memory"), then reused by every request the thread serves. */
+static void *thread_buf(struct shoal_fuse *f, size_t need)
+{
+        struct thread_buf *b = pthread_getspecific(f->buf_key);
+        if (b && b->cap >= need)
+                return b->mem;
+        size_t cap = SHOAL_MAX(need, (size_t)f->cfg.max_read);
+        cap = (cap + 4095) & ~(size_t)4095;
+        void *mem = mmap(NULL, cap, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        if (mem == MAP_FAILED)
+                return NULL;
+        if (!b) {
+                b = calloc(1, sizeof(*b));
+                if (!b || pthread_setspecific(f->buf_key, b)) {
+                        free(b);
+                        munmap(mem, cap);
+                        return NULL;
+                }
+        } else {
+                munmap(b->mem, b->cap);
+        }
+        b->mem = mem;
+        b->cap = cap;
+        return mem;
+}
+
+static void meta_done(uint64_t t0)
+{
+        shoal_metric_inc(SHOAL_M_meta_ops);
+        shoal_metric_observe(SHOAL_M_meta_op_dur, shoal_now_ns() - t0);
+}
+
+static void fill_stat(const struct shoal_fuse *f, uint64_t ino, const struct shoal_inode_attr *a,
+                      struct stat *st)
+{
+        memset(st, 0, sizeof(*st));
+        st->st_ino = ino;
+        st->st_uid = f->uid;
+        st->st_gid = f->gid;
+        int64_t t = a->is_dir ? f->start_ns : a->mtime_ns;
+        st->st_mtim.tv_sec = t / 1000000000LL;
+        st->st_mtim.tv_nsec = t % 1000000000LL;
+        st->st_atim = st->st_mtim;
+        st->st_ctim = st->st_mtim;
+        /* Tools size their buffers by st_blksize: ask for whole FUSE requests. */
+        st->st_blksize = (blksize_t)f->cfg.max_read;
+        if (a->is_dir) {
+                st->st_mode = S_IFDIR | 0555;
+                st->st_nlink = 2;
+        } else {
+                st->st_mode = S_IFREG | 0444;
+                st->st_nlink = 1;
+                st->st_size = (off_t)a->size;
+                st->st_blocks = (blkcnt_t)((a->size + 511) / 512);
+        }
+}
+
+static void stats_stat(const struct shoal_fuse *f, struct stat *st)
+{
+        struct shoal_inode_attr a = {.is_dir = false};
+        a.mtime_ns = (int64_t)shoal_wall_ns();
+        fill_stat(f, SHOAL_INO_STATS, &a, st);
+}
+
+static void attr_of_object(const struct shoal_object *o, struct shoal_inode_attr *a)
+{
+        memset(a, 0, sizeof(*a));
+        a->size = o->size;
+        a->mtime_ns = o->mtime_ns;
+        shoal_strlcpy(a->version, o->version, sizeof(a->version));
+}
+
+static int store_stat(struct shoal_fuse *f, const char *key, struct shoal_object *o)
+{
+        uint64_t t0 = shoal_now_ns();
+        int rc = shoal_store_stat(f->node->store, key, o);
+        meta_done(t0);
+        return rc == -EINVAL ? -ENOENT : rc;
+}
+
+struct list_ctx {
+        struct shoal_dirlist *l;
+        size_t prefix_len;
+        bool root;
+        bool any; /* probe: stop at the first entry */
+        int err;
+};
+
+static int list_cb(void *arg, const struct shoal_list_entry *e)
+{
+        struct list_ctx *c = arg;
+        if (c->any) {
+                c->err = 1;
+                return 1;
+        }
+        const char *name = e->key + c->prefix_len;
+        size_t len = strlen(name);
+        if (e->is_prefix && len)
+                len--; /* drop the delimiter */
+        /* Names a file system cannot show: a folder-marker object ("a/"), ".", "..", over-long
+         * names, and .stats in the root, which the mount's own file takes. */
+        if (!len || len > NAME_MAX_LEN || memchr(name, '/', len) || (len == 1 && name[0] == '.') ||
+            (len == 2 && !memcmp(name, "..", 2)) ||
+            (c->root && len == strlen(STATS_NAME) && !memcmp(name, STATS_NAME, len)))
+                return 0;
+        int rc = shoal_dirlist_add(c->l, name, len, e->is_prefix, e->size, e->mtime_ns, e->version);
+        if (rc) {
+                c->err = rc;
+                return rc;
+        }
+        return 0;
+}
+
+/* Lists folder PATH ("" for the root) from the store and publishes it as INO's listing. Returns
+ * the listing with a reference for the caller, or NULL with *ERR set. */
+static struct shoal_dirlist *list_folder(struct shoal_fuse *f, uint64_t ino, const char *path,
+                                         int *err)
+{
+        char prefix[SHOAL_KEY_MAX + 2];
+        snprintf(prefix, sizeof(prefix), "%s%s", path, *path ? "/" : "");
+        struct list_ctx c = {
+                .l = shoal_dirlist_new(),
+                .prefix_len = strlen(prefix),
+                .root = !*path,
+        };
+        if (!c.l) {
+                *err = -ENOMEM;
+                return NULL;
+        }
+        uint64_t t0 = shoal_now_ns();
+        int rc = shoal_store_list(f->node->store, prefix, "/", NULL, list_cb, &c);
+        meta_done(t0);
+        if (rc < 0 || c.err < 0) {
+                log_ratelimited(SHOAL_LOG_WARN, "fuse", "listing %s failed: %s",
+                                *prefix ? prefix : "/", strerror(c.err < 0 ? -c.err : -rc));
+                shoal_dirlist_put(c.l);
+                *err = -EIO;
+                return NULL;
+        }
+        shoal_dirlist_seal(c.l);
+        shoal_itable_dirlist_set(f->it, ino, c.l);
+        return c.l;
+}
+
+static struct shoal_dirlist *folder_list(struct shoal_fuse *f, uint64_t ino, const char *path,
+                                         int *err)
+{
+        struct shoal_dirlist *l = shoal_itable_dirlist_get(f->it, ino);
+        return l ? l : list_folder(f, ino, path, err);
+}
+
+/* What PATH is, without a listing of its parent: an object, a folder (some key starts with
+ * "PATH/"; a folder hides an object of the same name, as in listings), or -ENOENT. */
+static int probe(struct shoal_fuse *f, const char *path, struct shoal_inode_attr *a)
+{
+        struct shoal_object o;
+        int src = store_stat(f, path, &o);
+        char prefix[SHOAL_KEY_MAX + 2];
+        snprintf(prefix, sizeof(prefix), "%s/", path);
+        struct list_ctx c = {.any = true};
+        uint64_t t0 = shoal_now_ns();
+        int lrc = shoal_store_list(f->node->store, prefix, "/", NULL, list_cb, &c);
+        meta_done(t0);
+        if (c.err > 0) {
+                memset(a, 0, sizeof(*a));
+                a->is_dir = true;
+                return 0;
+        }
+        if (!src) {
+                attr_of_object(&o, a);
+                return 0;
+        }
+        if (src != -ENOENT)
+                return -EIO;
+        return lrc < 0 && lrc != -EINVAL ? -EIO : -ENOENT;
+}
+
+static int child_path(const char *parent, const char *name, char *out, size_t outlen)
+{
+        size_t nl = strlen(name);
+        if (nl > NAME_MAX_LEN)
+                return -ENAMETOOLONG;
+        int n = snprintf(out, outlen, "%s%s%s", parent, *parent ? "/" : "", name);
+        if (n < 0 || (size_t)n >= outlen || n > SHOAL_KEY_MAX)
+                return -ENAMETOOLONG;
+        if (!shoal_key_valid(out, (size_t)n))
+                return -ENOENT;
+        return 0;
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+        uint64_t t0 = op_begin();
+        struct shoal_fuse *f = fs_of(req);
+        struct fuse_entry_param e;
+        memset(&e, 0, sizeof(e));
+        e.attr_timeout = f->ttl_s;
+        e.entry_timeout = f->ttl_s;
+        if (parent == SHOAL_INO_ROOT && !strcmp(name, STATS_NAME)) {
+                e.ino = SHOAL_INO_STATS;
+                e.attr_timeout = 0;
+                stats_stat(f, &e.attr);
+                fuse_reply_entry(req, &e);
+                op_end(t0);
+                return;
+        }
+        char ppath[SHOAL_KEY_MAX + 1], path[SHOAL_KEY_MAX + 1];
+        bool is_dir = false;
+        int rc = shoal_itable_path(f->it, parent, ppath, sizeof(ppath), &is_dir);
+        if (rc) {
+                reply_err(req, t0, rc == -ENOENT ? ESTALE : -rc);
+                return;
+        }
+        if (!is_dir) {
+                reply_err(req, t0, ENOTDIR);
+                return;
+        }
+        rc = child_path(ppath, name, path, sizeof(path));
+        struct shoal_inode_attr a;
+        if (!rc) {
+                struct shoal_dirlist *l = shoal_itable_dirlist_get(f->it, parent);
+                if (l) {
+                        const struct shoal_dirent *d = shoal_dirlist_find(l, name);
+                        if (d) {
+                                memset(&a, 0, sizeof(a));
+                                a.is_dir = d->is_dir;
+                                a.size = d->size;
+                                a.mtime_ns = d->mtime_ns;
+                                shoal_strlcpy(a.version, d->version, sizeof(a.version));
+                        } else {
+                                rc = -ENOENT;
+                        }
+                        shoal_dirlist_put(l);
+                } else {
+                        rc = probe(f, path, &a);
+                }
+        }
+        if (rc == -ENOENT) {
+                /* A negative entry: the kernel remembers the absence for the TTL. */
+                fuse_reply_entry(req, &e);
+                op_end(t0);
+                return;
+        }
+        if (rc) {
+                reply_err(req, t0, -rc);
+                return;
+        }
+        uint64_t ino;
+        rc = shoal_itable_ref(f->it, path, &a, &ino);
+        if (rc) {
+                reply_err(req, t0, -rc);
+                return;
+        }
+        e.ino = ino;
+        fill_stat(f, ino, &a, &e.attr);
+        if (fuse_reply_entry(req, &e) == -ENOENT)
+                shoal_itable_forget(f->it, ino, 1); /* the request was interrupted */
+        op_end(t0);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+        uint64_t t0 = op_begin();
+        shoal_itable_forget(fs_of(req)->it, ino, nlookup);
+        fuse_reply_none(req);
+        op_end(t0);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+        uint64_t t0 = op_begin();
+        struct shoal_fuse *f = fs_of(req);
+        for (size_t i = 0; i < count; i++)
+                shoal_itable_forget(f->it, forgets[i].ino, forgets[i].nlookup);
+        fuse_reply_none(req);
+        op_end(t0);
+}
+
+/* Fresh attributes of INO: from the table within the TTL, else from a stat of the object. */
+static int fresh_attr(struct shoal_fuse *f, uint64_t ino, struct shoal_inode_attr *a, char *path,
+                      size_t pathlen)
+{
+        bool fresh = false, is_dir = false;
+        int rc = shoal_itable_getattr(f->it, ino, a, &fresh);
+        if (rc)
+                return rc;
+        rc = shoal_itable_path(f->it, ino, path, pathlen, &is_dir);
+        if (rc || fresh)
+                return rc;
+        struct shoal_object o;
+        rc = store_stat(f, path, &o);
+        if (rc)
+                return rc == -ENOENT ? rc : -EIO;
+        attr_of_object(&o, a);
+        shoal_itable_setattr(f->it, ino, a);
+        return 0;
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+        uint64_t t0 = op_begin();
+        struct shoal_fuse *f = fs_of(req);
+        struct stat st;
+        if (ino == SHOAL_INO_STATS) {
+                stats_stat(f, &st);
+                fuse_reply_attr(req, &st, 0);
+                op_end(t0);
+                return;
+        }
+        struct shoal_inode_attr a;
+        char path[SHOAL_KEY_MAX + 1];
+        int rc = fresh_attr(f, ino, &a, path, sizeof(path));
+        if (rc) {
+                reply_err(req, t0, -rc);
+                return;
+        }
+        fill_stat(f, ino, &a, &st);
+        fuse_reply_attr(req, &st, f->ttl_s);
+        op_end(t0);
+}
+
+/* Every change to the volume ends here: shoal mounts are read-only. */
+static void refuse(fuse_req_t req, uint64_t t0, const char *what, const char *name)
+{
+        log_ratelimited(SHOAL_LOG_WARN, "fuse", "refused %s%s%s: read-only file system", what,
+                        name ? " of " : "", name ? name : "");
+        reply_err(req, t0, EROFS);
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+                       struct fuse_file_info *fi)
+{
+        uint64_t t0 = op_begin();
+        if (to_set) {
+                refuse(req, t0, "setattr", NULL);
+                return;
+        }
+        fuse_reply_err(req, 0); /* unreachable in practice: the kernel sends a change */
+        op_end(t0);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+        refuse(req, op_begin(), "mknod", name);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+        refuse(req, op_begin(), "mkdir", name);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+        refuse(req, op_begin(), "unlink", name);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+        refuse(req, op_begin(), "rmdir", name);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+        refuse(req, op_begin(), "symlink", name);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+                      const char *newname, unsigned int flags)
+{
+        refuse(req, op_begin(), "rename", name);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+        refuse(req, op_begin(), "link", newname);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                      struct fuse_file_info *fi)
+{
+        refuse(req, op_begin(), "create", name);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+                     struct fuse_file_info *fi)
+{
+        refuse(req, op_begin(), "write", NULL);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+                        size_t size, int flags)
+{
+        refuse(req, op_begin(), "setxattr", name);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+        refuse(req, op_begin(), "removexattr", name);
+}
+
+static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+                         struct fuse_file_info *fi)
+{
+        refuse(req, op_begin(), "fallocate", NULL);
+}
+
+static int open_stats(struct shoal_fuse *f, struct fuse_file_info *fi)
+{
+        struct shoal_metrics_snap cur;
+        int rc = shoal_metrics_snap_take(&cur);
+        if (rc)
+                return rc;
+        struct stats_handle *h = calloc(1, sizeof(*h));
+        if (!h) {
+                shoal_metrics_snap_free(&cur);
+                return -ENOMEM;
+        }
+        pthread_mutex_lock(&f->stats_mu);
+        h->text = shoal_metrics_render_stats(&cur, f->have_prev ? &f->stats_prev : NULL);
+        if (f->have_prev)
+                shoal_metrics_snap_free(&f->stats_prev);
+        f->stats_prev = cur;
+        f->have_prev = true;
+        pthread_mutex_unlock(&f->stats_mu);
+        if (!h->text) {
+                free(h);
+                return -ENOMEM;
+        }
+        h->len = strlen(h->text);
+        /* direct_io: the kernel asks for the bytes whatever size getattr said (0). */
+        fi->direct_io = 1;
+        fi->fh = (uint64_t)(uintptr_t)h;
+        return 0;
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+        uint64_t t0 = op_begin();
+        struct shoal_fuse *f = fs_of(req);
+        if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+                refuse(req, t0, "open for writing", NULL);
+                return;
+        }
+        int rc;
+        if (ino == SHOAL_INO_STATS) {
+                rc = open_stats(f, fi);
+                if (rc) {
+                        reply_err(req, t0, -rc);
+                        return;
+                }
+                fuse_reply_open(req, fi);
+                op_end(t0);
+                return;
+        }
+        /* The first open comes after INIT was answered, and the kernel sets a file's readahead
+         * window after open returns: the right moment to raise it. */
+        if (!__atomic_exchange_n(&f->ra_tuned, 1, __ATOMIC_RELAXED))
+                shoal_fuse_tune_readahead(f);
+        struct shoal_inode_attr a;
+        char path[SHOAL_KEY_MAX + 1];
+        rc = fresh_attr(f, ino, &a, path, sizeof(path));
+        if (rc) {
+                reply_err(req, t0, -rc);
+                return;
+        }
+        if (a.is_dir) {
+                reply_err(req, t0, EISDIR);
+                return;
+        }
+        struct open_file *h = calloc(1, sizeof(*h));
+        if (!h) {
+                reply_err(req, t0, ENOMEM);
+                return;
+        }
+        pthread_mutex_init(&h->mu, NULL);
+        shoal_strlcpy(h->obj.key, path, sizeof(h->obj.key));
+        shoal_strlcpy(h->obj.version, a.version, sizeof(h->obj.version));
+        h->obj.size = a.size;
+        h->obj.mtime_ns = a.mtime_ns;
+        fi->fh = (uint64_t)(uintptr_t)h;
+        /* Objects are immutable per version: the page cache stays valid while it is unchanged. */
+        fi->keep_cache = shoal_itable_note_open(f->it, ino, a.version);
+        fi->noflush = 1;
+        if (fuse_reply_open(req, fi) == -ENOENT) {
+                pthread_mutex_destroy(&h->mu);
+                free(h);
+        }
+        op_end(t0);
+}
+
+static void read_stats(fuse_req_t req, uint64_t t0, struct stats_handle *h, size_t size, off_t off)
+{
+        size_t o = (size_t)off < h->len ? (size_t)off : h->len;
+        size_t n = SHOAL_MIN(size, h->len - o);
+        /* The kernel may complete this read, and the reader close the file (release frees H),
+         * while writev is still returning; answer from this thread's buffer, not from H. */
+        char *buf = thread_buf(fs_of(req), n);
+        if (!buf) {
+                reply_err(req, t0, ENOMEM);
+                return;
+        }
+        memcpy(buf, h->text + o, n);
+        fuse_reply_buf(req, buf, n);
+        op_end(t0);
+}
+
+/* Re-stats H's object after the reader said it changed. Returns 0 or a negative errno. */
+static int restat(struct shoal_fuse *f, fuse_ino_t ino, struct open_file *h,
+                  struct shoal_object *obj)
+{
+        struct shoal_object o;
+        int rc = store_stat(f, obj->key, &o);
+        if (rc)
+                return rc;
+        log_ratelimited(SHOAL_LOG_INFO, "fuse", "%s changed while open (version %s -> %s)",
+                        obj->key, obj->version, o.version);
+        pthread_mutex_lock(&h->mu);
+        h->obj = o;
+        pthread_mutex_unlock(&h->mu);
+        *obj = o;
+        struct shoal_inode_attr a;
+        attr_of_object(&o, &a);
+        shoal_itable_setattr(f->it, ino, &a);
+        return 0;
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi)
+{
+        uint64_t t0 = op_begin();
+        struct shoal_fuse *f = fs_of(req);
+        if (ino == SHOAL_INO_STATS) {
+                read_stats(req, t0, (struct stats_handle *)(uintptr_t)fi->fh, size, off);
+                return;
+        }
+        struct open_file *h = (struct open_file *)(uintptr_t)fi->fh;
+        char *buf = thread_buf(f, size);
+        if (!buf) {
+                reply_err(req, t0, ENOMEM);
+                return;
+        }
+        struct shoal_object obj;
+        pthread_mutex_lock(&h->mu);
+        obj = h->obj;
+        pthread_mutex_unlock(&h->mu);
+
+        /* A short answer is end-of-file to the kernel, so the request is filled completely (up
+         * to the end of the object) or fails; a busy buffer layer is waited out, briefly. */
+        size_t done = 0;
+        unsigned busy = 0;
+        bool restated = false;
+        long n = 0;
+        while (done < size) {
+                n = shoal_reader_read(f->node->reader, &obj, (uint64_t)off + done, size - done,
+                                      buf + done, &h->stream);
+                if (n > 0) {
+                        done += (size_t)n;
+                        continue;
+                }
+                if (!n)
+                        break;
+                if (n == -ESTALE && !restated) {
+                        restated = true;
+                        if (restat(f, ino, h, &obj))
+                                break;
+                        done = 0; /* never mix two versions in one answer */
+                        continue;
+                }
+                if ((n == -EBUSY || n == -EAGAIN) && busy++ < 200) {
+                        shoal_sleep_ns(1000000);
+                        continue;
+                }
+                break;
+        }
+        if (n < 0 && done < size) {
+                log_ratelimited(SHOAL_LOG_ERROR, "fuse", "read %s [%lld+%zu] failed: %s", obj.key,
+                                (long long)off, size, strerror((int)-n));
+                {
+                        reply_err(req, t0, EIO);
+                        return;
+                }
+        }
+        shoal_metric_inc(SHOAL_M_fuse_reads);
+        shoal_metric_add(SHOAL_M_fuse_read_bytes, done);
+        if (size >= SHOAL_MiB)
+                shoal_metric_inc(SHOAL_M_fuse_read_size_1m);
+        fuse_reply_buf(req, buf, done);
+        op_end(t0);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+        uint64_t t0 = op_begin();
+        if (ino == SHOAL_INO_STATS) {
+                struct stats_handle *sh = (struct stats_handle *)(uintptr_t)fi->fh;
+                free(sh->text);
+                free(sh);
+        } else {
+                struct open_file *h = (struct open_file *)(uintptr_t)fi->fh;
+                pthread_mutex_destroy(&h->mu);
+                free(h);
+        }
+        fuse_reply_err(req, 0);
+        op_end(t0);
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+        uint64_t t0 = op_begin();
+        struct shoal_fuse *f = fs_of(req);
+        struct dir_handle *h = calloc(1, sizeof(*h));
+        if (!h) {
+                reply_err(req, t0, ENOMEM);
+                return;
+        }
+        bool is_dir = false;
+        int rc = shoal_itable_path(f->it, ino, h->path, sizeof(h->path), &is_dir);
+        if (!rc && !is_dir)
+                rc = -ENOTDIR;
+        if (!rc)
+                h->list = folder_list(f, ino, h->path, &rc);
+        if (rc) {
+                free(h);
+                {
+                        reply_err(req, t0, -rc);
+                        return;
+                }
+        }
+        char parent[SHOAL_KEY_MAX + 1];
+        shoal_strlcpy(parent, h->path, sizeof(parent));
+        char *slash = strrchr(parent, '/');
+        if (slash)
+                *slash = '\0';
+        else
+                parent[0] = '\0';
+        h->parent_ino = *h->path ? shoal_itable_ino_of(f->it, parent) : SHOAL_INO_ROOT;
+        fi->fh = (uint64_t)(uintptr_t)h;
+        if (fuse_reply_open(req, fi) == -ENOENT) {
+                shoal_dirlist_put(h->list);
+                free(h);
+        }
+        op_end(t0);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                       struct fuse_file_info *fi)
+{
+        uint64_t t0 = op_begin();
+        struct shoal_fuse *f = fs_of(req);
+        struct dir_handle *h = (struct dir_handle *)(uintptr_t)fi->fh;
+        char *buf = thread_buf(f, size);
+        if (!buf) {
+                reply_err(req, t0, ENOMEM);
+                return;
+        }
+        size_t pos = 0;
+        /* Offsets: 0 ".", 1 "..", 2 + i the i-th child of the listing taken at opendir. */
+        for (uint64_t i = (uint64_t)off; i < h->list->n + 2; i++) {
+                struct stat st;
+                memset(&st, 0, sizeof(st));
+                const char *name;
+                char path[SHOAL_KEY_MAX + NAME_MAX_LEN + 2];
+                if (i < 2) {
+                        name = i ? ".." : ".";
+                        st.st_ino = i ? h->parent_ino : ino;
+                        st.st_mode = S_IFDIR;
+                } else {
+                        const struct shoal_dirent *d = &h->list->ents[i - 2];
+                        name = d->name;
+                        snprintf(path, sizeof(path), "%s%s%s", h->path, *h->path ? "/" : "", name);
+                        st.st_ino = shoal_itable_ino_of(f->it, path);
+                        st.st_mode = d->is_dir ? S_IFDIR : S_IFREG;
+                }
+                size_t n = fuse_add_direntry(req, buf + pos, size - pos, name, &st, (off_t)(i + 1));
+                if (n > size - pos)
+                        break;
+                pos += n;
+        }
+        fuse_reply_buf(req, buf, pos);
+        op_end(t0);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+        uint64_t t0 = op_begin();
+        struct dir_handle *h = (struct dir_handle *)(uintptr_t)fi->fh;
+        shoal_dirlist_put(h->list);
+        free(h);
+        fuse_reply_err(req, 0);
+        op_end(t0);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+        uint64_t t0 = op_begin();
+        struct shoal_fuse *f = fs_of(req);
+        struct statvfs st;
+        memset(&st, 0, sizeof(st));
+        st.f_bsize = f->block_size;
+        st.f_frsize = f->block_size;
+        st.f_namemax = NAME_MAX_LEN;
+        st.f_flag = ST_RDONLY;
+        fuse_reply_statfs(req, &st);
+        op_end(t0);
+}
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+        struct shoal_fuse *f = userdata;
+        uint32_t mr = f->cfg.max_read;
+        log_debug("fuse", "kernel offers protocol %u.%u, max_readahead %u, capable 0x%x",
+                  conn->proto_major, conn->proto_minor, conn->max_readahead, conn->capable);
+        conn->max_write = mr;
+        conn->max_read = mr;
+        /* The kernel only lets us lower this; mount.c raises the bdi's read_ahead_kb. */
+        conn->max_readahead = SHOAL_MIN(conn->max_readahead, 4u * SHOAL_MiB);
+        /* Enough background requests for readahead and async direct I/O of many streams. */
+        conn->max_background = 64;
+        conn->congestion_threshold = 48;
+        conn->want &=
+                ~(unsigned)(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE |
+                            FUSE_CAP_READDIRPLUS | FUSE_CAP_WRITEBACK_CACHE);
+        if (conn->capable & FUSE_CAP_ASYNC_READ)
+                conn->want |= FUSE_CAP_ASYNC_READ;
+        if (conn->capable & FUSE_CAP_ASYNC_DIO)
+                conn->want |= FUSE_CAP_ASYNC_DIO;
+        if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+                conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+}
+
+const struct fuse_lowlevel_ops shoal_fuse_ops = {
+        .init = op_init,
+        .lookup = op_lookup,
+        .forget = op_forget,
+        .forget_multi = op_forget_multi,
+        .getattr = op_getattr,
+        .setattr = op_setattr,
+        .mknod = op_mknod,
+        .mkdir = op_mkdir,
+        .unlink = op_unlink,
+        .rmdir = op_rmdir,
+        .symlink = op_symlink,
+        .rename = op_rename,
+        .link = op_link,
+        .open = op_open,
+        .read = op_read,
+        .write = op_write,
+        .release = op_release,
+        .opendir = op_opendir,
+        .readdir = op_readdir,
+        .releasedir = op_releasedir,
+        .statfs = op_statfs,
+        .setxattr = op_setxattr,
+        .removexattr = op_removexattr,
+        .create = op_create,
+        .fallocate = op_fallocate,
+};

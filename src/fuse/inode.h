@@ -1,0 +1,98 @@
+/* The mount's inode table and metadata cache.
+ *
+ * Every path the kernel has looked up (and not yet forgotten) has one entry, found by path or by
+ * inode number. Inode numbers are derived from a 64-bit hash of the path (probing past a
+ * collision), so a path keeps its number across forget/lookup and across remounts unless two
+ * paths collide. Each entry carries its attributes with an expiry (the --attr-cache TTL); a
+ * directory entry may also carry its listing, shared by reference with open directory handles.
+ * Thread-safe: one mutex guards the table; no call blocks on I/O. */
+#ifndef SHOAL_FUSE_INODE_H
+#define SHOAL_FUSE_INODE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/block.h"
+
+#define SHOAL_INO_ROOT  1u
+#define SHOAL_INO_STATS 2u
+/* Numbers below this are reserved for fixed inodes; hashed numbers never take them. */
+#define SHOAL_INO_FIRST_HASHED 16u
+
+struct shoal_inode_attr {
+        bool is_dir;
+        uint64_t size;
+        int64_t mtime_ns;
+        char version[SHOAL_VERSION_MAX + 1]; /* empty for directories */
+};
+
+/* One child in a directory listing. */
+struct shoal_dirent {
+        char *name; /* one path component, never empty, no '/' */
+        bool is_dir;
+        uint64_t size;
+        int64_t mtime_ns;
+        char *version; /* "" for directories */
+};
+
+/* A directory's listing at one moment, sorted by name, immutable once published. */
+struct shoal_dirlist {
+        unsigned refs; /* atomic */
+        uint64_t expiry_ns;
+        size_t n, cap;
+        struct shoal_dirent *ents;
+};
+
+struct shoal_itable;
+
+/* Creates a table with only the root (a directory). TTL_NS bounds how long attributes and
+ * listings are trusted. Returns NULL on allocation failure. */
+struct shoal_itable *shoal_itable_create(uint64_t ttl_ns);
+/* Frees every entry and drops the table's listing references. */
+void shoal_itable_destroy(struct shoal_itable *t);
+
+/* Copies INO's path ("" for the root, else "a/b" without a trailing '/') into BUF and its type
+ * into *IS_DIR. Returns 0, -ENOENT for an unknown inode, -ENAMETOOLONG when BUF is too small. */
+int shoal_itable_path(struct shoal_itable *t, uint64_t ino, char *buf, size_t len, bool *is_dir);
+
+/* Finds or adds PATH, stores A as its fresh attributes and counts one kernel lookup. Returns 0
+ * with *INO set, or -ENOMEM. */
+int shoal_itable_ref(struct shoal_itable *t, const char *path, const struct shoal_inode_attr *a,
+                     uint64_t *ino);
+/* Drops N kernel lookups of INO; the entry is freed at zero. Unknown inodes are ignored. */
+void shoal_itable_forget(struct shoal_itable *t, uint64_t ino, uint64_t n);
+
+/* Copies INO's attributes into A and sets *FRESH when they are within the TTL. Returns 0 or
+ * -ENOENT. */
+int shoal_itable_getattr(struct shoal_itable *t, uint64_t ino, struct shoal_inode_attr *a,
+                         bool *fresh);
+/* Replaces INO's attributes with A (fresh from now). Unknown inodes are ignored. */
+void shoal_itable_setattr(struct shoal_itable *t, uint64_t ino, const struct shoal_inode_attr *a);
+
+/* Records that INO was opened at VERSION; returns true when the previous open saw the same
+ * version (so the kernel may keep its page cache). */
+bool shoal_itable_note_open(struct shoal_itable *t, uint64_t ino, const char *version);
+
+/* The inode number PATH has or would get now (for readdir's d_ino; no entry is made). */
+uint64_t shoal_itable_ino_of(struct shoal_itable *t, const char *path);
+
+/* INO's listing with a reference taken when it is within the TTL, else NULL. */
+struct shoal_dirlist *shoal_itable_dirlist_get(struct shoal_itable *t, uint64_t ino);
+/* Publishes L as INO's listing (expiring one TTL from now); the table takes its own reference.
+ * Unknown inodes are ignored. */
+void shoal_itable_dirlist_set(struct shoal_itable *t, uint64_t ino, struct shoal_dirlist *l);
+
+/* Listing construction (by one thread, before publishing). new returns a list with one reference
+ * or NULL; add copies NAME and VERSION and returns 0 or -ENOMEM; seal sorts by name and drops a
+ * file that has the same name as a directory (the directory wins, as in S3 browsers). */
+struct shoal_dirlist *shoal_dirlist_new(void);
+int shoal_dirlist_add(struct shoal_dirlist *l, const char *name, size_t name_len, bool is_dir,
+                      uint64_t size, int64_t mtime_ns, const char *version);
+void shoal_dirlist_seal(struct shoal_dirlist *l);
+void shoal_dirlist_get(struct shoal_dirlist *l);
+void shoal_dirlist_put(struct shoal_dirlist *l);
+/* The child NAME of a sealed list, or NULL. */
+const struct shoal_dirent *shoal_dirlist_find(const struct shoal_dirlist *l, const char *name);
+
+#endif
