@@ -7,8 +7,28 @@ PKGS=(
   build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
   libfabric-dev libfabric-bin libfuse3-dev fuse3 liburing-dev libcurl4-openssl-dev
   libsqlite3-dev sqlite3 libhiredis-dev redis-server libssl-dev libcmocka-dev
-  nginx memcached iperf3 fio iproute2 procps psmisc util-linux curl python3
+  nginx memcached iperf3 fio wrk time iproute2 procps psmisc util-linux curl python3
 )
+
+# The s3:// tests run a real S3 server, s3rver, from npm, and make a TLS certificate with openssl.
+# Node may come from elsewhere (NodeSource, nvm): ask Debian for it only when node or npm is absent.
+PKGS+=(openssl)
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  PKGS+=(nodejs npm)
+fi
+
+# s3rver goes into the git-ignored .deps/ of this checkout, once.
+install_s3rver() {
+  local root
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  [ -f "$root/.deps/node_modules/s3rver/bin/s3rver.js" ] && return 0
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "setup: no npm; the s3:// tests will be skipped" >&2
+    return 0
+  fi
+  echo "setup: installing s3rver into $root/.deps" >&2
+  npm install --prefix "$root/.deps" --no-audit --no-fund --loglevel=error s3rver@3.7.1 >/dev/null
+}
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -17,6 +37,7 @@ for p in "${PKGS[@]}"; do
   fi
 done
 if [ ${#missing[@]} -eq 0 ]; then
+  install_s3rver
   exit 0
 fi
 
@@ -34,3 +55,4 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q >/dev/null
 # Package scripts may try to start services (nginx, redis, memcached); tests start their own.
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+install_s3rver

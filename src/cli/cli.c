@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "metrics/http.h"
 #include "rpc/server.h"
 
 #define COMMON (CMD_MOUNT | CMD_SERVE | CMD_CAT | CMD_WARMUP | CMD_BENCH)
@@ -92,7 +93,14 @@ static const struct opt_def opts[OPT__COUNT] = {
         [OPT_COUNT] = {"count", 'c', true, CMD_STATS, "N", "print N rows, then exit"},
         [OPT_STORAGE] = {"storage", 0, true, CMD_WARMUP, "STORAGE",
                          "warm objects of this store (with --prefix)"},
-        [OPT_PREFIX] = {"prefix", 0, true, CMD_WARMUP, "P", "warm objects under this prefix"},
+        [OPT_PREFIX] = {"prefix", 0, true, CMD_WARMUP | CMD_BENCH, "P",
+                        "objects under this prefix"},
+        [OPT_THREADS] = {"threads", 'p', true, CMD_BENCH, "N", "concurrent readers (default 16)"},
+        [OPT_DURATION] = {"duration", 0, true, CMD_BENCH, "TIME", "how long to read (default 10s)"},
+        [OPT_LINGER] = {"linger", 0, true, CMD_BENCH, "TIME",
+                        "stay idle this long after reading, printing connections per member"},
+        [OPT_WARM] = {"warm", 0, false, CMD_BENCH, NULL,
+                      "read every block once first so that members have them cached"},
         [OPT_ATTR_CACHE] = {"attr-cache", 0, true, CMD_MOUNT, "SECONDS",
                             "how long names, sizes and listings are cached (default 60)"},
         [OPT_MAX_WRITE] = {"max-write", 0, true, CMD_MOUNT, "BYTES",
@@ -408,11 +416,8 @@ int shoal_cli_node_config(const struct shoal_cli *cli, const char *storage,
         cfg->cache_try_dio = cli->val[OPT_CACHE_TRY_DIO] != NULL;
         cfg->rdma_network = cli->val[OPT_RDMA_NETWORK];
         cfg->rdma_provider = cli->val[OPT_RDMA_PROVIDER];
-        if (cfg->use_iorpc)
-                return shoal_cli_fail(cli, "--use-iorpc is not available yet in this build");
-        if (cfg->rdma_network || cfg->rdma_provider)
-                return shoal_cli_fail(cli, "--rdma-network/--rdma-provider are not available yet "
-                                           "in this build");
+        if (cfg->rdma_provider && !cfg->rdma_network)
+                return shoal_cli_fail(cli, "--rdma-provider needs --rdma-network IF1[:IF2...]");
 
         if (size_flag(cli, OPT_BUFFER_SIZE, SHOAL_MiB, false, 300 * (int64_t)SHOAL_MiB, &v))
                 return 2;
@@ -424,8 +429,15 @@ int shoal_cli_node_config(const struct shoal_cli *cli, const char *storage,
                 return 2;
         cfg->prefetch = (unsigned)u;
         cfg->metrics_addr = cli->val[OPT_METRICS];
-        if (cfg->metrics_addr)
-                return shoal_cli_fail(cli, "--metrics is not available yet in this build");
+        if (cfg->metrics_addr) {
+                char host[256];
+                uint16_t port;
+                if (shoal_metrics_addr_parse(cfg->metrics_addr, host, sizeof(host), &port))
+                        return shoal_cli_fail(cli,
+                                              "invalid --metrics %s: expected HOST:PORT (e.g. "
+                                              "127.0.0.1:9567)",
+                                              cfg->metrics_addr);
+        }
         if (!storage || !*storage)
                 return shoal_cli_fail(cli, "missing STORAGE (e.g. file:///data)");
         return 0;

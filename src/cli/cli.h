@@ -63,6 +63,10 @@ enum shoal_opt {
         OPT_ATTR_CACHE,
         OPT_MAX_WRITE,
         OPT_SUMMARY,
+        OPT_THREADS,
+        OPT_DURATION,
+        OPT_LINGER,
+        OPT_WARM,
         OPT__COUNT
 };
 

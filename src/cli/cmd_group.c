@@ -47,7 +47,7 @@ int shoal_cmd_group(int argc, char **argv)
                "TCP POOL", "IORPC", "ALIVE", "CACHE");
         size_t live = 0;
         for (size_t i = 0; i < n; i++) {
-                char cap[64];
+                char cap[96];
                 fmt_cap(m[i].cache_bytes, m[i].cache_capacity, cap, sizeof(cap));
                 printf("%-32s  %-16.16s  %-8s  %6" PRIu32 "  %-21s  %-21s  %-6s  %s\n", m[i].id,
                        m[i].host, m[i].role == SHOAL_ROLE_PROVIDER ? "provider" : "consumer",

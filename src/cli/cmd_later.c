@@ -13,32 +13,7 @@ static int not_yet(enum shoal_cmd cmd, const char *name, int argc, char **argv)
         return shoal_cli_fail(&cli, "not available yet in this build");
 }
 
-int shoal_cmd_mount(int argc, char **argv)
-{
-        return not_yet(CMD_MOUNT, "mount", argc, argv);
-}
-
-int shoal_cmd_umount(int argc, char **argv)
-{
-        return not_yet(CMD_UMOUNT, "umount", argc, argv);
-}
-
-int shoal_cmd_stats(int argc, char **argv)
-{
-        return not_yet(CMD_STATS, "stats", argc, argv);
-}
-
 int shoal_cmd_warmup(int argc, char **argv)
 {
         return not_yet(CMD_WARMUP, "warmup", argc, argv);
-}
-
-int shoal_cmd_bench(int argc, char **argv)
-{
-        return not_yet(CMD_BENCH, "bench", argc, argv);
-}
-
-int shoal_cmd_ping(int argc, char **argv)
-{
-        return not_yet(CMD_PING, "ping", argc, argv);
 }

@@ -12,8 +12,10 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "group/group.h"
+#include "metrics/http.h"
 #include "net/iface.h"
 #include "net/remote.h"
+#include "rpc/rdma.h"
 #include "rpc/server.h"
 #include "store/store.h"
 
@@ -82,12 +84,39 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
         if (!n->cache)
                 goto out_store;
 
+        /* [M3]: with --rdma-network every interface must come up, or the node does not start;
+         * without it, no libfabric at all. */
+        char rdma_if[SHOAL_FAB_MAX_IFACES][32];
+        int n_rdma_if = 0;
+        if (cfg->rdma_network) {
+                n_rdma_if = shoal_fab_parse_ifaces(cfg->rdma_network, rdma_if);
+                if (n_rdma_if < 0) {
+                        snprintf(err, errlen,
+                                 "invalid --rdma-network %s: expected IF1[:IF2...] (at most %d)",
+                                 cfg->rdma_network, SHOAL_FAB_MAX_IFACES);
+                        *exit_code = 2;
+                        goto out_cache;
+                }
+        }
+        const char *rdma_prov = shoal_fab_provider(cfg->rdma_provider);
+        if (cfg->cache_group && n_rdma_if > 0) {
+                struct shoal_rdma_client_config rc = {.provider = rdma_prov,
+                                                      .ifaces = rdma_if,
+                                                      .n_if = (unsigned)n_rdma_if,
+                                                      .secret = cfg->group_secret,
+                                                      .bounce_size = n->vol.block_size};
+                n->rdma_client = shoal_rdma_client_create(&rc, err, errlen);
+                if (!n->rdma_client)
+                        goto out_cache;
+        }
         if (cfg->cache_group) {
-                struct shoal_remote_config rmc = {.secret = cfg->group_secret};
+                struct shoal_remote_config rmc = {.secret = cfg->group_secret,
+                                                  .use_iorpc = cfg->use_iorpc || n_rdma_if > 0,
+                                                  .rdma = n->rdma_client};
                 n->remote = shoal_remote_create(&rmc);
                 if (!n->remote) {
                         snprintf(err, errlen, "cannot create the group client");
-                        goto out_cache;
+                        goto out_rdma_client;
                 }
         }
 
@@ -104,6 +133,12 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
         n->reader = shoal_reader_create(&rcfg, err, errlen);
         if (!n->reader)
                 goto out_remote;
+        if (n->rdma_client) {
+                size_t blen;
+                void *bbase = shoal_reader_buffers(n->reader, &blen);
+                if (shoal_rdma_client_register(n->rdma_client, bbase, blen, err, errlen))
+                        goto out_reader;
+        }
 
         if (sharing) {
                 struct shoal_server_config sc = {
@@ -115,6 +150,7 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
                         .cache_try_dio = cfg->cache_try_dio,
                         .iorpc_mode = cfg->iorpc_mode,
                         .secret = cfg->group_secret,
+                        .rdma = n_rdma_if > 0,
                 };
                 n->server = shoal_server_start(&sc, err, errlen);
                 if (!n->server) {
@@ -122,6 +158,30 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
                                 *exit_code = 2;
                         goto out_reader;
                 }
+                if (n_rdma_if > 0) {
+                        n->rdma_server = shoal_rdma_server_start(n->server, rdma_prov, rdma_if,
+                                                                 (unsigned)n_rdma_if,
+                                                                 cfg->group_secret, err, errlen);
+                        if (!n->rdma_server)
+                                goto out_server;
+                        char ra[SHOAL_FAB_MAX_IFACES][64];
+                        unsigned nra = shoal_rdma_server_addrs(n->rdma_server, ra);
+                        shoal_server_set_rdma_addrs(n->server, ra, nra);
+                }
+        }
+        /* Before the join, so that a member whose metrics address is taken never joins (its
+         * brief membership would move blocks); short-lived clients (cat) get an endpoint only
+         * when they ask for one. */
+        if (cfg->metrics_addr || cfg->serve) {
+                struct shoal_metrics_http_config mc = {
+                        .addr = cfg->metrics_addr,
+                        .cache_group = cfg->cache_group,
+                        .role = sharing ? "Provider" : "Consumer",
+                        .volume = n->vol.url,
+                };
+                n->metrics = shoal_metrics_http_start(&mc, err, errlen);
+                if (!n->metrics)
+                        goto out_server;
         }
         if (cfg->cache_group) {
                 struct shoal_group_config gc = {
@@ -136,6 +196,8 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
                 me->block_size = n->vol.block_size;
                 if (n->server)
                         shoal_server_addrs(n->server, me->tcp_addr, me->iorpc_addr);
+                if (n->rdma_server)
+                        me->n_rdma = shoal_rdma_server_addrs(n->rdma_server, me->rdma_addr);
                 struct shoal_cache_usage u;
                 shoal_cache_usage(n->cache, &u);
                 me->cache_bytes = u.bytes;
@@ -144,7 +206,7 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
                 if (!n->group) {
                         if (strstr(err, "mismatch"))
                                 *exit_code = 2;
-                        goto out_server;
+                        goto out_metrics;
                 }
                 shoal_reader_set_group(n->reader, n->group);
                 if (n->server)
@@ -153,12 +215,17 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
         *exit_code = 0;
         return n;
 
+out_metrics:
+        shoal_metrics_http_stop(n->metrics);
 out_server:
+        shoal_rdma_server_stop(n->rdma_server);
         shoal_server_stop(n->server);
 out_reader:
         shoal_reader_destroy(n->reader);
 out_remote:
         shoal_remote_destroy(n->remote);
+out_rdma_client:
+        shoal_rdma_client_destroy(n->rdma_client);
 out_cache:
         shoal_cache_close(n->cache);
 out_store:
@@ -172,11 +239,14 @@ void shoal_node_stop(struct shoal_node *n)
 {
         if (!n)
                 return;
-        /* Leave first, so peers stop sending here; then stop serving. */
-        shoal_group_stop(n->group);
+        shoal_metrics_http_stop(n->metrics);
+        /* The server's workers and the reader use the group: stop them before it goes. */
+        shoal_rdma_server_stop(n->rdma_server);
         shoal_server_stop(n->server);
         shoal_reader_destroy(n->reader);
+        shoal_group_stop(n->group);
         shoal_remote_destroy(n->remote);
+        shoal_rdma_client_destroy(n->rdma_client);
         shoal_cache_close(n->cache);
         shoal_store_close(n->store);
         free(n);

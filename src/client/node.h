@@ -34,6 +34,9 @@ struct shoal_node_config {
         uint64_t buffer_size; /* bytes */
         unsigned max_downloads;
         unsigned prefetch; /* readahead blocks */
+        /* --metrics HOST:PORT. NULL: the endpoint listens on 127.0.0.1:9567 or the next free
+         * port when serve is set (members, mounts), and not at all otherwise (short-lived
+         * clients such as cat). */
         const char *metrics_addr;
 };
 
@@ -46,6 +49,9 @@ struct shoal_node {
         struct shoal_remote *remote;
         struct shoal_server *server;
         struct shoal_reader *reader;
+        struct shoal_rdma_client *rdma_client; /* --rdma-network, with a cache group */
+        struct shoal_rdma_server *rdma_server; /* --rdma-network on a sharing member */
+        struct shoal_metrics_http *metrics;    /* NULL: no endpoint */
 };
 
 /* Starts every part CFG asks for. On failure returns NULL with one line in ERR and *EXIT_CODE

@@ -87,8 +87,17 @@ static struct mblock *hash_find(struct shoal_reader *r, const struct shoal_block
         return NULL;
 }
 
+/* buffer_used_bytes counts buffers that hold (or are being filled with) a block: claimed into
+ * the hash table, until removed from it. */
+static void buffer_gauge(struct shoal_reader *r, int sign)
+{
+        shoal_metric_gauge_add(SHOAL_M_buffer_used_bytes, sign * (int64_t)r->cfg.vol->block_size);
+}
+
 static void hash_remove(struct shoal_reader *r, struct mblock *mb)
 {
+        if (mb->used)
+                buffer_gauge(r, -1);
         for (struct mblock **pp = hash_slot(r, &mb->id); *pp; pp = &(*pp)->hnext) {
                 if (*pp == mb) {
                         *pp = mb->hnext;
@@ -168,6 +177,7 @@ static struct mblock *mblock_get_locked(struct shoal_reader *r, const struct sho
                         mb->id = *id;
                         mb->len = len;
                         mb->used = true;
+                        buffer_gauge(r, 1);
                         mb->filling = false;
                         mb->refs = 1;
                         memset(mb->valid, 0, sizeof(mb->valid));
@@ -244,8 +254,11 @@ static int read_store(struct shoal_reader *r, struct mblock *mb, const struct sh
 /* Fills [off, off+len) of MB (chunk-aligned, none of it valid yet) from the layers below the
  * buffer. ALLOW_REMOTE: false on an owner answering a peer (it must not bounce the request). */
 static int fill(struct shoal_reader *r, struct mblock *mb, const struct shoal_object *obj,
-                uint32_t index, uint32_t off, uint32_t len, bool allow_remote, bool whole)
+                uint32_t index, uint32_t off, uint32_t len, bool allow_remote, bool whole,
+                uint32_t *filled_off, uint32_t *filled_len)
 {
+        *filled_off = off;
+        *filled_len = len;
         int rc = read_local_cache(r, mb, off, len);
         if (!rc)
                 return 0;
@@ -290,7 +303,10 @@ static int fill(struct shoal_reader *r, struct mblock *mb, const struct shoal_ob
                 off = 0;
                 len = mb->len;
         }
-        return read_store(r, mb, obj, index, off, len, should_cache_locally(r, owner_is_self));
+        rc = read_store(r, mb, obj, index, off, len, should_cache_locally(r, owner_is_self));
+        *filled_off = off;
+        *filled_len = len;
+        return rc;
 }
 
 /* Makes [off, off+len) of block INDEX valid in MB (held), sharing fills with other threads. */
@@ -309,15 +325,12 @@ static int ensure_range(struct shoal_reader *r, struct mblock *mb, const struct 
                 bool whole = !any_valid(mb);
                 mb->filling = true;
                 pthread_mutex_unlock(&r->mu);
-                rc = fill(r, mb, obj, index, moff, mlen, allow_remote, whole);
+                uint32_t foff, flen;
+                rc = fill(r, mb, obj, index, moff, mlen, allow_remote, whole, &foff, &flen);
                 pthread_mutex_lock(&r->mu);
                 mb->filling = false;
-                if (!rc) {
-                        if (whole)
-                                mark_valid(mb, 0, mb->len);
-                        else
-                                mark_valid(mb, moff, mlen);
-                }
+                if (!rc)
+                        mark_valid(mb, foff, flen); /* exactly what was filled, never more */
                 pthread_cond_broadcast(&r->cond);
                 if (rc)
                         break;
@@ -448,6 +461,9 @@ void shoal_reader_destroy(struct shoal_reader *r)
         for (unsigned i = 0; i < r->nthreads; i++)
                 pthread_join(r->threads[i], NULL);
         free(r->threads);
+        for (unsigned i = 0; i < r->nblocks; i++)
+                if (r->blocks[i].used)
+                        buffer_gauge(r, -1);
         pthread_mutex_destroy(&r->mu);
         pthread_cond_destroy(&r->cond);
         pthread_cond_destroy(&r->q_cond);
@@ -568,4 +584,9 @@ void shoal_reader_release(struct shoal_reader *r, struct shoal_held_block *hb)
         mblock_put_locked(r, hb->ref);
         pthread_mutex_unlock(&r->mu);
         hb->ref = NULL;
+}
+
+void *shoal_reader_buffers(struct shoal_reader *r, size_t *len)
+{
+        return shoal_bufpool_base(r->pool, len);
 }

@@ -74,4 +74,8 @@ void shoal_reader_set_group(struct shoal_reader *r, struct shoal_group *g);
 /* The disk cache this reader uses (may be NULL). */
 struct shoal_cache *shoal_reader_cache(struct shoal_reader *r);
 
+/* Base and length of the mapping all block buffers are carved from (registered once for RDMA, so
+ * that payloads land directly in block buffers). */
+void *shoal_reader_buffers(struct shoal_reader *r, size_t *len);
+
 #endif

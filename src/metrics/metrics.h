@@ -59,12 +59,17 @@
         X(remotecache_tcp_get_bytes, COUNTER, "Bytes read from members over the TCP pool")         \
         X(remotecache_iorpc_get_bytes, COUNTER, "Bytes read from members over IORPC on TCP")       \
         X(remotecache_rdma_get_bytes, COUNTER, "Bytes read from members over IORPC on RDMA")       \
+        X(remotecache_tcp_serve_bytes, COUNTER, "Bytes served to members over the TCP pool")       \
+        X(remotecache_iorpc_serve_bytes, COUNTER, "Bytes served to members over IORPC on TCP")     \
+        X(remotecache_rdma_serve_bytes, COUNTER, "Bytes served to members over IORPC on RDMA")     \
         /* IORPC stages (names as in the seeds) */                                                 \
         X(mount_iorpc_processRespDur, HIST, "IORPC server: time to process a request")             \
         X(mount_iorpc_writeBodyDur, HIST, "IORPC server: time to write an answer body")            \
         X(mount_iorpc_decodeBodyDur, HIST, "IORPC: time to decode a frame body")                   \
         X(mount_iorpc_inflight, GAUGE, "IORPC server: requests being processed")                   \
         X(mount_iorpc_queued, GAUGE, "IORPC server: requests waiting for a processing slot")       \
+        X(mount_iorpc_inflight_max, GAUGE, "IORPC server: most requests processed at once")        \
+        X(mount_iorpc_queued_max, GAUGE, "IORPC server: most requests waiting at once")            \
         /* e: rdma */                                                                              \
         X(rdma_write_bytes, COUNTER, "Bytes written by RDMA to requesters")                        \
         X(rdma_read_bytes, COUNTER, "Request bytes received over RDMA")                            \
@@ -72,6 +77,10 @@
         X(rdma_write_dur, HIST, "RDMA write latency")                                              \
         X(rdma_recv_bytes, COUNTER, "Payload bytes received over RDMA")                            \
         X(rdma_failovers, COUNTER, "RDMA connections that failed over to TCP")                     \
+        X(rdma_if0_bytes, COUNTER, "RDMA payload bytes on the 1st --rdma-network interface")       \
+        X(rdma_if1_bytes, COUNTER, "RDMA payload bytes on the 2nd --rdma-network interface")       \
+        X(rdma_if2_bytes, COUNTER, "RDMA payload bytes on the 3rd --rdma-network interface")       \
+        X(rdma_if3_bytes, COUNTER, "RDMA payload bytes on the 4th --rdma-network interface")       \
         /* o: object store */                                                                      \
         X(object_get_requests, COUNTER, "Object store GETs (ranged reads)")                        \
         X(object_get_bytes, COUNTER, "Bytes read from the object store")                           \

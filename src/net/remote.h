@@ -7,6 +7,7 @@
 #define SHOAL_NET_REMOTE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/block.h"
@@ -15,12 +16,15 @@
 struct shoal_remote;
 
 struct shoal_remote_config {
-        const char *secret;     /* group secret, or NULL */
-        uint64_t timeout_ns;    /* per request, connect included (default 10 s;
-                                   SHOAL_REMOTE_TIMEOUT overrides) */
-        uint64_t avoid_ns;      /* how long a failed member is avoided (default 10 s;
-                                   SHOAL_AVOID_DURATION overrides) */
-        unsigned idle_per_peer; /* idle connections kept per member (default 64) */
+        const char *secret;             /* group secret, or NULL */
+        uint64_t timeout_ns;            /* per request, connect included (default 10 s;
+                                           SHOAL_REMOTE_TIMEOUT overrides) */
+        uint64_t avoid_ns;              /* how long a failed member is avoided (default 10 s;
+                                           SHOAL_AVOID_DURATION overrides) */
+        unsigned idle_per_peer;         /* idle connections kept per member (default 64) */
+        bool use_iorpc;                 /* --use-iorpc: IORPC where the member offers it [R3, R6] */
+        struct shoal_rdma_client *rdma; /* --rdma-network: IORPC over RDMA to members that
+                                           publish RDMA addresses (owned by the caller) [M2] */
 };
 
 struct shoal_remote *shoal_remote_create(const struct shoal_remote_config *cfg);
@@ -33,6 +37,14 @@ void shoal_remote_destroy(struct shoal_remote *rm);
 int shoal_remote_read(struct shoal_remote *rm, const struct shoal_member *m,
                       const struct shoal_volume *vol, const struct shoal_object *obj,
                       uint32_t index, uint32_t off, uint32_t len, void *dst, uint64_t view_version);
+
+/* Open connections to member M on the transport reads would use now (IORPC or TCP pool). */
+unsigned shoal_remote_conns(struct shoal_remote *rm, const struct shoal_member *m);
+
+/* Registers [BASE, BASE+LEN) for RDMA so that reads into it land in place (no bounce copy); a
+ * no-op without RDMA. Returns 0 or a negative errno (ERR). */
+int shoal_remote_register(struct shoal_remote *rm, void *base, size_t len, char *err,
+                          size_t errlen);
 
 /* Members that failed recently are avoided for a while [G5]. */
 bool shoal_remote_avoided(struct shoal_remote *rm, const char *member_id);

@@ -2,7 +2,11 @@
 #ifndef SHOAL_RPC_CLIENT_CONN_H
 #define SHOAL_RPC_CLIENT_CONN_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "common/block.h"
+#include "rpc/wire.h"
 
 #define SHOAL_SERVICE_POOL  1
 #define SHOAL_SERVICE_IORPC 2
@@ -13,5 +17,31 @@
  * *MAX_INFLIGHT (may be NULL) receives the member's per-connection request limit. */
 int shoal_rpc_connect(const char *addr, uint8_t service, const char *secret, uint64_t deadline,
                       uint32_t *max_inflight);
+
+/* Blocking socket I/O on non-blocking fds, with a monotonic DEADLINE. Return 0 or -errno
+ * (-ETIMEDOUT past the deadline, -ECONNRESET when the peer went away). */
+int shoal_rpc_wait_fd(int fd, short events, uint64_t deadline);
+int shoal_rpc_send_all(int fd, const void *buf, size_t len, uint64_t deadline);
+int shoal_rpc_recv_all(int fd, void *buf, size_t len, uint64_t deadline);
+/* Receives one frame's header (into HDR and *H) and body (at most BODY_CAP bytes, CRC checked);
+ * the payload, if any, is left in the socket. */
+int shoal_rpc_recv_frame(int fd, struct shoal_wire_hdr *h, uint8_t *hdr, uint8_t *body,
+                         size_t body_cap, uint64_t deadline);
+int shoal_rpc_send_frame(int fd, uint8_t type, uint16_t flags, uint64_t id, const uint8_t *body,
+                         size_t body_len, uint64_t deadline);
+/* Encodes the READ body for [OFF, OFF+LEN) of block INDEX of OBJ. Returns its length or < 0. */
+int shoal_rpc_encode_read(uint8_t *b, size_t cap, const struct shoal_volume *vol,
+                          const struct shoal_object *obj, uint32_t index, uint32_t off,
+                          uint32_t len, uint64_t view_version);
+/* The negative errno a caller sees for an error answer with STATUS. */
+int shoal_rpc_status_errno(uint32_t status);
+/* Checks the READ_RESP body RESP and header H against the request, then every chunk CRC of the
+ * payload in DST. Returns 0, -EPROTO (an answer that does not fit the request) or -EBADMSG. */
+int shoal_rpc_check_answer(const struct shoal_volume *vol, const struct shoal_object *obj,
+                           uint32_t index, uint32_t off, uint32_t len,
+                           const struct shoal_wire_hdr *h, const struct shoal_wire_read_resp *resp);
+int shoal_rpc_verify_payload(const struct shoal_volume *vol, const struct shoal_object *obj,
+                             uint32_t index, uint32_t off, uint32_t len, const void *dst,
+                             const struct shoal_wire_read_resp *resp);
 
 #endif

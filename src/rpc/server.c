@@ -55,9 +55,10 @@ struct conn;
 
 enum req_src {
         SRC_NONE,
-        SRC_FILE, /* sendfile from an open cache block */
-        SRC_BUF,  /* from a server buffer (dio / pagecache read) */
-        SRC_HELD, /* from a block held in the reader (miss fill) */
+        SRC_FILE,   /* sendfile from an open cache block */
+        SRC_BUF,    /* from a server buffer (dio / pagecache read) */
+        SRC_HELD,   /* from a block held in the reader (miss fill) */
+        SRC_SPLICE, /* cache file -> pipe -> socket (--iorpc-mode splice) */
 };
 
 struct srv_req {
@@ -83,9 +84,14 @@ struct srv_req {
         uint8_t out[SHOAL_WIRE_HDR_LEN + 4 * SHOAL_MAX_CHUNKS + 64];
         size_t out_len, out_sent;
         uint64_t pay_sent;
+        uint64_t pay_piped; /* SRC_SPLICE: bytes moved from the file into the pipe */
         uint64_t t_write;
         bool counted; /* holds a server-wide processing slot */
         struct srv_req *next;
+        /* RDMA requests (c == NULL): answered through this callback instead of a connection */
+        shoal_server_answer_fn ext_fn;
+        void *ext_arg;
+        struct shoal_server_answer ans;
 };
 
 struct conn {
@@ -111,6 +117,8 @@ struct conn {
         uint64_t *ids;        /* in-flight ids, for the duplicate check */
         struct srv_req *sendq, *sendq_tail; /* answers ready, in completion order */
         uint64_t last_progress;
+        int pipe[2];       /* splice mode: one answer is written at a time, so one pipe */
+        size_t pipe_bytes; /* bytes sitting in the pipe */
         struct conn *prev, *next;
 };
 
@@ -138,12 +146,17 @@ struct shoal_server {
         struct shoal_workers *disk, *fill;
         struct shoal_bufpool *dio;
         char tcp_addr[64], iorpc_addr[64];
+        char rdma_addr[4][64];
+        unsigned n_rdma;
         struct shoal_group *_Atomic group;
         pthread_mutex_t cap_mu;
-        unsigned active;
+        unsigned active, active_max;
+        unsigned queued, queued_max;
         struct srv_req *waitq, *waitq_tail;
         unsigned nconns;
         bool iorpc_on;
+        int iorpc_mode; /* effective mode (splice may have fallen back to dio) */
+        long pipe_max;  /* fs.pipe-max-size */
 };
 
 static void conn_close(struct conn *c);
@@ -184,6 +197,7 @@ static void slot_release(struct shoal_server *s)
                 s->waitq = next->next;
                 if (!s->waitq)
                         s->waitq_tail = NULL;
+                s->queued--;
                 shoal_metric_gauge_add(SHOAL_M_mount_iorpc_queued, -1);
         } else {
                 s->active--;
@@ -227,7 +241,7 @@ static void req_build_answer(struct srv_req *r)
                 uint32_t first = r->off / SHOAL_CHUNK_SIZE;
                 uint32_t nc = shoal_chunk_count(r->off + r->len) - first;
                 for (uint32_t i = 0; i < nc; i++) {
-                        if (r->src == SRC_FILE || r->src == SRC_BUF) {
+                        if (r->src != SRC_HELD) {
                                 crcs[i] = r->cb.crcs[first + i];
                         } else {
                                 uint32_t coff = (first + i) * SHOAL_CHUNK_SIZE;
@@ -241,6 +255,10 @@ static void req_build_answer(struct srv_req *r)
                                                 r->len, crcs);
                 h.type = SHOAL_MSG_READ_RESP;
                 h.payload_len = r->len;
+                if (!r->c) { /* RDMA: the payload is RMA-written before this frame is sent */
+                        h.flags = SHOAL_WF_RDMA_WRITTEN;
+                        h.payload_len = 0;
+                }
         } else {
                 n = shoal_wire_error_encode(body, cap,
                                             r->reason[0] ? r->reason : shoal_status_str(r->status));
@@ -286,8 +304,14 @@ static void req_done_on_loop(void *arg)
         conn_kick_write(c);
 }
 
+static void ext_finish(struct srv_req *r);
+
 static void req_finish(struct srv_req *r)
 {
+        if (!r->c) {
+                ext_finish(r);
+                return;
+        }
         shoal_loop_post(r->c->lp->loop, &r->done);
 }
 
@@ -303,8 +327,15 @@ static void fill_work(struct shoal_work *w)
                                             : SHOAL_ST_STORE_ERROR;
                 snprintf(r->reason, sizeof(r->reason), "fill %.60s block %u: %s", r->obj.key,
                          r->index, strerror(-rc));
+        } else if (r->s->cfg.cache &&
+                   !shoal_cache_open_block(r->s->cfg.cache, &r->hb.id, r->hb.len, &r->cb)) {
+                /* The fill put the block into the cache: answer from the file and give the
+                 * in-memory block back at once, so slow readers do not pin fill buffers. */
+                r->cb_open = true;
+                r->src = SRC_FILE;
+                shoal_reader_release(r->s->cfg.reader, &r->hb);
         } else {
-                r->src = SRC_HELD;
+                r->src = SRC_HELD; /* not cacheable (full disk, no cache): send from memory */
         }
         req_finish(r);
 }
@@ -339,7 +370,7 @@ static void disk_work(struct shoal_work *w)
                         if (r->buf && shoal_cache_block_read(s->cfg.cache, &r->cb, 0, blen, r->buf,
                                                              SHOAL_CACHE_READ_BUFFERED))
                                 log_warn("server", "block %s/%u reported corrupt by %s: removed",
-                                         r->obj.key, r->index, r->c->peer);
+                                         r->obj.key, r->index, r->c ? r->c->peer : "rdma");
                 }
                 req_finish(r);
                 return;
@@ -348,15 +379,29 @@ static void disk_work(struct shoal_work *w)
         int rc = s->cfg.cache ? shoal_cache_open_block(s->cfg.cache, &id, blen, &r->cb) : -ENOENT;
         if (!rc) {
                 r->cb_open = true;
-                int mode = r->c->service == SERVICE_POOL
+                int mode = r->c && r->c->service == SERVICE_POOL
                                    ? (s->cfg.cache_try_dio ? SHOAL_IORPC_DIO : -1)
-                                   : s->cfg.iorpc_mode;
-                if (mode < 0) {
-                        r->src = SRC_FILE; /* sendfile from the cache file */
+                                   : s->iorpc_mode;
+                if (mode < 0 || mode == SHOAL_IORPC_SPLICE) {
+                        /* Zero-copy: sendfile or splice from the cache file; the requester
+                         * checks the chunk CRCs from the verified header. */
+                        shoal_metric_inc(SHOAL_M_blockcache_hits);
+                        shoal_metric_add(SHOAL_M_blockcache_hit_bytes, r->len);
+                        r->src = mode < 0 ? SRC_FILE : SRC_SPLICE;
                         req_finish(r);
                         return;
                 }
-                r->buf = shoal_bufpool_get(s->dio, 5ULL * 1000000000ULL);
+                /* Never wait for a buffer here: answers waiting for slow readers hold them, and a
+                 * blocked disk worker would stall every connection. Without one, answer by
+                 * sendfile; the requester checks the same chunk CRCs either way. */
+                r->buf = shoal_bufpool_get(s->dio, 0);
+                if (!r->buf) {
+                        shoal_metric_inc(SHOAL_M_blockcache_hits);
+                        shoal_metric_add(SHOAL_M_blockcache_hit_bytes, r->len);
+                        r->src = SRC_FILE;
+                        req_finish(r);
+                        return;
+                }
                 if (r->buf) {
                         rc = shoal_cache_block_read(s->cfg.cache, &r->cb, r->off, r->len, r->buf,
                                                     mode == SHOAL_IORPC_PAGECACHE
@@ -385,7 +430,8 @@ static void disk_work(struct shoal_work *w)
 static void req_dispatch(struct srv_req *r)
 {
         struct shoal_server *s = r->s;
-        r->c->refs++;
+        if (r->c)
+                r->c->refs++;
         r->work.fn = disk_work;
         r->counted = true;
         pthread_mutex_lock(&s->cap_mu);
@@ -393,6 +439,10 @@ static void req_dispatch(struct srv_req *r)
         if (run) {
                 s->active++;
                 shoal_metric_gauge_add(SHOAL_M_mount_iorpc_inflight, 1);
+                if (s->active > s->active_max) {
+                        s->active_max = s->active;
+                        shoal_metric_gauge_set(SHOAL_M_mount_iorpc_inflight_max, s->active_max);
+                }
         } else {
                 r->next = NULL;
                 if (s->waitq_tail)
@@ -401,6 +451,10 @@ static void req_dispatch(struct srv_req *r)
                         s->waitq = r;
                 s->waitq_tail = r;
                 shoal_metric_gauge_add(SHOAL_M_mount_iorpc_queued, 1);
+                if (++s->queued > s->queued_max) {
+                        s->queued_max = s->queued;
+                        shoal_metric_gauge_set(SHOAL_M_mount_iorpc_queued_max, s->queued_max);
+                }
         }
         pthread_mutex_unlock(&s->cap_mu);
         if (run)
@@ -408,6 +462,40 @@ static void req_dispatch(struct srv_req *r)
 }
 
 /* ---- writing ------------------------------------------------------------------------------ */
+
+/* Splice mode: moves file bytes into the connection's pipe when it is empty, then pipe bytes
+ * into the socket. Returns bytes sent to the socket, -1 with errno (EAGAIN: wait for EPOLLOUT),
+ * or -2 when the connection was closed. */
+static ssize_t splice_some(struct conn *c, struct srv_req *r, size_t left)
+{
+        if (c->pipe[0] < 0) {
+                if (pipe2(c->pipe, O_NONBLOCK | O_CLOEXEC)) {
+                        c->pipe[0] = c->pipe[1] = -1;
+                        conn_close(c);
+                        return -2;
+                }
+                fcntl(c->pipe[1], F_SETPIPE_SZ, (int)SHOAL_MIN(c->lp->s->pipe_max, 8L << 20));
+        }
+        uint64_t unpiped = r->len - r->pay_piped;
+        if (!c->pipe_bytes && unpiped) {
+                loff_t off = (loff_t)(r->cb.data_off + r->off + r->pay_piped);
+                ssize_t n = splice(r->cb.fd, &off, c->pipe[1], NULL, (size_t)unpiped,
+                                   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+                if (n <= 0) {
+                        log_warn("server", "splice from the cache file of %s/%u failed: %s",
+                                 r->obj.key, r->index, n == 0 ? "file truncated" : strerror(errno));
+                        conn_close(c);
+                        return -2;
+                }
+                c->pipe_bytes += (size_t)n;
+                r->pay_piped += (uint64_t)n;
+        }
+        ssize_t n = splice(c->pipe[0], NULL, c->io.fd, NULL, SHOAL_MIN(c->pipe_bytes, left),
+                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (n > 0)
+                c->pipe_bytes -= (size_t)n;
+        return n;
+}
 
 /* Sends as much of the queued answers as the socket takes. Returns false when C was closed. */
 static bool conn_write(struct conn *c)
@@ -434,7 +522,11 @@ static bool conn_write(struct conn *c)
                 if (r->pay_sent < pay) {
                         ssize_t n;
                         size_t left = (size_t)(pay - r->pay_sent);
-                        if (r->src == SRC_FILE) {
+                        if (r->src == SRC_SPLICE) {
+                                n = splice_some(c, r, left);
+                                if (n == -2)
+                                        return false;
+                        } else if (r->src == SRC_FILE) {
                                 off_t off = (off_t)(r->cb.data_off + r->off + r->pay_sent);
                                 n = sendfile(c->io.fd, r->cb.fd, &off, left);
                                 if (n == 0) {
@@ -467,13 +559,20 @@ static bool conn_write(struct conn *c)
                 if (!c->sendq)
                         c->sendq_tail = NULL;
                 uint64_t now = shoal_now_ns();
-                shoal_metric_observe(SHOAL_M_mount_iorpc_writeBodyDur, now - r->t_write);
-                shoal_metric_observe(SHOAL_M_remotecache_serve_dur, now - r->t_start);
-                if (r->status == SHOAL_ST_OK) {
-                        shoal_metric_inc(SHOAL_M_remotecache_serve_requests);
-                        shoal_metric_add(SHOAL_M_remotecache_serve_bytes, r->len);
-                } else {
-                        shoal_metric_inc(SHOAL_M_remotecache_serve_errors);
+                if (r->type == SHOAL_MSG_READ) {
+                        /* Control frames (handshake, pong, info) are not requests served. */
+                        shoal_metric_observe(SHOAL_M_mount_iorpc_writeBodyDur, now - r->t_write);
+                        shoal_metric_observe(SHOAL_M_remotecache_serve_dur, now - r->t_start);
+                        if (r->status == SHOAL_ST_OK) {
+                                shoal_metric_inc(SHOAL_M_remotecache_serve_requests);
+                                shoal_metric_add(SHOAL_M_remotecache_serve_bytes, r->len);
+                                shoal_metric_add(c->service == SERVICE_POOL
+                                                         ? SHOAL_M_remotecache_tcp_serve_bytes
+                                                         : SHOAL_M_remotecache_iorpc_serve_bytes,
+                                                 r->len);
+                        } else {
+                                shoal_metric_inc(SHOAL_M_remotecache_serve_errors);
+                        }
                 }
                 conn_forget_id(c, r->id, r->type == SHOAL_MSG_READ);
                 req_free(r);
@@ -677,10 +776,20 @@ static bool conn_frame(struct conn *c, const struct shoal_wire_hdr *h, const uin
                 conn_send_ctrl(c, SHOAL_MSG_PONG, 0, 0, h->id, body, h->body_len);
                 return true;
         case SHOAL_MSG_INFO: {
+                if (!s->iorpc_on) {
+                        /* [R2]: a member with IORPC disabled tells clients so; they stay on the
+                         * TCP pool. */
+                        conn_send_error(c, h->id, SHOAL_ST_RPC_DISABLED, "rpc disabled");
+                        return true;
+                }
                 struct shoal_wire_info info;
                 memset(&info, 0, sizeof(info));
                 shoal_strlcpy(info.tcp_addr, s->tcp_addr, sizeof(info.tcp_addr));
                 shoal_strlcpy(info.iorpc_addr, s->iorpc_addr, sizeof(info.iorpc_addr));
+                info.n_rdma = (uint8_t)s->n_rdma;
+                for (unsigned i = 0; i < s->n_rdma; i++)
+                        shoal_strlcpy(info.rdma_addr[i], s->rdma_addr[i],
+                                      sizeof(info.rdma_addr[i]));
                 info.block_size = s->cfg.vol->block_size;
                 shoal_strlcpy(info.volume_url, s->cfg.vol->url, sizeof(info.volume_url));
                 uint8_t b[2048];
@@ -786,6 +895,11 @@ static void conn_close(struct conn *c)
         shoal_loop_del(lp->loop, &c->io);
         close(c->io.fd);
         c->io.fd = -1;
+        if (c->pipe[0] >= 0) {
+                close(c->pipe[0]);
+                close(c->pipe[1]);
+                c->pipe[0] = c->pipe[1] = -1;
+        }
         while (c->sendq) {
                 struct srv_req *r = c->sendq;
                 c->sendq = r->next;
@@ -848,6 +962,7 @@ static void accept_event(void *arg, uint32_t events)
                 int one = 1;
                 setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
                 c->ids = ids;
+                c->pipe[0] = c->pipe[1] = -1;
                 c->io.fd = fd;
                 c->io.fn = conn_event;
                 c->io.arg = c;
@@ -936,6 +1051,18 @@ static int bind_listener(const char *ip, uint16_t *port, char *err, size_t errle
         return fd;
 }
 
+static long read_pipe_max(void)
+{
+        FILE *f = fopen("/proc/sys/fs/pipe-max-size", "r");
+        long v = 0;
+        if (f) {
+                if (fscanf(f, "%ld", &v) != 1)
+                        v = 0;
+                fclose(f);
+        }
+        return v;
+}
+
 static bool is_loopback(const char *ip)
 {
         return !strncmp(ip, "127.", 4);
@@ -969,6 +1096,15 @@ struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, c
                 threads = MAX_LOOPS;
         pthread_mutex_init(&s->cap_mu, NULL);
         s->iorpc_on = cfg->iorpc_mode != SHOAL_IORPC_DISABLE;
+        s->iorpc_mode = cfg->iorpc_mode;
+        s->pipe_max = read_pipe_max();
+        if (s->iorpc_mode == SHOAL_IORPC_SPLICE && (s->pipe_max < (8L << 20) || cfg->rdma)) {
+                log_warn("server",
+                         "splice iorpc is disabled since max pipe size is %ld or RDMA is "
+                         "enabled, use dio instead",
+                         s->pipe_max);
+                s->iorpc_mode = SHOAL_IORPC_DIO;
+        }
         s->disk = shoal_workers_create(16, "disk");
         s->fill = shoal_workers_create(64, "fill");
         s->dio = shoal_bufpool_create(cfg->vol->block_size, DIO_BUFFERS);
@@ -1022,8 +1158,8 @@ struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, c
                 }
                 pthread_setname_np(s->loops[i].thread, "shoal-loop");
         }
-        log_info("server", "max pipe size: 8388608, iorpc: %s, tcp pool: %s",
-                 s->iorpc_on ? shoal_iorpc_mode_name(cfg->iorpc_mode) : "disable",
+        log_info("server", "max pipe size: %ld, iorpc: %s, tcp pool: %s", s->pipe_max,
+                 s->iorpc_on ? shoal_iorpc_mode_name(s->iorpc_mode) : "disable",
                  cfg->cache_try_dio ? "dio" : "sendfile");
         log_info("server", "tcp pool listening on %s%s%s", s->tcp_addr,
                  s->iorpc_on ? ", iorpc on " : "", s->iorpc_on ? s->iorpc_addr : "");
@@ -1085,8 +1221,15 @@ void shoal_server_stop(struct shoal_server *s)
                 struct srv_req *next = waiting->next;
                 waiting->counted = false;
                 shoal_metric_gauge_add(SHOAL_M_mount_iorpc_queued, -1);
-                conn_put(waiting->c);
-                req_free(waiting);
+                if (waiting->c) {
+                        conn_put(waiting->c);
+                        req_free(waiting);
+                } else {
+                        /* The RDMA server stops first and waits for its requests, so this
+                         * only answers one that raced with the stop. */
+                        waiting->status = SHOAL_ST_BUSY;
+                        ext_finish(waiting);
+                }
                 waiting = next;
         }
         shoal_workers_destroy(s->disk);
@@ -1105,4 +1248,117 @@ void shoal_server_stop(struct shoal_server *s)
         shoal_bufpool_destroy(s->dio);
         pthread_mutex_destroy(&s->cap_mu);
         free(s);
+}
+
+/* ---- IORPC over RDMA hooks ---------------------------------------------------------------- */
+
+/* Worker thread: an RDMA answer must come from a registered buffer, so cache-file and held-block
+ * answers are moved into a dio buffer here (off the progress thread), then handed over. */
+static void ext_finish(struct srv_req *r)
+{
+        struct shoal_server *s = r->s;
+        if (r->status == SHOAL_ST_OK && r->src != SRC_BUF) {
+                /* RDMA answers hold a buffer only until the write completes, so waiting a little
+                 * here does not tie the pool to slow readers as on TCP. */
+                r->buf = shoal_bufpool_get(s->dio, 2ULL * 1000000000ULL);
+                if (!r->buf) {
+                        r->status = SHOAL_ST_BUSY;
+                } else if (r->src == SRC_HELD) {
+                        req_build_answer(r); /* CRCs from the held block, before it goes */
+                        memcpy(r->buf, r->hb.data + r->off, r->len);
+                        shoal_reader_release(s->cfg.reader, &r->hb);
+                        r->src = SRC_BUF;
+                } else if (shoal_cache_block_read(s->cfg.cache, &r->cb, r->off, r->len, r->buf,
+                                                  s->iorpc_mode == SHOAL_IORPC_PAGECACHE
+                                                          ? SHOAL_CACHE_READ_BUFFERED
+                                                          : SHOAL_CACHE_READ_DIRECT)) {
+                        r->status = SHOAL_ST_INTERNAL;
+                        snprintf(r->reason, sizeof(r->reason), "cache read of %.60s/%u failed",
+                                 r->obj.key, r->index);
+                } else {
+                        r->src = SRC_BUF;
+                }
+        }
+        if (r->status != SHOAL_ST_OK || r->src != SRC_BUF || !r->out_len)
+                req_build_answer(r);
+        shoal_metric_observe(SHOAL_M_mount_iorpc_processRespDur, shoal_now_ns() - r->t_start);
+        r->ans.frame = r->out;
+        r->ans.frame_len = r->out_len;
+        r->ans.status = r->status;
+        r->ans.data = r->status == SHOAL_ST_OK ? r->buf : NULL;
+        r->ans.len = r->status == SHOAL_ST_OK ? r->len : 0;
+        r->ans.ref = r;
+        r->ext_fn(r->ext_arg, &r->ans);
+}
+
+int shoal_server_submit_rdma(struct shoal_server *s, uint64_t id, uint16_t flags,
+                             const uint8_t *body, size_t body_len, shoal_server_answer_fn fn,
+                             void *arg, uint32_t *status, char *why, size_t whylen)
+{
+        uint64_t t0 = shoal_now_ns();
+        struct shoal_wire_read rd;
+        int rc = shoal_wire_read_decode(body, body_len, &rd);
+        shoal_metric_observe(SHOAL_M_mount_iorpc_decodeBodyDur, shoal_now_ns() - t0);
+        if (rc) {
+                *status = SHOAL_ST_BAD_REQUEST;
+                snprintf(why, whylen, "malformed read request");
+                return -EPROTO;
+        }
+        if (rd.block_size != s->cfg.vol->block_size) {
+                *status = SHOAL_ST_VOLUME;
+                snprintf(why, whylen, "block size %u, this member has %u", rd.block_size,
+                         s->cfg.vol->block_size);
+                return -EXDEV;
+        }
+        struct srv_req *r = calloc(1, sizeof(*r));
+        if (!r) {
+                *status = SHOAL_ST_BUSY;
+                snprintf(why, whylen, "out of memory");
+                return -ENOMEM;
+        }
+        r->s = s;
+        r->id = id;
+        r->type = SHOAL_MSG_READ;
+        r->flags = flags;
+        r->t_start = t0;
+        memcpy(r->obj.key, rd.key, rd.key_len);
+        r->obj.key[rd.key_len] = '\0';
+        memcpy(r->obj.version, rd.version, rd.version_len);
+        r->obj.version[rd.version_len] = '\0';
+        r->obj.size = rd.obj_size;
+        r->index = rd.block_index;
+        r->off = rd.offset;
+        r->len = rd.length;
+        r->ext_fn = fn;
+        r->ext_arg = arg;
+        req_dispatch(r);
+        return 0;
+}
+
+void shoal_server_answer_done(struct shoal_server *s, struct shoal_server_answer *a)
+{
+        (void)s;
+        req_free(a->ref);
+}
+
+void *shoal_server_dio_region(struct shoal_server *s, size_t *len)
+{
+        return shoal_bufpool_base(s->dio, len);
+}
+
+void *shoal_server_dio_get(struct shoal_server *s, uint64_t timeout_ns)
+{
+        return shoal_bufpool_get(s->dio, timeout_ns);
+}
+
+void shoal_server_dio_put(struct shoal_server *s, void *buf)
+{
+        shoal_bufpool_put(s->dio, buf);
+}
+
+void shoal_server_set_rdma_addrs(struct shoal_server *s, char addrs[][64], unsigned n)
+{
+        s->n_rdma = n > 4 ? 4 : n;
+        for (unsigned i = 0; i < s->n_rdma; i++)
+                shoal_strlcpy(s->rdma_addr[i], addrs[i], sizeof(s->rdma_addr[i]));
 }

@@ -38,6 +38,7 @@ struct shoal_server_config {
         const char *secret;          /* group secret, or NULL (loopback only) */
         unsigned threads;            /* event-loop threads (0: one per core, at most 8) */
         unsigned max_inflight;       /* per server (IORPC), default 2048 [R4] */
+        bool rdma;                   /* RDMA is on: splice falls back to dio [M7] */
 };
 
 struct shoal_server;
@@ -51,5 +52,39 @@ void shoal_server_set_group(struct shoal_server *s, struct shoal_group *g);
 /* The bound addresses "ip:port" (IORPC empty when disabled). */
 void shoal_server_addrs(const struct shoal_server *s, char tcp[64], char iorpc[64]);
 void shoal_server_stop(struct shoal_server *s);
+
+/* ---- hooks for IORPC over RDMA (rpc/rdma_server.c) ---- */
+
+/* An answer to a READ submitted by shoal_server_submit_rdma. */
+struct shoal_server_answer {
+        const uint8_t *frame; /* READ_RESP (flag RDMA_WRITTEN, payload_len 0) or ERROR */
+        size_t frame_len;     /* header + body */
+        const char *data;     /* READ_RESP: LEN payload bytes inside shoal_server_dio_region */
+        uint32_t len;
+        uint32_t status; /* 0 or the ERROR status */
+        void *ref;       /* internal */
+};
+
+/* Called once per submitted READ, on a worker thread: must only hand A to another thread. */
+typedef void (*shoal_server_answer_fn)(void *arg, struct shoal_server_answer *a);
+
+/* Runs the READ frame (ID, FLAGS, BODY of BODY_LEN bytes) that arrived on an RDMA connection
+ * through the server's request engine (cache read, single-flight fill, processing cap [R4]); the
+ * payload of an OK answer is always in a buffer of the server's dio pool, so one registration of
+ * shoal_server_dio_region covers every answer. Returns 0 (FN(ARG, answer) follows exactly once),
+ * or a negative errno with a reason in WHY when the request is refused at once (-EPROTO:
+ * malformed body, -EXDEV: another block size, -ENOMEM); *STATUS then holds the ERROR status. */
+int shoal_server_submit_rdma(struct shoal_server *s, uint64_t id, uint16_t flags,
+                             const uint8_t *body, size_t body_len, shoal_server_answer_fn fn,
+                             void *arg, uint32_t *status, char *why, size_t whylen);
+/* Gives the answer's buffer and processing slot back; A is invalid afterwards. Any thread. */
+void shoal_server_answer_done(struct shoal_server *s, struct shoal_server_answer *a);
+/* Base and length of the dio pool mapping (to register for RDMA once). */
+void *shoal_server_dio_region(struct shoal_server *s, size_t *len);
+/* A dio buffer (waiting up to TIMEOUT_NS) and its release, for `shoal ping`'s write test. */
+void *shoal_server_dio_get(struct shoal_server *s, uint64_t timeout_ns);
+void shoal_server_dio_put(struct shoal_server *s, void *buf);
+/* The RDMA listener addresses INFO_RESP lists [R6]. Call once, before clients connect. */
+void shoal_server_set_rdma_addrs(struct shoal_server *s, char addrs[][64], unsigned n);
 
 #endif

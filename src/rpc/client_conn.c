@@ -1,0 +1,271 @@
+/* Client-side connection helpers shared by the TCP pool and IORPC clients: deadline-bounded
+ * socket I/O, the handshake, request encoding and answer checking. */
+#include "rpc/client_conn.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+
+int shoal_rpc_wait_fd(int fd, short events, uint64_t deadline)
+{
+        for (;;) {
+                uint64_t now = shoal_now_ns();
+                if (now >= deadline)
+                        return -ETIMEDOUT;
+                int ms = (int)((deadline - now + 999999) / 1000000);
+                struct pollfd p = {.fd = fd, .events = events};
+                int n = poll(&p, 1, ms);
+                if (n > 0)
+                        return 0;
+                if (n < 0 && errno != EINTR)
+                        return -errno;
+        }
+}
+
+int shoal_rpc_send_all(int fd, const void *buf, size_t len, uint64_t deadline)
+{
+        const char *p = buf;
+        while (len) {
+                ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno != EAGAIN)
+                                return -ECONNRESET;
+                        int rc = shoal_rpc_wait_fd(fd, POLLOUT, deadline);
+                        if (rc)
+                                return rc;
+                        continue;
+                }
+                p += n;
+                len -= (size_t)n;
+        }
+        return 0;
+}
+
+int shoal_rpc_recv_all(int fd, void *buf, size_t len, uint64_t deadline)
+{
+        char *p = buf;
+        while (len) {
+                ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+                if (n == 0)
+                        return -ECONNRESET;
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno != EAGAIN)
+                                return -ECONNRESET;
+                        int rc = shoal_rpc_wait_fd(fd, POLLIN, deadline);
+                        if (rc)
+                                return rc;
+                        continue;
+                }
+                p += n;
+                len -= (size_t)n;
+        }
+        return 0;
+}
+
+/* Receives one frame's header and body (at most BODY_CAP bytes). Returns 0 or -errno. */
+int shoal_rpc_recv_frame(int fd, struct shoal_wire_hdr *h, uint8_t *hdr, uint8_t *body,
+                         size_t body_cap, uint64_t deadline)
+{
+        int rc = shoal_rpc_recv_all(fd, hdr, SHOAL_WIRE_HDR_LEN, deadline);
+        if (rc)
+                return rc;
+        if (shoal_wire_hdr_decode(hdr, h) || h->body_len > body_cap)
+                return -EPROTO;
+        rc = shoal_rpc_recv_all(fd, body, h->body_len, deadline);
+        if (rc)
+                return rc;
+        if (!shoal_wire_crc_ok(hdr, body, h->body_len))
+                return -EPROTO;
+        return 0;
+}
+
+int shoal_rpc_send_frame(int fd, uint8_t type, uint16_t flags, uint64_t id, const uint8_t *body,
+                         size_t body_len, uint64_t deadline)
+{
+        uint8_t buf[SHOAL_WIRE_HDR_LEN + 2048];
+        if (body_len > sizeof(buf) - SHOAL_WIRE_HDR_LEN)
+                return -EMSGSIZE;
+        struct shoal_wire_hdr h = {.version = SHOAL_WIRE_VERSION,
+                                   .type = type,
+                                   .flags = flags,
+                                   .body_len = (uint32_t)body_len,
+                                   .id = id};
+        if (body_len)
+                memcpy(buf + SHOAL_WIRE_HDR_LEN, body, body_len);
+        shoal_wire_hdr_encode(buf, &h, body);
+        return shoal_rpc_send_all(fd, buf, SHOAL_WIRE_HDR_LEN + body_len, deadline);
+}
+
+int shoal_rpc_connect(const char *addr, uint8_t service, const char *secret, uint64_t deadline,
+                      uint32_t *max_inflight)
+{
+        char host[64];
+        shoal_strlcpy(host, addr, sizeof(host));
+        char *colon = strrchr(host, ':');
+        if (!colon)
+                return -EINVAL;
+        *colon = '\0';
+        uint64_t port;
+        if (shoal_parse_u64(colon + 1, 65535, &port) || !port)
+                return -EINVAL;
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+                return -EINVAL;
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        int rc = 0;
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+                if (errno != EINPROGRESS) {
+                        rc = -errno;
+                        goto out_close;
+                }
+                rc = shoal_rpc_wait_fd(fd, POLLOUT, deadline);
+                if (rc)
+                        goto out_close;
+                int soerr = 0;
+                socklen_t sl = sizeof(soerr);
+                getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+                if (soerr) {
+                        rc = -soerr;
+                        goto out_close;
+                }
+        }
+        struct shoal_wire_hello hello = {.min_version = SHOAL_WIRE_VERSION,
+                                         .max_version = SHOAL_WIRE_VERSION,
+                                         .service = service};
+        shoal_random_bytes(hello.nonce, sizeof(hello.nonce));
+        uint8_t b[256], hdr[SHOAL_WIRE_HDR_LEN];
+        int n = shoal_wire_hello_encode(b, sizeof(b), &hello);
+        if (n < 0 || (rc = shoal_rpc_send_frame(fd, SHOAL_MSG_HELLO, 0, 1, b, (size_t)n, deadline)))
+                goto out_proto;
+        struct shoal_wire_hdr h;
+        if ((rc = shoal_rpc_recv_frame(fd, &h, hdr, b, sizeof(b), deadline)))
+                goto out_close;
+        if (h.type == SHOAL_MSG_ERROR) {
+                rc = -EREMOTEIO;
+                goto out_close;
+        }
+        struct shoal_wire_hello_ack ack;
+        if (h.type != SHOAL_MSG_HELLO_ACK || shoal_wire_hello_ack_decode(b, h.body_len, &ack))
+                goto out_proto;
+        if (secret) {
+                /* Mutual: the server proves it knows the secret before we prove we do. */
+                uint8_t want[SHOAL_WIRE_PROOF_LEN];
+                shoal_wire_proof(secret, strlen(secret), true, hello.nonce, ack.nonce, want);
+                if (!shoal_wire_proof_eq(want, ack.proof)) {
+                        log_ratelimited(SHOAL_LOG_WARN, "remote",
+                                        "member %s failed to prove the group secret", addr);
+                        rc = -EACCES;
+                        goto out_close;
+                }
+        }
+        if (h.flags & SHOAL_WF_AUTH_REQUIRED) {
+                if (!secret) {
+                        log_ratelimited(SHOAL_LOG_WARN, "remote",
+                                        "member %s requires the group secret; set "
+                                        "--group-secret-file or SHOAL_GROUP_SECRET",
+                                        addr);
+                        rc = -EACCES;
+                        goto out_close;
+                }
+                struct shoal_wire_auth auth;
+                shoal_wire_proof(secret, strlen(secret), false, ack.nonce, hello.nonce, auth.proof);
+                n = shoal_wire_auth_encode(b, sizeof(b), &auth);
+                if (n < 0 ||
+                    (rc = shoal_rpc_send_frame(fd, SHOAL_MSG_AUTH, 0, 2, b, (size_t)n, deadline)))
+                        goto out_proto;
+                if ((rc = shoal_rpc_recv_frame(fd, &h, hdr, b, sizeof(b), deadline)))
+                        goto out_close;
+                if (h.type != SHOAL_MSG_AUTH_OK) {
+                        rc = -EACCES;
+                        goto out_close;
+                }
+        }
+        if (max_inflight)
+                *max_inflight = ack.max_inflight;
+        return fd;
+
+out_proto:
+        if (!rc)
+                rc = -EPROTO;
+out_close:
+        close(fd);
+        return rc;
+}
+
+int shoal_rpc_encode_read(uint8_t *b, size_t cap, const struct shoal_volume *vol,
+                          const struct shoal_object *obj, uint32_t index, uint32_t off,
+                          uint32_t len, uint64_t view_version)
+{
+        struct shoal_wire_read rd = {
+                .view_version = view_version,
+                .obj_size = obj->size,
+                .block_size = vol->block_size,
+                .block_index = index,
+                .offset = off,
+                .length = len,
+                .key_len = (uint16_t)strlen(obj->key),
+                .version_len = (uint16_t)strlen(obj->version),
+                .key = obj->key,
+                .version = obj->version,
+        };
+        return shoal_wire_read_encode(b, cap, &rd);
+}
+
+int shoal_rpc_status_errno(uint32_t st)
+{
+        switch (st) {
+        case SHOAL_ST_NOT_FOUND:
+                return -ENOENT;
+        case SHOAL_ST_STALE:
+                return -ESTALE;
+        default:
+                return -EREMOTEIO;
+        }
+}
+
+int shoal_rpc_check_answer(const struct shoal_volume *vol, const struct shoal_object *obj,
+                           uint32_t index, uint32_t off, uint32_t len,
+                           const struct shoal_wire_hdr *h, const struct shoal_wire_read_resp *resp)
+{
+        struct shoal_block_id want;
+        shoal_block_id_derive(vol, obj->key, obj->version, index, &want);
+        bool rdma = h->flags & SHOAL_WF_RDMA_WRITTEN;
+        if (h->type != SHOAL_MSG_READ_RESP || resp->offset != off || resp->length != len ||
+            h->payload_len != (rdma ? 0 : len) || !shoal_block_id_eq(&resp->block, &want))
+                return -EPROTO;
+        return 0;
+}
+
+int shoal_rpc_verify_payload(const struct shoal_volume *vol, const struct shoal_object *obj,
+                             uint32_t index, uint32_t off, uint32_t len, const void *dst,
+                             const struct shoal_wire_read_resp *resp)
+{
+        struct shoal_block_id id;
+        shoal_block_id_derive(vol, obj->key, obj->version, index, &id);
+        uint32_t first = off / SHOAL_CHUNK_SIZE;
+        for (uint32_t i = 0; i < resp->n_crcs; i++) {
+                uint32_t coff = (first + i) * SHOAL_CHUNK_SIZE - off;
+                uint32_t clen = SHOAL_MIN(SHOAL_CHUNK_SIZE, len - coff);
+                if (shoal_chunk_crc(&id, first + i, (const char *)dst + coff, clen) !=
+                    shoal_wire_read_resp_crc(resp, i))
+                        return -EBADMSG;
+        }
+        return 0;
+}

@@ -1,0 +1,191 @@
+/* The read path on one node: random ranges byte-exact through buffers, local cache and store,
+ * including partial fills of a block from the cache followed by reads of its other chunks, with
+ * buffers evicted under pressure and several threads at once. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache/cache.h"
+#include "client/reader.h"
+#include "common/util.h"
+#include "store/store.h"
+
+#define OBJ_SIZE (10u * 1024 * 1024 + 4321)
+
+struct env {
+        char dir[64];
+        char url[128];
+        char cache_dir[128];
+        struct shoal_volume vol;
+        struct shoal_store *store;
+        struct shoal_cache *cache;
+        struct shoal_object obj;
+        unsigned char *data;
+};
+
+static struct env *env_new(uint32_t block_size)
+{
+        struct env *e = calloc(1, sizeof(*e));
+        snprintf(e->dir, sizeof(e->dir), "/tmp/shoal-reader.XXXXXX");
+        assert_non_null(mkdtemp(e->dir));
+        snprintf(e->url, sizeof(e->url), "file://%s/store", e->dir);
+        snprintf(e->cache_dir, sizeof(e->cache_dir), "%s/cache", e->dir);
+        char path[256];
+        snprintf(path, sizeof(path), "%s/store", e->dir);
+        assert_int_equal(mkdir(path, 0755), 0);
+        snprintf(path, sizeof(path), "%s/store/obj", e->dir);
+        e->data = malloc(OBJ_SIZE);
+        assert_int_equal(shoal_random_bytes(e->data, OBJ_SIZE), 0);
+        FILE *f = fopen(path, "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(e->data, 1, OBJ_SIZE, f), OBJ_SIZE);
+        fclose(f);
+        assert_int_equal(shoal_volume_init(&e->vol, e->url, block_size), 0);
+        char err[256];
+        struct shoal_store_config sc = {.url = e->url};
+        e->store = shoal_store_open(&sc, err, sizeof(err));
+        assert_non_null(e->store);
+        struct shoal_cache_config cc = {.dirs = e->cache_dir,
+                                        .size_bytes = 1 << 30,
+                                        .free_space_ratio = 0,
+                                        .volume = &e->vol};
+        e->cache = shoal_cache_open(&cc, err, sizeof(err));
+        assert_non_null(e->cache);
+        assert_int_equal(shoal_store_stat(e->store, "obj", &e->obj), 0);
+        return e;
+}
+
+static void env_free(struct env *e)
+{
+        shoal_cache_close(e->cache);
+        shoal_store_close(e->store);
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", e->dir);
+        assert_int_equal(system(cmd), 0);
+        free(e->data);
+        free(e);
+}
+
+static struct shoal_reader *reader_new(struct env *e, uint64_t buffer_bytes, unsigned readahead)
+{
+        char err[256];
+        struct shoal_reader_config rc = {.vol = &e->vol,
+                                         .store = e->store,
+                                         .cache = e->cache,
+                                         .buffer_bytes = buffer_bytes,
+                                         .readahead = readahead,
+                                         .prefetch_threads = readahead ? 2 : 0};
+        struct shoal_reader *r = shoal_reader_create(&rc, err, sizeof(err));
+        assert_non_null(r);
+        return r;
+}
+
+static void check_range(struct shoal_reader *r, struct env *e, uint64_t off, size_t len,
+                        struct shoal_stream *s)
+{
+        unsigned char *buf = malloc(len + 1);
+        long n = shoal_reader_read(r, &e->obj, off, len, buf, s);
+        size_t want = off >= OBJ_SIZE ? 0 : (size_t)SHOAL_MIN((uint64_t)len, OBJ_SIZE - off);
+        assert_int_equal(n, (long)want);
+        if (want)
+                assert_memory_equal(buf, e->data + off, want);
+        free(buf);
+}
+
+/* A block filled partly from the cache, then read elsewhere: never stale buffer bytes. */
+static void test_partial_fill_from_cache(void **state)
+{
+        (void)state;
+        struct env *e = env_new(4u << 20);
+        struct shoal_reader *r = reader_new(e, 0, 0);
+        check_range(r, e, 0, OBJ_SIZE, NULL); /* fills the cache */
+        shoal_reader_destroy(r);
+        /* Dirty every buffer with another object's bytes first: a new reader reuses them. */
+        r = reader_new(e, 0, 0);
+        check_range(r, e, (1u << 20) + 5, 70000, NULL);
+        check_range(r, e, 0, 1u << 20, NULL);
+        check_range(r, e, 3u << 20, 2u << 20, NULL);
+        check_range(r, e, OBJ_SIZE - 10, 100, NULL);
+        check_range(r, e, OBJ_SIZE, 100, NULL);
+        shoal_reader_destroy(r);
+        env_free(e);
+}
+
+static void test_random_ranges(void **state)
+{
+        (void)state;
+        struct env *e = env_new(1u << 20);
+        /* 4 buffers (the minimum) for 11 blocks: constant eviction. */
+        struct shoal_reader *r = reader_new(e, 0, 0);
+        for (int i = 0; i < 400; i++) {
+                uint64_t off = shoal_rand64() % (OBJ_SIZE + 1000);
+                size_t len = 1 + shoal_rand64() % (3u << 20);
+                check_range(r, e, off, len, NULL);
+        }
+        shoal_reader_destroy(r);
+        env_free(e);
+}
+
+static void test_sequential_readahead(void **state)
+{
+        (void)state;
+        struct env *e = env_new(1u << 20);
+        struct shoal_reader *r = reader_new(e, 8u << 20, 3);
+        struct shoal_stream s = {0};
+        for (uint64_t off = 0; off < OBJ_SIZE; off += 131072)
+                check_range(r, e, off, 131072, &s);
+        shoal_reader_destroy(r);
+        env_free(e);
+}
+
+struct thr {
+        struct shoal_reader *r;
+        struct env *e;
+};
+
+static void *reader_thread(void *arg)
+{
+        struct thr *t = arg;
+        struct shoal_stream s = {0};
+        for (int i = 0; i < 150; i++) {
+                uint64_t off = shoal_rand64() % OBJ_SIZE;
+                size_t len = 1 + shoal_rand64() % (2u << 20);
+                check_range(t->r, t->e, off, len, i % 2 ? &s : NULL);
+        }
+        return NULL;
+}
+
+static void test_concurrent(void **state)
+{
+        (void)state;
+        struct env *e = env_new(1u << 20);
+        struct shoal_reader *r = reader_new(e, 6u << 20, 2);
+        pthread_t th[8];
+        struct thr t = {r, e};
+        for (int i = 0; i < 8; i++)
+                pthread_create(&th[i], NULL, reader_thread, &t);
+        for (int i = 0; i < 8; i++)
+                pthread_join(th[i], NULL);
+        shoal_reader_destroy(r);
+        env_free(e);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_partial_fill_from_cache),
+                cmocka_unit_test(test_random_ranges),
+                cmocka_unit_test(test_sequential_readahead),
+                cmocka_unit_test(test_concurrent),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
