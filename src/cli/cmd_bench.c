@@ -29,7 +29,7 @@ struct bblock {
 struct bench {
         struct shoal_node *node;
         struct shoal_object *objs;
-        size_t nobjs, cap_objs;
+        size_t nobjs;
         struct bblock *blocks;
         size_t nblocks;
         uint64_t deadline;
@@ -48,44 +48,14 @@ struct worker {
         bool warm_only;
 };
 
-static int list_cb(void *arg, const struct shoal_list_entry *e)
-{
-        struct bench *b = arg;
-        if (e->is_prefix || !e->size)
-                return 0;
-        if (b->nobjs == b->cap_objs) {
-                size_t cap = b->cap_objs ? b->cap_objs * 2 : 256;
-                struct shoal_object *n = realloc(b->objs, cap * sizeof(*n));
-                if (!n)
-                        return -ENOMEM;
-                b->objs = n;
-                b->cap_objs = cap;
-        }
-        struct shoal_object *o = &b->objs[b->nobjs++];
-        memset(o, 0, sizeof(*o));
-        shoal_strlcpy(o->key, e->key, sizeof(o->key));
-        shoal_strlcpy(o->version, e->version ? e->version : "", sizeof(o->version));
-        o->size = e->size;
-        o->mtime_ns = e->mtime_ns;
-        return b->nobjs >= MAX_BLOCKS ? 1 : 0;
-}
-
 static int read_block(struct bench *b, const struct bblock *bb, char *buf)
 {
-        struct shoal_node *n = b->node;
         const struct shoal_object *o = &b->objs[bb->obj];
-        uint32_t len = shoal_block_len(o->size, n->vol.block_size, bb->index);
-        struct shoal_group_view *v = shoal_group_view_get(n->group);
-        struct shoal_block_id id;
-        shoal_block_id_derive(&n->vol, o->key, o->version, bb->index, &id);
-        int owner = shoal_group_owner(v, &id);
-        int rc = -EHOSTUNREACH;
-        if (owner >= 0)
-                rc = shoal_remote_read(n->remote, &v->members[owner], &n->vol, o, bb->index, 0, len,
-                                       buf, v->version);
-        shoal_group_view_put(v);
+        int rc = shoal_node_read_from_owner(b->node, o, bb->index, buf);
         if (!rc)
-                __atomic_fetch_add(&b->bytes, len, __ATOMIC_RELAXED);
+                __atomic_fetch_add(&b->bytes, shoal_block_len(o->size, b->node->vol.block_size,
+                                                              bb->index),
+                                   __ATOMIC_RELAXED);
         else
                 __atomic_fetch_add(&b->errors, 1, __ATOMIC_RELAXED);
         __atomic_fetch_add(&b->reqs, 1, __ATOMIC_RELAXED);
@@ -191,7 +161,7 @@ int shoal_cmd_bench(int argc, char **argv)
         }
         int ret = 1;
         const char *prefix = cli.val[OPT_PREFIX] ? cli.val[OPT_PREFIX] : "";
-        rc = shoal_store_list(b.node->store, prefix, NULL, NULL, list_cb, &b);
+        rc = shoal_store_list_objects(b.node->store, prefix, MAX_BLOCKS, &b.objs, &b.nobjs);
         if (rc < 0) {
                 fprintf(stderr, "shoal bench: listing %s failed: %s\n", prefix, strerror(-rc));
                 goto out;

@@ -251,3 +251,19 @@ void shoal_node_stop(struct shoal_node *n)
         shoal_store_close(n->store);
         free(n);
 }
+
+int shoal_node_read_from_owner(struct shoal_node *n, const struct shoal_object *obj,
+                               uint32_t index, void *buf)
+{
+        uint32_t len = shoal_block_len(obj->size, n->vol.block_size, index);
+        struct shoal_group_view *v = shoal_group_view_get(n->group);
+        struct shoal_block_id id;
+        shoal_block_id_derive(&n->vol, obj->key, obj->version, index, &id);
+        int owner = shoal_group_owner(v, &id);
+        int rc = -EHOSTUNREACH;
+        if (owner >= 0)
+                rc = shoal_remote_read(n->remote, &v->members[owner], &n->vol, obj, index, 0, len,
+                                       buf, v->version);
+        shoal_group_view_put(v);
+        return rc;
+}

@@ -260,3 +260,44 @@ bool shoal_store_retry_wait(struct shoal_store *st, int err, unsigned attempt)
         shoal_sleep_ns(d);
         return true;
 }
+
+struct objlist {
+        struct shoal_object *objs;
+        size_t n, cap, max;
+};
+
+static int objlist_cb(void *arg, const struct shoal_list_entry *e)
+{
+        struct objlist *l = arg;
+        if (e->is_prefix || !e->size)
+                return 0;
+        if (l->n == l->cap) {
+                size_t cap = l->cap ? l->cap * 2 : 256;
+                struct shoal_object *o = realloc(l->objs, cap * sizeof(*o));
+                if (!o)
+                        return -ENOMEM;
+                l->objs = o;
+                l->cap = cap;
+        }
+        struct shoal_object *o = &l->objs[l->n++];
+        memset(o, 0, sizeof(*o));
+        shoal_strlcpy(o->key, e->key, sizeof(o->key));
+        shoal_strlcpy(o->version, e->version ? e->version : "", sizeof(o->version));
+        o->size = e->size;
+        o->mtime_ns = e->mtime_ns;
+        return l->n >= l->max ? 1 : 0;
+}
+
+int shoal_store_list_objects(struct shoal_store *st, const char *prefix, size_t max,
+                             struct shoal_object **out, size_t *n)
+{
+        struct objlist l = {.max = max ? max : SIZE_MAX};
+        int rc = shoal_store_list(st, prefix, NULL, NULL, objlist_cb, &l);
+        if (rc < 0) {
+                free(l.objs);
+                return rc;
+        }
+        *out = l.objs;
+        *n = l.n;
+        return 0;
+}

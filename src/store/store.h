@@ -90,6 +90,11 @@ int shoal_store_read(struct shoal_store *st, const char *key, const char *versio
 int shoal_store_list(struct shoal_store *st, const char *prefix, const char *delim,
                      const char *start_after, shoal_list_cb cb, void *arg);
 
+/* Lists every object (no folders, no empty objects) under PREFIX, recursively, into a malloc'd
+ * array *OUT of *N entries, stopping after MAX. Returns 0 or a negative errno. */
+int shoal_store_list_objects(struct shoal_store *st, const char *prefix, size_t max,
+                             struct shoal_object **out, size_t *n);
+
 /* True for errors worth another attempt. */
 bool shoal_store_err_retryable(int err);
 

@@ -1,0 +1,241 @@
+/* shoal warmup — fill the group's caches ahead of a job [C4, U2].
+ *   shoal warmup MOUNTPOINT-PATH...          reads the files through the mount, so every block
+ *                                            lands in its owner's cache (and the mount's)
+ *   shoal warmup --storage S --prefix P ...  asks each block's owner for it directly; without
+ *                                            --cache-group it fills the local disk cache
+ * Progress every second on stderr; exit 1 when any read failed. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "client/reader.h"
+#include "common/util.h"
+#include "store/store.h"
+
+#define MAX_FILES 10000000
+
+struct item {
+        char *path;               /* mount mode */
+        struct shoal_object *obj; /* storage mode */
+        uint32_t index;
+};
+
+struct warm {
+        struct item *items;
+        size_t n, cap;
+        size_t next; /* atomic */
+        struct shoal_node *node;
+        size_t bufsize;
+        uint64_t done_items, bytes, errors; /* atomics */
+        bool finished;
+};
+
+static struct warm *walk_target;
+
+static int add_item(struct warm *w, struct item it)
+{
+        if (w->n == w->cap) {
+                size_t cap = w->cap ? w->cap * 2 : 1024;
+                struct item *n = realloc(w->items, cap * sizeof(*n));
+                if (!n)
+                        return -ENOMEM;
+                w->items = n;
+                w->cap = cap;
+        }
+        w->items[w->n++] = it;
+        return 0;
+}
+
+static int walk_cb(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+        (void)ftw;
+        if (type != FTW_F || !S_ISREG(st->st_mode) || walk_target->n >= MAX_FILES)
+                return 0;
+        const char *base = strrchr(path, '/');
+        if (base && !strcmp(base + 1, ".stats"))
+                return 0;
+        char *p = strdup(path);
+        if (!p || add_item(walk_target, (struct item){.path = p}))
+                return -1;
+        return 0;
+}
+
+static void warm_file(struct warm *w, const char *path, char *buf)
+{
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+                fprintf(stderr, "shoal warmup: %s: %s\n", path, strerror(errno));
+                __atomic_fetch_add(&w->errors, 1, __ATOMIC_RELAXED);
+                return;
+        }
+        for (uint64_t off = 0;;) {
+                long n = shoal_pread_full(fd, buf, w->bufsize, off);
+                if (n < 0) {
+                        fprintf(stderr, "shoal warmup: %s at %llu: %s\n", path,
+                                (unsigned long long)off, strerror((int)-n));
+                        __atomic_fetch_add(&w->errors, 1, __ATOMIC_RELAXED);
+                        break;
+                }
+                __atomic_fetch_add(&w->bytes, (uint64_t)n, __ATOMIC_RELAXED);
+                off += (uint64_t)n;
+                if ((size_t)n < w->bufsize)
+                        break;
+        }
+        close(fd);
+}
+
+static void warm_block(struct warm *w, const struct item *it, char *buf)
+{
+        struct shoal_node *n = w->node;
+        uint32_t len = shoal_block_len(it->obj->size, n->vol.block_size, it->index);
+        int rc;
+        if (n->group) {
+                rc = shoal_node_read_from_owner(n, it->obj, it->index, buf);
+        } else {
+                long got =
+                        shoal_reader_read(n->reader, it->obj,
+                                          (uint64_t)it->index * n->vol.block_size, len, buf, NULL);
+                rc = got == (long)len ? 0 : got < 0 ? (int)got : -EIO;
+        }
+        if (rc) {
+                fprintf(stderr, "shoal warmup: %s block %u: %s\n", it->obj->key, it->index,
+                        strerror(-rc));
+                __atomic_fetch_add(&w->errors, 1, __ATOMIC_RELAXED);
+                return;
+        }
+        __atomic_fetch_add(&w->bytes, len, __ATOMIC_RELAXED);
+}
+
+static void *worker_main(void *arg)
+{
+        struct warm *w = arg;
+        char *buf = aligned_alloc(4096, w->bufsize);
+        if (!buf)
+                return NULL;
+        for (;;) {
+                size_t i = __atomic_fetch_add(&w->next, 1, __ATOMIC_RELAXED);
+                if (i >= w->n)
+                        break;
+                if (w->items[i].path)
+                        warm_file(w, w->items[i].path, buf);
+                else
+                        warm_block(w, &w->items[i], buf);
+                __atomic_fetch_add(&w->done_items, 1, __ATOMIC_RELAXED);
+        }
+        free(buf);
+        return NULL;
+}
+
+static void progress(struct warm *w, const char *unit, uint64_t t0, bool last)
+{
+        uint64_t done = __atomic_load_n(&w->done_items, __ATOMIC_RELAXED);
+        uint64_t bytes = __atomic_load_n(&w->bytes, __ATOMIC_RELAXED);
+        char b[32];
+        shoal_format_bytes(bytes, b, sizeof(b));
+        double secs = (double)(shoal_now_ns() - t0) / 1e9;
+        fprintf(stderr, "%swarmup: %llu/%zu %s, %s in %.1f s (%.0f MiB/s), %llu errors%s",
+                isatty(STDERR_FILENO) && !last ? "\r" : "", (unsigned long long)done, w->n, unit, b,
+                secs, secs > 0 ? (double)bytes / (double)SHOAL_MiB / secs : 0.0,
+                (unsigned long long)__atomic_load_n(&w->errors, __ATOMIC_RELAXED),
+                isatty(STDERR_FILENO) && !last ? "" : "\n");
+}
+
+int shoal_cmd_warmup(int argc, char **argv)
+{
+        struct shoal_cli cli;
+        int rc = shoal_cli_parse(&cli, CMD_WARMUP, "warmup", argc, argv);
+        if (rc)
+                return rc == 1 ? 0 : 2;
+        if (shoal_cli_setup_log(&cli))
+                return 2;
+        uint64_t threads = 16;
+        if (cli.val[OPT_THREADS] &&
+            (shoal_parse_u64(cli.val[OPT_THREADS], 1024, &threads) || !threads))
+                return shoal_cli_fail(&cli, "invalid --threads %s: 1 to 1024",
+                                      cli.val[OPT_THREADS]);
+        struct warm w = {0};
+        struct shoal_object *objs = NULL;
+        size_t nobjs = 0;
+        const char *unit;
+        if (cli.val[OPT_STORAGE]) {
+                if (cli.npos)
+                        return shoal_cli_fail(&cli, "give paths or --storage, not both");
+                struct shoal_node_config cfg;
+                if (shoal_cli_node_config(&cli, cli.val[OPT_STORAGE], &cfg))
+                        return 2;
+                cfg.serve = false;
+                cfg.no_sharing = true;
+                if (cfg.cache_group)
+                        cfg.cache_size = 0; /* the owners keep the blocks, not this process */
+                char err[1024];
+                int code;
+                w.node = shoal_node_start(&cfg, err, sizeof(err), &code);
+                if (!w.node) {
+                        fprintf(stderr, "shoal warmup: %s\n", err);
+                        return code;
+                }
+                const char *prefix = cli.val[OPT_PREFIX] ? cli.val[OPT_PREFIX] : "";
+                rc = shoal_store_list_objects(w.node->store, prefix, MAX_FILES, &objs, &nobjs);
+                if (rc) {
+                        fprintf(stderr, "shoal warmup: listing '%s' failed: %s\n", prefix,
+                                strerror(-rc));
+                        shoal_node_stop(w.node);
+                        return 1;
+                }
+                for (size_t i = 0; i < nobjs; i++)
+                        for (uint32_t b = 0;
+                             b < shoal_block_count(objs[i].size, w.node->vol.block_size); b++)
+                                if (add_item(&w, (struct item){.obj = &objs[i], .index = b}))
+                                        break;
+                w.bufsize = w.node->vol.block_size;
+                unit = "blocks";
+        } else {
+                if (!cli.npos)
+                        return shoal_cli_fail(&cli, "expected MOUNTPOINT-PATH... or --storage "
+                                                    "STORAGE --prefix P");
+                if (cli.val[OPT_PREFIX])
+                        return shoal_cli_fail(&cli, "--prefix goes with --storage");
+                walk_target = &w;
+                for (int i = 0; i < cli.npos; i++) {
+                        struct stat st;
+                        if (stat(cli.pos[i], &st))
+                                return shoal_cli_fail(&cli, "%s: %s", cli.pos[i], strerror(errno));
+                        if (nftw(cli.pos[i], walk_cb, 64, FTW_PHYS) < 0)
+                                return shoal_cli_fail(&cli, "cannot walk %s", cli.pos[i]);
+                }
+                w.bufsize = 1 << 20;
+                unit = "files";
+        }
+        pthread_t *th = calloc(threads, sizeof(*th));
+        uint64_t t0 = shoal_now_ns();
+        unsigned started = 0;
+        for (unsigned t = 0; th && t < threads; t++)
+                if (!pthread_create(&th[t], NULL, worker_main, &w))
+                        started++;
+        uint64_t next_print = t0 + 1000000000ULL;
+        while (__atomic_load_n(&w.done_items, __ATOMIC_RELAXED) < w.n && started) {
+                shoal_sleep_ns(50000000ULL);
+                if (shoal_now_ns() >= next_print) {
+                        progress(&w, unit, t0, false);
+                        next_print += 1000000000ULL;
+                }
+        }
+        for (unsigned t = 0; t < started; t++)
+                pthread_join(th[t], NULL);
+        progress(&w, unit, t0, true);
+        free(th);
+        for (size_t i = 0; i < w.n; i++)
+                free(w.items[i].path);
+        free(w.items);
+        free(objs);
+        if (w.node)
+                shoal_node_stop(w.node);
+        return w.errors || !started ? 1 : 0;
+}
