@@ -3,7 +3,8 @@
 # (one member, warm cache) against nginx sendfile, memcached (values in RAM, -I 8m) and iperf3
 # (the loopback limit), for 1 MiB and 4 MiB blocks at 1, 16 and 64 requests in flight.
 # Prints GiB/s and CPU seconds per GiB for server and client, and shoal's ratios to the peers.
-#   bench/transport.sh            (DUR=5 seconds per point; SIZES, DEPTHS override)
+#   bench/transport.sh            (DUR=5 seconds per point; SIZES, DEPTHS, IORPC_MODE override;
+#                                  PEERS=0 skips nginx, memcached and iperf3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -14,6 +15,8 @@ SHOAL=$PWD/build-release/shoal
 DUR=${DUR:-5}
 SIZES=${SIZES:-"1048576 4194304"}
 DEPTHS=${DEPTHS:-"1 16 64"}
+IORPC_MODE=${IORPC_MODE:-dio}
+PEERS=${PEERS:-1}
 HZ=$(getconf CLK_TCK)
 D=$(mktemp -d /tmp/shoal-bench.XXXXXX)
 PIDS=()
@@ -28,7 +31,7 @@ trap cleanup EXIT INT TERM
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # cpu PID... — CPU seconds used so far by these processes (and their threads)
 cpu() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo "$t $HZ" | awk '{printf "%.3f", $1/$2}'; }
-row() { printf "%-10s %6s %5s %8s %10s %10s\n" "$@"; }
+row() { printf "%-20s %6s %5s %8s %10s %10s\n" "$@"; }
 
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r); $(date -u +%F)"
 row system block depth "GiB/s" "srv s/GiB" "cli s/GiB"
@@ -41,7 +44,8 @@ for BS in $SIZES; do
   for i in $(seq 0 31); do head -c "$BS" /dev/urandom >"$D/www$bs_k/f$i"; done
   META="sqlite3://$D/meta$bs_k.db"
   "$SHOAL" serve "file://$D/store$bs_k" --cache-group b$bs_k --meta "$META" --cache-dir "$D/cache$bs_k" \
-    --block-size "${bs_k}K" --group-ip 127.0.0.1 --log-file "$D/member$bs_k.log" &
+    --block-size "${bs_k}K" --group-ip 127.0.0.1 --iorpc-mode "$IORPC_MODE" \
+    --log-file "$D/member$bs_k.log" &
   MP=$!
   PIDS+=($MP)
   sleep 1
@@ -59,13 +63,19 @@ for BS in $SIZES; do
       rate=$(echo "$out" | sed 's/.* = \([0-9.]*\) GiB\/s.*/\1/')
       ccpu=$(echo "$out" | sed 's/.*client cpu \([0-9.]*\) s\/GiB.*/\1/')
       scpu=$(awk -v a="$s0" -v b="$s1" -v g="$gib" 'BEGIN { printf "%.3f", (b - a) / g }')
-      row "shoal-$t" "${bs_k}K" "$depth" "$rate" "$scpu" "$ccpu"
-      echo "shoal-$t $bs_k $depth $rate $scpu $ccpu" >>"$D/results"
+      name=shoal-$t
+      [ $t = iorpc ] && name=shoal-iorpc-$IORPC_MODE
+      row "$name" "${bs_k}K" "$depth" "$rate" "$scpu" "$ccpu"
+      echo "$name $bs_k $depth $rate $scpu $ccpu" >>"$D/results"
     done
   done
   kill "$MP"
   wait "$MP" 2>/dev/null || true
 done
+
+if [ "$PEERS" = 0 ]; then
+  exit 0
+fi
 
 # --- nginx (sendfile from the page cache) ---
 NP=$(port)
