@@ -53,8 +53,8 @@ static int read_block(struct bench *b, const struct bblock *bb, char *buf)
         const struct shoal_object *o = &b->objs[bb->obj];
         int rc = shoal_node_read_from_owner(b->node, o, bb->index, buf);
         if (!rc)
-                __atomic_fetch_add(&b->bytes, shoal_block_len(o->size, b->node->vol.block_size,
-                                                              bb->index),
+                __atomic_fetch_add(&b->bytes,
+                                   shoal_block_len(o->size, b->node->vol.block_size, bb->index),
                                    __ATOMIC_RELAXED);
         else
                 __atomic_fetch_add(&b->errors, 1, __ATOMIC_RELAXED);

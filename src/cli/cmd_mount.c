@@ -1,8 +1,6 @@
 /* shoal mount STORAGE MOUNTPOINT [C1] and shoal umount MOUNTPOINT. */
 #include <errno.h>
 #include <limits.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,17 +72,6 @@ static int parse_mount_flags(const struct shoal_cli *cli, struct shoal_fuse_conf
         return 0;
 }
 
-static int report_failure(const char *err, int code)
-{
-        char line[1200];
-        snprintf(line, sizeof(line), "shoal mount: %s", err);
-        if (shoal_daemon_active())
-                shoal_daemon_fail(code, line);
-        else
-                fprintf(stderr, "%s\n", line);
-        return code;
-}
-
 int shoal_cmd_mount(int argc, char **argv)
 {
         struct shoal_cli cli;
@@ -112,23 +99,18 @@ int shoal_cmd_mount(int argc, char **argv)
         if (cli.val[OPT_BACKGROUND] && shoal_daemon_start())
                 return shoal_cli_fail(&cli, "cannot fork into the background");
         /* Every thread inherits this mask; shoal_fuse_loop takes the signals on this thread. */
-        sigset_t set;
-        sigemptyset(&set);
-        sigaddset(&set, SIGINT);
-        sigaddset(&set, SIGTERM);
-        sigaddset(&set, SIGHUP);
-        pthread_sigmask(SIG_BLOCK, &set, NULL);
+        shoal_daemon_block_signals(NULL);
 
         char err[1024];
         int code;
         struct shoal_node *node = shoal_node_start(&cfg, err, sizeof(err), &code);
         if (!node)
-                return report_failure(err, code);
+                return shoal_daemon_report("mount", err, code);
         fc.node = node;
         struct shoal_fuse *f = shoal_fuse_mount(&fc, err, sizeof(err));
         if (!f) {
                 shoal_node_stop(node);
-                return report_failure(err, 1);
+                return shoal_daemon_report("mount", err, 1);
         }
         log_info("mount", "%s mounted at %s (%s%s%s, attr cache %.3g s, max request %u)",
                  cfg.storage, mp, cfg.cache_group ? "group " : "no group",

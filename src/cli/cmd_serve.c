@@ -1,5 +1,4 @@
 /* shoal serve STORAGE — a group member without a mount [C2]. */
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -34,24 +33,13 @@ int shoal_cmd_serve(int argc, char **argv)
                 return shoal_cli_fail(&cli, "cannot fork into the background");
         /* Every thread inherits this mask; the main thread takes the signals with sigwait. */
         sigset_t set;
-        sigemptyset(&set);
-        sigaddset(&set, SIGINT);
-        sigaddset(&set, SIGTERM);
-        sigaddset(&set, SIGHUP);
-        pthread_sigmask(SIG_BLOCK, &set, NULL);
+        shoal_daemon_block_signals(&set);
 
         char err[1024];
         int code;
         struct shoal_node *node = shoal_node_start(&cfg, err, sizeof(err), &code);
-        if (!node) {
-                char line[1100];
-                snprintf(line, sizeof(line), "shoal serve: %s", err);
-                if (shoal_daemon_active())
-                        shoal_daemon_fail(code, line);
-                else
-                        fprintf(stderr, "%s\n", line);
-                return code;
-        }
+        if (!node)
+                return shoal_daemon_report("serve", err, code);
         char tcp[64], iorpc[64];
         shoal_server_addrs(node->server, tcp, iorpc);
         log_info("serve", "member %s of group %s ready: tcp pool %s, iorpc %s",

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,4 +76,27 @@ void shoal_daemon_fail(int code, const char *msg)
 bool shoal_daemon_active(void)
 {
         return ready_fd >= 0;
+}
+
+void shoal_daemon_block_signals(sigset_t *set)
+{
+        sigset_t s;
+        sigemptyset(&s);
+        sigaddset(&s, SIGINT);
+        sigaddset(&s, SIGTERM);
+        sigaddset(&s, SIGHUP);
+        pthread_sigmask(SIG_BLOCK, &s, NULL);
+        if (set)
+                *set = s;
+}
+
+int shoal_daemon_report(const char *cmd, const char *err, int code)
+{
+        char line[1200];
+        snprintf(line, sizeof(line), "shoal %s: %s", cmd, err);
+        if (shoal_daemon_active())
+                shoal_daemon_fail(code, line);
+        else
+                fprintf(stderr, "%s\n", line);
+        return code;
 }

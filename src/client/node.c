@@ -252,8 +252,8 @@ void shoal_node_stop(struct shoal_node *n)
         free(n);
 }
 
-int shoal_node_read_from_owner(struct shoal_node *n, const struct shoal_object *obj,
-                               uint32_t index, void *buf)
+int shoal_node_read_from_owner(struct shoal_node *n, const struct shoal_object *obj, uint32_t index,
+                               void *buf)
 {
         uint32_t len = shoal_block_len(obj->size, n->vol.block_size, index);
         struct shoal_group_view *v = shoal_group_view_get(n->group);

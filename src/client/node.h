@@ -63,7 +63,7 @@ void shoal_node_stop(struct shoal_node *n);
 /* Reads the whole block INDEX of OBJ from its owner in the group into BUF (block-size bytes), as
  * a client would; the owner fills it from the store on a miss. Returns 0, -EHOSTUNREACH when the
  * group has no provider, or the transport's error. */
-int shoal_node_read_from_owner(struct shoal_node *n, const struct shoal_object *obj,
-                               uint32_t index, void *buf);
+int shoal_node_read_from_owner(struct shoal_node *n, const struct shoal_object *obj, uint32_t index,
+                               void *buf);
 
 #endif

@@ -259,3 +259,14 @@ long shoal_pread_full(int fd, void *buf, size_t len, uint64_t off)
         }
         return (long)done;
 }
+
+int shoal_hexval(int c)
+{
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -1;
+}

@@ -44,6 +44,8 @@ int shoal_parse_u64(const char *s, uint64_t max, uint64_t *out);
 
 /* Writes 2*LEN lowercase hex characters and a NUL into OUT (2*LEN+1 bytes). */
 void shoal_hex(const void *data, size_t len, char *out);
+/* The value of hex digit C (either case), or -1 when C is not one. */
+int shoal_hexval(int c);
 
 /* Formats BYTES as "4.0 MiB" style text into OUT. */
 void shoal_format_bytes(uint64_t bytes, char *out, size_t outlen);

@@ -289,17 +289,6 @@ int shoal_member_encode(const struct shoal_member *m, char *out, size_t outlen)
         return (int)o.len;
 }
 
-static int hexval(char c)
-{
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -1;
-}
-
 /* Unescapes field S[0..LEN) into OUT (SIZE bytes, terminated). Refuses a bad escape, an
  * escaped NUL, and a string that does not fit. */
 static int dec_str(const char *s, size_t len, char *out, size_t size)
@@ -311,7 +300,8 @@ static int dec_str(const char *s, size_t len, char *out, size_t size)
                 if (c == '%') {
                         if (len - i < 3)
                                 return -EINVAL;
-                        int hi = hexval(s[i + 1]), lo = hexval(s[i + 2]);
+                        int hi = shoal_hexval((unsigned char)s[i + 1]),
+                            lo = shoal_hexval((unsigned char)s[i + 2]);
                         if (hi < 0 || lo < 0)
                                 return -EINVAL;
                         c = (unsigned char)(hi << 4 | lo);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 
 #include "common/log.h"
 #include "common/util.h"
@@ -292,4 +293,195 @@ int shoal_fab_eq_err(struct fid_eq *eq, char *msg, size_t msglen)
         snprintf(msg, msglen, "%s (%d)%s%s", fi_strerror(e.err), e.err, pe && *pe ? ", " : "",
                  pe ? pe : "");
         return e.err ? e.err : FI_EOTHER;
+}
+
+int shoal_fab_mep_alloc(struct shoal_fab_mep *m, struct shoal_fab *f, const char *peer,
+                        unsigned nrx, unsigned nslots)
+{
+        memset(m, 0, sizeof(*m));
+        m->fab = f;
+        m->peer = peer;
+        m->eq_fd = m->cq_fd = -1;
+        m->nrx = nrx;
+        m->nslots = nslots;
+        size_t memlen = (size_t)(nrx + nslots) * SHOAL_FAB_MSG_SLOT;
+        m->mem = aligned_alloc(4096, (memlen + 4095) / 4096 * 4096);
+        m->rx = calloc(nrx, sizeof(*m->rx));
+        if (!m->mem || !m->rx)
+                return -ENOMEM;
+        for (unsigned i = 0; i < nrx; i++) {
+                m->rx[i].op.kind = SHOAL_FAB_OP_RX;
+                m->rx[i].op.owner = &m->rx[i];
+                m->rx[i].buf = m->mem + (size_t)i * SHOAL_FAB_MSG_SLOT;
+        }
+        return 0;
+}
+
+char *shoal_fab_mep_sbuf(const struct shoal_fab_mep *m, unsigned i)
+{
+        return m->mem + (size_t)(m->nrx + i) * SHOAL_FAB_MSG_SLOT;
+}
+
+void *shoal_fab_mep_desc(const struct shoal_fab_mep *m)
+{
+        return shoal_fab_desc(m->fab, m->mr);
+}
+
+int shoal_fab_mep_open(struct shoal_fab_mep *m, struct fi_info *info, void *ep_ctx, size_t cq_size,
+                       const char **call)
+{
+        struct shoal_fab *f = m->fab;
+        size_t memlen = (size_t)(m->nrx + m->nslots) * SHOAL_FAB_MSG_SLOT;
+        int rc;
+        *call = "fi_mr_reg";
+        if ((rc = shoal_fab_mr_reg(f, m->mem, memlen, FI_SEND | FI_RECV, &m->mr)))
+                return rc;
+        *call = "fi_endpoint";
+        if ((rc = fi_endpoint(f->domain, info, &m->ep, ep_ctx)))
+                return rc;
+        *call = "fi_eq_open";
+        if ((rc = shoal_fab_eq_open(f, &m->eq, &m->eq_fd)))
+                return rc;
+        *call = "fi_cq_open";
+        if ((rc = shoal_fab_cq_open(f, cq_size, &m->cq, &m->cq_fd)))
+                return rc;
+        *call = "fi_ep_bind(eq)";
+        if ((rc = fi_ep_bind(m->ep, &m->eq->fid, 0)))
+                return rc;
+        *call = "fi_ep_bind(cq)";
+        if ((rc = fi_ep_bind(m->ep, &m->cq->fid, FI_TRANSMIT | FI_RECV)))
+                return rc;
+        *call = "fi_enable";
+        if ((rc = fi_enable(m->ep)))
+                return rc;
+        *call = "fi_recv";
+        for (unsigned i = 0; i < m->nrx; i++)
+                if ((rc = shoal_fab_mep_post_rx(m, &m->rx[i])))
+                        return rc;
+        return 0;
+}
+
+void shoal_fab_mep_watch(struct shoal_fab_mep *m, int epfd)
+{
+        struct epoll_event ev = {.events = EPOLLIN};
+        epoll_ctl(epfd, EPOLL_CTL_ADD, m->eq_fd, &ev);
+        epoll_ctl(epfd, EPOLL_CTL_ADD, m->cq_fd, &ev);
+}
+
+bool shoal_fab_mep_trywait(struct shoal_fab_mep *m)
+{
+        struct fid *fids[2] = {&m->eq->fid, &m->cq->fid};
+        return fi_trywait(m->fab->fabric, fids, 2) == 0;
+}
+
+int shoal_fab_mep_post_rx(struct shoal_fab_mep *m, struct shoal_fab_rx *rx)
+{
+        ssize_t rc =
+                fi_recv(m->ep, rx->buf, SHOAL_FAB_MSG_SLOT, shoal_fab_mep_desc(m), 0, &rx->op.ctx);
+        if (rc) {
+                shoal_fab_log_err(m->peer, "fi_recv", (int)rc);
+                return (int)rc;
+        }
+        m->posted++;
+        return 0;
+}
+
+int shoal_fab_mep_send(struct shoal_fab_mep *m, const void *buf, size_t len,
+                       struct shoal_fab_op *op)
+{
+        ssize_t rc = fi_send(m->ep, buf, len, shoal_fab_mep_desc(m), 0, &op->ctx);
+        if (rc) {
+                shoal_fab_log_err(m->peer, "fi_send", (int)rc);
+                return (int)rc;
+        }
+        m->posted++;
+        return 0;
+}
+
+int shoal_fab_mep_write(struct shoal_fab_mep *m, const void *buf, size_t len, void *desc,
+                        uint64_t raddr, uint64_t rkey, struct shoal_fab_op *op)
+{
+        ssize_t rc = fi_write(m->ep, buf, len, desc, 0, raddr, rkey, &op->ctx);
+        if (rc) {
+                shoal_fab_log_err(m->peer, "fi_write", (int)rc);
+                return (int)rc;
+        }
+        m->posted++;
+        return 0;
+}
+
+int shoal_fab_mep_eq_read(struct shoal_fab_mep *m, uint32_t *event, char *msg, size_t msglen)
+{
+        struct fi_eq_cm_entry entry;
+        ssize_t n = fi_eq_read(m->eq, event, &entry, sizeof(entry), 0);
+        if (n == -FI_EAGAIN)
+                return 0;
+        if (n == -FI_EAVAIL) {
+                shoal_fab_eq_err(m->eq, msg, msglen);
+                return -FI_EAVAIL;
+        }
+        if (n < 0) {
+                shoal_fab_log_err(m->peer, "fi_eq_read", (int)n);
+                return (int)n;
+        }
+        return 1;
+}
+
+ssize_t shoal_fab_mep_cq_read(struct shoal_fab_mep *m, struct fi_cq_msg_entry *e, size_t count,
+                              void **err_ctx)
+{
+        ssize_t n = fi_cq_read(m->cq, e, count);
+        if (n == -FI_EAGAIN)
+                return 0;
+        if (n == -FI_EAVAIL) {
+                shoal_fab_cq_err(m->cq, m->peer, err_ctx);
+                if (*err_ctx)
+                        m->posted--;
+                return -FI_EAVAIL;
+        }
+        if (n < 0) {
+                shoal_fab_log_err(m->peer, "fi_cq_read", (int)n);
+                return n;
+        }
+        m->posted -= (int)n;
+        return n;
+}
+
+void shoal_fab_mep_shutdown(struct shoal_fab_mep *m)
+{
+        if (!m->ep)
+                return;
+        int rc = fi_shutdown(m->ep, 0);
+        if (rc && rc != -FI_ENOTCONN)
+                shoal_fab_log_err(m->peer, "fi_shutdown", rc);
+}
+
+void shoal_fab_mep_close_ep(struct shoal_fab_mep *m, int epfd)
+{
+        if (m->eq_fd >= 0)
+                epoll_ctl(epfd, EPOLL_CTL_DEL, m->eq_fd, NULL);
+        if (m->cq_fd >= 0)
+                epoll_ctl(epfd, EPOLL_CTL_DEL, m->cq_fd, NULL);
+        m->eq_fd = m->cq_fd = -1;
+        if (m->ep)
+                fi_close(&m->ep->fid);
+        m->ep = NULL;
+}
+
+void shoal_fab_mep_close(struct shoal_fab_mep *m, int epfd)
+{
+        shoal_fab_mep_close_ep(m, epfd);
+        if (m->cq)
+                fi_close(&m->cq->fid);
+        if (m->eq)
+                fi_close(&m->eq->fid);
+        if (m->mr)
+                fi_close(&m->mr->fid);
+        free(m->mem);
+        free(m->rx);
+        m->cq = NULL;
+        m->eq = NULL;
+        m->mr = NULL;
+        m->mem = NULL;
+        m->rx = NULL;
 }

@@ -81,4 +81,91 @@ void shoal_fab_addr_str(const void *sa, char *out, size_t outlen);
 /* Parses "ip:port" into a freshly malloc'd sockaddr_in (for fi_info dest_addr). NULL on error. */
 struct sockaddr_in *shoal_fab_addr_parse(const char *addr);
 
+/* ---- message endpoint --------------------------------------------------------------------- */
+
+/* What a posted operation was; libfabric hands back a pointer to CTX, which therefore comes
+ * first. OWNER is the receive buffer or the caller's slot the operation belongs to. */
+enum shoal_fab_op_kind {
+        SHOAL_FAB_OP_RX,
+        SHOAL_FAB_OP_SEND,
+        SHOAL_FAB_OP_WRITE
+};
+
+struct shoal_fab_op {
+        struct fi_context2 ctx; /* first */
+        enum shoal_fab_op_kind kind;
+        void *owner;
+};
+
+/* One posted receive buffer of SHOAL_FAB_MSG_SLOT bytes. */
+struct shoal_fab_rx {
+        struct shoal_fab_op op; /* owner = this */
+        char *buf;
+};
+
+/* The part of an FI_EP_MSG connection both IORPC sides share: one registered region holding
+ * NRX receive buffers and then NSLOTS send buffers, the endpoint with its own EQ and CQ, and the
+ * count of posted operations. What a send slot carries besides its buffer is the caller's.
+ * Posted buffers belong to the provider until their completion was read or the endpoint was
+ * closed. */
+struct shoal_fab_mep {
+        struct shoal_fab *fab;
+        const char *peer; /* for log lines; the caller's string, valid as long as this */
+        struct fid_ep *ep;
+        struct fid_eq *eq;
+        struct fid_cq *cq;
+        int eq_fd, cq_fd; /* -1: not open, or not to be taken out of epoll */
+        struct fid_mr *mr;
+        char *mem;
+        struct shoal_fab_rx *rx;
+        unsigned nrx, nslots;
+        int posted; /* operations posted whose completion was not read yet */
+};
+
+/* Zeroes M and allocates its region and receive buffers for F (nothing registered or opened
+ * yet). Returns 0 or -ENOMEM; undo with shoal_fab_mep_close (also after a failure). */
+int shoal_fab_mep_alloc(struct shoal_fab_mep *m, struct shoal_fab *f, const char *peer,
+                        unsigned nrx, unsigned nslots);
+/* Send buffer I (< nslots) of M's region. */
+char *shoal_fab_mep_sbuf(const struct shoal_fab_mep *m, unsigned i);
+/* The descriptor to pass with buffers of M's region. */
+void *shoal_fab_mep_desc(const struct shoal_fab_mep *m);
+/* Registers M's region, opens the endpoint for INFO (context EP_CTX), its EQ and a CQ of
+ * CQ_SIZE entries, binds and enables it and posts every receive: what is left is fi_connect or
+ * fi_accept. Returns 0, or a negative error with the failed call's name in *CALL (not logged);
+ * undo with shoal_fab_mep_close. */
+int shoal_fab_mep_open(struct shoal_fab_mep *m, struct fi_info *info, void *ep_ctx, size_t cq_size,
+                       const char **call);
+/* Adds M's EQ and CQ fds to EPFD for reading. */
+void shoal_fab_mep_watch(struct shoal_fab_mep *m, int epfd);
+/* True when neither queue of M has work pending, so the caller may sleep in epoll (fi_trywait). */
+bool shoal_fab_mep_trywait(struct shoal_fab_mep *m);
+
+/* Post a receive, a send of [BUF, BUF+LEN) from M's region, or an RMA write of [BUF, BUF+LEN)
+ * (DESC its local descriptor) to RADDR/RKEY; OP comes back with the completion. Each returns 0
+ * (M->posted counts it) or the negative error, logged with M's peer. */
+int shoal_fab_mep_post_rx(struct shoal_fab_mep *m, struct shoal_fab_rx *rx);
+int shoal_fab_mep_send(struct shoal_fab_mep *m, const void *buf, size_t len,
+                       struct shoal_fab_op *op);
+int shoal_fab_mep_write(struct shoal_fab_mep *m, const void *buf, size_t len, void *desc,
+                        uint64_t raddr, uint64_t rkey, struct shoal_fab_op *op);
+
+/* Reads one CM event of M's EQ into *EVENT. Returns 1, 0 when none is queued, -FI_EAVAIL with
+ * the error entry's line in MSG, or another negative error (logged). */
+int shoal_fab_mep_eq_read(struct shoal_fab_mep *m, uint32_t *event, char *msg, size_t msglen);
+/* Reads up to COUNT completions of M's CQ into E and takes them off M->posted. Returns their
+ * number, 0 when none is queued, -FI_EAVAIL after reading (and logging, unless FI_ECANCELED)
+ * one error entry whose op context is in *ERR_CTX (taken off M->posted when not NULL), or
+ * another negative error (logged). */
+ssize_t shoal_fab_mep_cq_read(struct shoal_fab_mep *m, struct fi_cq_msg_entry *e, size_t count,
+                              void **err_ctx);
+
+/* fi_shutdown of M's endpoint (call once connected); the peer sees FI_SHUTDOWN. */
+void shoal_fab_mep_shutdown(struct shoal_fab_mep *m);
+/* Takes M's fds out of EPFD and closes the endpoint: the provider touches no buffer of M after
+ * this and reports no more completions (posted ones are simply dropped). */
+void shoal_fab_mep_close_ep(struct shoal_fab_mep *m, int epfd);
+/* shoal_fab_mep_close_ep, then closes the queues, deregisters and frees the region. */
+void shoal_fab_mep_close(struct shoal_fab_mep *m, int epfd);
+
 #endif

@@ -36,30 +36,19 @@
 #include "rpc/client_conn.h"
 #include "rpc/wire.h"
 
-#define SERVICE_RDMA   3
-#define MAX_SLOTS      64
-#define MAX_REGIONS    256
-#define RESP_MAX       (28 + 4 * SHOAL_MAX_CHUNKS)
-#define CONNECT_NS     (3ULL * 1000000000ULL)
-#define DRAIN_NS       (2ULL * 1000000000ULL)
-#define BOUNCE_BUFS    8
-#define WTEST_MAGIC    "SHOALWT1"
-#define ALIGN_UP(x, a) (((x) + (a)-1) / (a) * (a))
+#define SERVICE_RDMA 3
+#define MAX_SLOTS    64
+#define MAX_REGIONS  256
+#define RESP_MAX     (28 + 4 * SHOAL_MAX_CHUNKS)
+#define CONNECT_NS   (3ULL * 1000000000ULL)
+#define DRAIN_NS     (2ULL * 1000000000ULL)
+#define BOUNCE_BUFS  8
+#define WTEST_MAGIC  "SHOALWT1"
 
-enum op_kind {
-        OP_RX,
-        OP_SEND
-};
 enum req_kind {
         RQ_READ,
         RQ_PING,
         RQ_WTEST
-};
-
-struct rc_op {
-        struct fi_context2 ctx; /* first: libfabric hands this pointer back */
-        enum op_kind kind;
-        void *owner;
 };
 
 struct rreq {
@@ -83,13 +72,8 @@ struct rreq {
 
 struct rc_chan;
 
-struct rc_rx {
-        struct rc_op op;
-        char *buf;
-};
-
 struct rc_slot {
-        struct rc_op sop;
+        struct shoal_fab_op sop;
         struct rc_chan *ch;
         uint64_t id;
         struct rreq *req; /* NULL for handshake frames and heartbeats */
@@ -115,23 +99,16 @@ struct rc_chan {
         struct shoal_rdma_client *cl;
         struct rc_peer *peer;
         struct rc_rail *rail;
-        struct fid_ep *ep;
-        struct fid_eq *eq;
-        struct fid_cq *cq;
-        int eq_fd, cq_fd;
-        struct fid_mr *mr;
-        char *mem;
-        struct rc_rx *rx;
+        struct shoal_fab_mep m;
         struct rc_slot *slots, *free;
-        unsigned nrx, nslots, credits, inflight;
+        unsigned credits, inflight;
         enum {
                 CH_CONNECTING,
                 CH_HELLO,
                 CH_AUTH,
                 CH_READY
         } state;
-        bool broken, closed_ep;
-        int posted;
+        bool broken;
         uint64_t deadline, last_rx, last_ping, broken_at;
         bool ping_out;
         uint8_t nonce[SHOAL_WIRE_NONCE_LEN];
@@ -197,11 +174,6 @@ static void req_complete(struct rreq *r, int rc)
 
 /* ---- channels ---------------------------------------------------------------------------- */
 
-static void *chan_desc(struct rc_chan *ch)
-{
-        return shoal_fab_desc(&ch->rail->fab, ch->mr);
-}
-
 static void peer_fail(struct rc_peer *p, const char *why);
 
 static void chan_shutdown(struct rc_chan *ch)
@@ -210,13 +182,10 @@ static void chan_shutdown(struct rc_chan *ch)
                 return;
         ch->broken = true;
         ch->broken_at = shoal_now_ns();
-        if (ch->ep && ch->state != CH_CONNECTING) {
-                int rc = fi_shutdown(ch->ep, 0);
-                if (rc && rc != -FI_ENOTCONN)
-                        shoal_fab_log_err(ch->addr, "fi_shutdown", rc);
-        }
+        if (ch->state != CH_CONNECTING)
+                shoal_fab_mep_shutdown(&ch->m);
         /* The endpoint is shut down: the member can no longer write into request buffers. */
-        for (unsigned i = 0; i < ch->nslots; i++) {
+        for (unsigned i = 0; i < ch->m.nslots; i++) {
                 struct rc_slot *sl = &ch->slots[i];
                 if (sl->used && sl->req && !sl->answered) {
                         req_complete(sl->req, -ENOTCONN);
@@ -229,21 +198,7 @@ static void chan_shutdown(struct rc_chan *ch)
 
 static void chan_free(struct rc_chan *ch)
 {
-        struct shoal_rdma_client *cl = ch->cl;
-        if (ch->eq_fd >= 0)
-                epoll_ctl(cl->epfd, EPOLL_CTL_DEL, ch->eq_fd, NULL);
-        if (ch->cq_fd >= 0)
-                epoll_ctl(cl->epfd, EPOLL_CTL_DEL, ch->cq_fd, NULL);
-        if (ch->ep)
-                fi_close(&ch->ep->fid);
-        if (ch->cq)
-                fi_close(&ch->cq->fid);
-        if (ch->eq)
-                fi_close(&ch->eq->fid);
-        if (ch->mr)
-                fi_close(&ch->mr->fid);
-        free(ch->mem);
-        free(ch->rx);
+        shoal_fab_mep_close(&ch->m, ch->cl->epfd);
         free(ch->slots);
         shoal_metric_gauge_add(SHOAL_M_remotecache_connections, -1);
         free(ch);
@@ -270,38 +225,19 @@ static void slot_put(struct rc_chan *ch, struct rc_slot *sl)
         ch->free = sl;
 }
 
-static int post_rx(struct rc_chan *ch, struct rc_rx *rx)
-{
-        ssize_t rc = fi_recv(ch->ep, rx->buf, SHOAL_FAB_MSG_SLOT, chan_desc(ch), 0, &rx->op.ctx);
-        if (rc) {
-                shoal_fab_log_err(ch->addr, "fi_recv", (int)rc);
-                return (int)rc;
-        }
-        ch->posted++;
-        return 0;
-}
-
 /* Sends a frame from slot SL (its body already at sbuf + header). */
 static int send_slot(struct rc_chan *ch, struct rc_slot *sl, uint8_t type, uint16_t flags,
                      uint64_t id, size_t body_len)
 {
-        struct shoal_wire_hdr h = {.version = SHOAL_WIRE_VERSION,
-                                   .type = type,
-                                   .flags = flags,
-                                   .body_len = (uint32_t)body_len,
-                                   .id = id};
         sl->id = id;
-        shoal_wire_hdr_encode((uint8_t *)sl->sbuf, &h, sl->sbuf + SHOAL_WIRE_HDR_LEN);
-        ssize_t rc = fi_send(ch->ep, sl->sbuf, SHOAL_WIRE_HDR_LEN + body_len, chan_desc(ch), 0,
-                             &sl->sop.ctx);
+        size_t len =
+                shoal_wire_frame_encode((uint8_t *)sl->sbuf, type, flags, 0, id, NULL, body_len);
+        int rc = shoal_fab_mep_send(&ch->m, sl->sbuf, len, &sl->sop);
         if (rc) {
-                shoal_fab_log_err(ch->addr, "fi_send", (int)rc);
                 sl->send_done = sl->answered = true;
                 slot_put(ch, sl);
-                return (int)rc;
         }
-        ch->posted++;
-        return 0;
+        return rc;
 }
 
 static uint64_t new_id(struct shoal_rdma_client *cl)
@@ -360,28 +296,22 @@ static struct rc_chan *chan_open(struct shoal_rdma_client *cl, struct rc_peer *p
         ch->cl = cl;
         ch->peer = p;
         ch->rail = r;
-        ch->eq_fd = ch->cq_fd = -1;
+        ch->m.eq_fd = ch->m.cq_fd = -1;
         shoal_strlcpy(ch->addr, addr, sizeof(ch->addr));
         shoal_metric_gauge_add(SHOAL_M_remotecache_connections, 1);
-        ch->nrx = ch->nslots =
-                (unsigned)SHOAL_MIN(SHOAL_MIN(f->rx_size, f->tx_size), (size_t)MAX_SLOTS);
-        size_t memlen = (size_t)(ch->nrx + ch->nslots) * SHOAL_FAB_MSG_SLOT;
-        ch->mem = aligned_alloc(4096, ALIGN_UP(memlen, 4096));
-        ch->rx = calloc(ch->nrx, sizeof(*ch->rx));
-        ch->slots = calloc(ch->nslots, sizeof(*ch->slots));
-        if (!ch->mem || !ch->rx || !ch->slots)
+        unsigned n = (unsigned)SHOAL_MIN(SHOAL_MIN(f->rx_size, f->tx_size), (size_t)MAX_SLOTS);
+        rc = shoal_fab_mep_alloc(&ch->m, f, ch->addr, n, n);
+        ch->slots = calloc(n, sizeof(*ch->slots));
+        if (rc || !ch->slots) {
+                rc = -ENOMEM;
                 goto out_free;
-        for (unsigned i = 0; i < ch->nrx; i++) {
-                ch->rx[i].op.kind = OP_RX;
-                ch->rx[i].op.owner = &ch->rx[i];
-                ch->rx[i].buf = ch->mem + (size_t)i * SHOAL_FAB_MSG_SLOT;
         }
-        for (unsigned i = ch->nslots; i-- > 0;) {
+        for (unsigned i = n; i-- > 0;) {
                 struct rc_slot *sl = &ch->slots[i];
                 sl->ch = ch;
-                sl->sop.kind = OP_SEND;
+                sl->sop.kind = SHOAL_FAB_OP_SEND;
                 sl->sop.owner = sl;
-                sl->sbuf = ch->mem + (size_t)(ch->nrx + i) * SHOAL_FAB_MSG_SLOT;
+                sl->sbuf = shoal_fab_mep_sbuf(&ch->m, i);
                 sl->next = ch->free;
                 ch->free = sl;
         }
@@ -396,38 +326,13 @@ static struct rc_chan *chan_open(struct shoal_rdma_client *cl, struct rc_peer *p
         free(info->dest_addr);
         info->dest_addr = dest;
         info->dest_addrlen = sizeof(*dest);
-        call = "fi_mr_reg";
-        if ((rc = shoal_fab_mr_reg(f, ch->mem, memlen, FI_SEND | FI_RECV, &ch->mr)))
+        if ((rc = shoal_fab_mep_open(&ch->m, info, ch, 2 * n + 8, &call)))
                 goto out_free;
-        call = "fi_endpoint";
-        if ((rc = fi_endpoint(f->domain, info, &ch->ep, ch)))
-                goto out_free;
-        call = "fi_eq_open";
-        if ((rc = shoal_fab_eq_open(f, &ch->eq, &ch->eq_fd)))
-                goto out_free;
-        call = "fi_cq_open";
-        if ((rc = shoal_fab_cq_open(f, ch->nrx + ch->nslots + 8, &ch->cq, &ch->cq_fd)))
-                goto out_free;
-        call = "fi_ep_bind(eq)";
-        if ((rc = fi_ep_bind(ch->ep, &ch->eq->fid, 0)))
-                goto out_free;
-        call = "fi_ep_bind(cq)";
-        if ((rc = fi_ep_bind(ch->ep, &ch->cq->fid, FI_TRANSMIT | FI_RECV)))
-                goto out_free;
-        call = "fi_enable";
-        if ((rc = fi_enable(ch->ep)))
-                goto out_free;
-        for (unsigned i = 0; i < ch->nrx; i++) {
-                call = "fi_recv";
-                if ((rc = post_rx(ch, &ch->rx[i])))
-                        goto out_free;
-        }
         call = "fi_connect";
-        if ((rc = fi_connect(ch->ep, dest, NULL, 0)))
+        if ((rc = fi_connect(ch->m.ep, dest, NULL, 0)))
                 goto out_free;
         fi_freeinfo(info);
-        epoll_watch(cl, ch->eq_fd);
-        epoll_watch(cl, ch->cq_fd);
+        shoal_fab_mep_watch(&ch->m, cl->epfd);
         ch->state = CH_CONNECTING;
         ch->deadline = shoal_now_ns() + CONNECT_NS;
         return ch;
@@ -436,7 +341,7 @@ out_free:
         shoal_fab_log_err(addr, call, rc);
         if (info)
                 fi_freeinfo(info);
-        ch->eq_fd = ch->cq_fd = -1;
+        ch->m.eq_fd = ch->m.cq_fd = -1; /* not watched yet */
         chan_free(ch);
         return NULL;
 }
@@ -695,7 +600,7 @@ static bool on_handshake(struct rc_chan *ch, const struct shoal_wire_hdr *h, con
                         }
                 }
                 /* One slot stays free for the heartbeat. */
-                ch->credits = SHOAL_MIN(ack.max_inflight, ch->nslots - 2);
+                ch->credits = SHOAL_MIN(ack.max_inflight, ch->m.nslots - 2);
                 if (ch->credits < 1)
                         return false;
                 if (!(h->flags & SHOAL_WF_AUTH_REQUIRED)) {
@@ -727,13 +632,11 @@ static bool on_handshake(struct rc_chan *ch, const struct shoal_wire_hdr *h, con
 static bool on_message(struct rc_chan *ch, const uint8_t *msg, size_t len)
 {
         struct shoal_wire_hdr h;
-        if (len < SHOAL_WIRE_HDR_LEN || shoal_wire_hdr_decode(msg, &h) || h.payload_len ||
-            SHOAL_WIRE_HDR_LEN + h.body_len != len ||
-            !shoal_wire_crc_ok(msg, msg + SHOAL_WIRE_HDR_LEN, h.body_len))
+        if (shoal_wire_msg_decode(msg, len, &h))
                 return false;
         const uint8_t *body = msg + SHOAL_WIRE_HDR_LEN;
         struct rc_slot *sl = NULL;
-        for (unsigned i = 0; i < ch->nslots && !sl; i++)
+        for (unsigned i = 0; i < ch->m.nslots && !sl; i++)
                 if (ch->slots[i].used && !ch->slots[i].answered && ch->slots[i].id == h.id)
                         sl = &ch->slots[i];
         if (!sl)
@@ -766,24 +669,23 @@ static bool on_message(struct rc_chan *ch, const uint8_t *msg, size_t len)
         return true;
 }
 
-static void on_completion(struct rc_chan *ch, struct rc_op *op, size_t len)
+static void on_completion(struct rc_chan *ch, struct shoal_fab_op *op, size_t len)
 {
-        ch->posted--;
         if (ch->broken)
                 return;
-        if (op->kind == OP_SEND) {
+        if (op->kind == SHOAL_FAB_OP_SEND) {
                 struct rc_slot *sl = op->owner;
                 sl->send_done = true;
                 slot_put(ch, sl);
                 return;
         }
-        struct rc_rx *rx = op->owner;
+        struct shoal_fab_rx *rx = op->owner;
         ch->last_rx = shoal_now_ns();
         if (!on_message(ch, (const uint8_t *)rx->buf, len)) {
                 peer_fail(ch->peer, "bad or unexpected answer");
                 return;
         }
-        if (!ch->broken && post_rx(ch, rx))
+        if (!ch->broken && shoal_fab_mep_post_rx(&ch->m, rx))
                 peer_fail(ch->peer, "cannot post a receive");
 }
 
@@ -791,19 +693,16 @@ static void chan_poll(struct rc_chan *ch)
 {
         for (;;) {
                 uint32_t event;
-                struct fi_eq_cm_entry entry;
-                ssize_t n = fi_eq_read(ch->eq, &event, &entry, sizeof(entry), 0);
-                if (n == -FI_EAGAIN)
+                char msg[200], line[512];
+                int rc = shoal_fab_mep_eq_read(&ch->m, &event, msg, sizeof(msg));
+                if (!rc)
                         break;
-                if (n == -FI_EAVAIL) {
-                        char msg[200], line[512];
-                        shoal_fab_eq_err(ch->eq, msg, sizeof(msg));
+                if (rc == -FI_EAVAIL) {
                         snprintf(line, sizeof(line), "connection to %s: %s", ch->addr, msg);
                         peer_fail(ch->peer, line);
                         return;
                 }
-                if (n < 0) {
-                        shoal_fab_log_err(ch->addr, "fi_eq_read", (int)n);
+                if (rc < 0) {
                         peer_fail(ch->peer, "fi_eq_read failed");
                         return;
                 }
@@ -818,19 +717,15 @@ static void chan_poll(struct rc_chan *ch)
         }
         struct fi_cq_msg_entry e[16];
         for (;;) {
-                ssize_t n = fi_cq_read(ch->cq, e, 16);
-                if (n == -FI_EAGAIN)
+                void *ctx;
+                ssize_t n = shoal_fab_mep_cq_read(&ch->m, e, 16, &ctx);
+                if (!n)
                         return;
                 if (n == -FI_EAVAIL) {
-                        void *ctx;
-                        shoal_fab_cq_err(ch->cq, ch->addr, &ctx);
-                        if (ctx)
-                                ch->posted--;
                         peer_fail(ch->peer, "completion error");
                         return;
                 }
                 if (n < 0) {
-                        shoal_fab_log_err(ch->addr, "fi_cq_read", (int)n);
                         peer_fail(ch->peer, "fi_cq_read failed");
                         return;
                 }
@@ -865,7 +760,7 @@ static void tick(struct shoal_rdma_client *cl)
                                 break;
                         }
                         bool late = false;
-                        for (unsigned k = 0; k < ch->nslots; k++)
+                        for (unsigned k = 0; k < ch->m.nslots; k++)
                                 if (ch->slots[k].req && now > ch->slots[k].req->deadline)
                                         late = true;
                         if (late) {
@@ -890,7 +785,7 @@ static void tick(struct shoal_rdma_client *cl)
          * endpoint after the drain time (a closed endpoint touches no buffer). */
         for (struct rc_chan **pp = &cl->dying; *pp;) {
                 struct rc_chan *ch = *pp;
-                if (ch->posted > 0 && now - ch->broken_at < DRAIN_NS) {
+                if (ch->m.posted > 0 && now - ch->broken_at < DRAIN_NS) {
                         pp = &ch->next;
                         continue;
                 }
@@ -904,17 +799,10 @@ static void dying_poll(struct rc_chan *ch)
 {
         struct fi_cq_msg_entry e[16];
         for (int k = 0; k < 64; k++) {
-                ssize_t n = fi_cq_read(ch->cq, e, 16);
-                if (n == -FI_EAVAIL) {
-                        struct fi_cq_err_entry ee;
-                        memset(&ee, 0, sizeof(ee));
-                        if (fi_cq_readerr(ch->cq, &ee, 0) == 1)
-                                ch->posted--;
-                        continue;
-                }
-                if (n <= 0)
+                void *ctx;
+                ssize_t n = shoal_fab_mep_cq_read(&ch->m, e, 16, &ctx);
+                if (n <= 0 && n != -FI_EAVAIL)
                         return;
-                ch->posted -= (int)n;
         }
 }
 
@@ -941,7 +829,7 @@ static void *progress_main(void *arg)
                                 if (p->chans[i] && !p->chans[i]->broken)
                                         chan_poll(p->chans[i]);
                 for (struct rc_chan *ch = cl->dying; ch; ch = ch->next)
-                        if (ch->posted > 0)
+                        if (ch->m.posted > 0)
                                 dying_poll(ch);
                 uint64_t now = shoal_now_ns();
                 if (now >= next_tick) {
@@ -955,8 +843,7 @@ static void *progress_main(void *arg)
                                 struct rc_chan *ch = p->chans[i];
                                 if (!ch || ch->broken)
                                         continue;
-                                struct fid *fids[2] = {&ch->eq->fid, &ch->cq->fid};
-                                can_sleep = fi_trywait(ch->rail->fab.fabric, fids, 2) == 0;
+                                can_sleep = shoal_fab_mep_trywait(&ch->m);
                         }
                 }
                 struct epoll_event evs[32];

@@ -44,29 +44,11 @@
 #define WTEST_MAGIC    "SHOALWT1"
 #define WTEST_BODY_LEN 32
 #define WTEST_MAX      65536
-#define ALIGN_UP(x, a) (((x) + (a)-1) / (a) * (a))
-
-enum op_kind {
-        OP_RX,
-        OP_SEND,
-        OP_WRITE
-};
-
-struct rs_op {
-        struct fi_context2 ctx; /* first: libfabric hands this pointer back */
-        enum op_kind kind;
-        void *owner; /* struct rs_rx or struct rs_slot */
-};
 
 struct rs_conn;
 
-struct rs_rx {
-        struct rs_op op;
-        char *buf;
-};
-
 struct rs_slot {
-        struct rs_op wop, sop;
+        struct shoal_fab_op wop, sop;
         struct rs_conn *c;
         uint64_t id;
         uint64_t raddr, rkey;
@@ -92,16 +74,9 @@ struct rs_rail {
 struct rs_conn {
         struct shoal_rdma_server *rs;
         struct rs_rail *rail;
-        struct fid_ep *ep;
-        struct fid_eq *eq;
-        struct fid_cq *cq;
-        int eq_fd, cq_fd;
-        struct fid_mr *mr;
-        char *mem;
-        struct rs_rx *rx;
-        unsigned nrx;
+        struct shoal_fab_mep m;
         struct rs_slot *slots, *free;
-        unsigned nslots, max_inflight;
+        unsigned max_inflight;
         enum {
                 CS_ACCEPTING,
                 CS_HELLO,
@@ -110,8 +85,7 @@ struct rs_conn {
         } state;
         bool broken, closed_ep;
         uint64_t broken_at;
-        int posted; /* operations posted and not yet completed */
-        int refs;   /* requests inside the engine */
+        int refs; /* requests inside the engine */
         uint64_t deadline, last_rx;
         uint8_t nonce_c[SHOAL_WIRE_NONCE_LEN], nonce_s[SHOAL_WIRE_NONCE_LEN];
         char peer[64];
@@ -144,11 +118,8 @@ static void conn_break(struct rs_conn *c, const char *why)
         c->broken = true;
         c->broken_at = shoal_now_ns();
         log_debug("rdma", "server: closing %s: %s", c->peer, why);
-        if (c->ep && c->state != CS_ACCEPTING) {
-                int rc = fi_shutdown(c->ep, 0);
-                if (rc && rc != -FI_ENOTCONN)
-                        shoal_fab_log_err(c->peer, "fi_shutdown", rc);
-        }
+        if (c->state != CS_ACCEPTING)
+                shoal_fab_mep_shutdown(&c->m);
 }
 
 static void slot_put(struct rs_conn *c, struct rs_slot *sl)
@@ -180,45 +151,24 @@ static struct rs_slot *slot_get(struct rs_conn *c)
         return sl;
 }
 
-static void *conn_desc(struct rs_conn *c)
+static void post_rx(struct rs_conn *c, struct shoal_fab_rx *rx)
 {
-        return shoal_fab_desc(&c->rail->fab, c->mr);
-}
-
-static int post_rx(struct rs_conn *c, struct rs_rx *rx)
-{
-        ssize_t rc = fi_recv(c->ep, rx->buf, SHOAL_FAB_MSG_SLOT, conn_desc(c), 0, &rx->op.ctx);
-        if (rc) {
-                shoal_fab_log_err(c->peer, "fi_recv", (int)rc);
+        if (shoal_fab_mep_post_rx(&c->m, rx))
                 conn_break(c, "cannot post a receive");
-                return (int)rc;
-        }
-        c->posted++;
-        return 0;
 }
 
 /* Sends the frame (TYPE, FLAGS, STATUS, ID, BODY) from slot SL. */
 static int send_frame(struct rs_conn *c, struct rs_slot *sl, uint8_t type, uint16_t flags,
                       uint32_t status, uint64_t id, const void *body, size_t body_len)
 {
-        struct shoal_wire_hdr h = {.version = SHOAL_WIRE_VERSION,
-                                   .type = type,
-                                   .flags = flags,
-                                   .status = status,
-                                   .body_len = (uint32_t)body_len,
-                                   .id = id};
-        if (body_len)
-                memcpy(sl->sbuf + SHOAL_WIRE_HDR_LEN, body, body_len);
-        shoal_wire_hdr_encode((uint8_t *)sl->sbuf, &h, sl->sbuf + SHOAL_WIRE_HDR_LEN);
-        ssize_t rc = fi_send(c->ep, sl->sbuf, SHOAL_WIRE_HDR_LEN + body_len, conn_desc(c), 0,
-                             &sl->sop.ctx);
+        size_t len = shoal_wire_frame_encode((uint8_t *)sl->sbuf, type, flags, status, id, body,
+                                             body_len);
+        int rc = shoal_fab_mep_send(&c->m, sl->sbuf, len, &sl->sop);
         if (rc) {
-                shoal_fab_log_err(c->peer, "fi_send", (int)rc);
                 conn_break(c, "cannot send");
-                return (int)rc;
+                return rc;
         }
         sl->pending++;
-        c->posted++;
         return 0;
 }
 
@@ -271,27 +221,21 @@ static void answer_send(struct rs_slot *sl)
                         return;
                 }
                 sl->t_write = shoal_now_ns();
-                ssize_t rc = fi_write(c->ep, a->data, a->len, shoal_fab_desc(&r->fab, r->dio_mr), 0,
-                                      sl->raddr, sl->rkey, &sl->wop.ctx);
-                if (rc) {
-                        shoal_fab_log_err(c->peer, "fi_write", (int)rc);
+                if (shoal_fab_mep_write(&c->m, a->data, a->len, shoal_fab_desc(&r->fab, r->dio_mr),
+                                        sl->raddr, sl->rkey, &sl->wop)) {
                         conn_break(c, "cannot write");
                         slot_put(c, sl);
                         return;
                 }
                 sl->pending++;
-                c->posted++;
         }
         memcpy(sl->sbuf, a->frame, a->frame_len);
-        ssize_t rc = fi_send(c->ep, sl->sbuf, a->frame_len, conn_desc(c), 0, &sl->sop.ctx);
-        if (rc) {
-                shoal_fab_log_err(c->peer, "fi_send", (int)rc);
+        if (shoal_fab_mep_send(&c->m, sl->sbuf, a->frame_len, &sl->sop)) {
                 conn_break(c, "cannot send");
                 slot_put(c, sl);
                 return;
         }
         sl->pending++;
-        c->posted++;
         if (a->status) {
                 shoal_metric_inc(SHOAL_M_remotecache_serve_errors);
                 shoal_server_answer_done(c->rs->srv, a);
@@ -314,15 +258,11 @@ static void ping_write_test(struct rs_conn *c, struct rs_slot *sl, const uint8_t
         for (uint32_t i = 0; i < len; i++)
                 p[i] = (uint8_t)(seed + i * 7u + (i >> 8));
         struct rs_rail *r = c->rail;
-        ssize_t rc = fi_write(c->ep, sl->testbuf, len, shoal_fab_desc(&r->fab, r->dio_mr), 0, addr,
-                              key, &sl->wop.ctx);
-        if (rc) {
-                shoal_fab_log_err(c->peer, "fi_write", (int)rc);
+        if (shoal_fab_mep_write(&c->m, sl->testbuf, len, shoal_fab_desc(&r->fab, r->dio_mr), addr,
+                                key, &sl->wop))
                 return;
-        }
         sl->t_write = 0;
         sl->pending++;
-        c->posted++;
 }
 
 static bool handshake(struct rs_conn *c, const struct shoal_wire_hdr *h, const uint8_t *body)
@@ -386,9 +326,7 @@ static bool handshake(struct rs_conn *c, const struct shoal_wire_hdr *h, const u
 static bool on_message(struct rs_conn *c, const uint8_t *msg, size_t len)
 {
         struct shoal_wire_hdr h;
-        if (len < SHOAL_WIRE_HDR_LEN || shoal_wire_hdr_decode(msg, &h) || h.payload_len ||
-            SHOAL_WIRE_HDR_LEN + h.body_len != len ||
-            !shoal_wire_crc_ok(msg, msg + SHOAL_WIRE_HDR_LEN, h.body_len))
+        if (shoal_wire_msg_decode(msg, len, &h))
                 return false;
         const uint8_t *body = msg + SHOAL_WIRE_HDR_LEN;
         shoal_metric_add(SHOAL_M_rdma_read_bytes, len);
@@ -396,7 +334,7 @@ static bool on_message(struct rs_conn *c, const uint8_t *msg, size_t len)
                 return handshake(c, &h, body);
         switch (h.type) {
         case SHOAL_MSG_READ: {
-                for (unsigned i = 0; i < c->nslots; i++)
+                for (unsigned i = 0; i < c->m.nslots; i++)
                         if (c->slots[i].used && c->slots[i].id == h.id)
                                 return false; /* a duplicate in-flight id */
                 struct rs_slot *sl = slot_get(c);
@@ -447,11 +385,10 @@ static bool on_message(struct rs_conn *c, const uint8_t *msg, size_t len)
         }
 }
 
-static void on_completion(struct rs_conn *c, struct rs_op *op, size_t len)
+static void on_completion(struct rs_conn *c, struct shoal_fab_op *op, size_t len)
 {
-        c->posted--;
-        if (op->kind == OP_RX) {
-                struct rs_rx *rx = op->owner;
+        if (op->kind == SHOAL_FAB_OP_RX) {
+                struct shoal_fab_rx *rx = op->owner;
                 c->last_rx = shoal_now_ns();
                 if (c->broken)
                         return;
@@ -465,7 +402,7 @@ static void on_completion(struct rs_conn *c, struct rs_op *op, size_t len)
         }
         struct rs_slot *sl = op->owner;
         sl->pending--;
-        if (op->kind == OP_WRITE && sl->a) {
+        if (op->kind == SHOAL_FAB_OP_WRITE && sl->a) {
                 uint64_t now = shoal_now_ns();
                 shoal_metric_add(SHOAL_M_rdma_write_bytes, sl->a->len);
                 shoal_metric_inc(SHOAL_M_rdma_write_ops);
@@ -483,19 +420,17 @@ static void conn_poll_cq(struct rs_conn *c)
 {
         struct fi_cq_msg_entry e[16];
         for (;;) {
-                ssize_t n = fi_cq_read(c->cq, e, 16);
-                if (n == -FI_EAGAIN)
+                void *ctx;
+                ssize_t n = shoal_fab_mep_cq_read(&c->m, e, 16, &ctx);
+                if (!n)
                         return;
                 if (n == -FI_EAVAIL) {
-                        void *ctx;
-                        shoal_fab_cq_err(c->cq, c->peer, &ctx);
                         if (ctx)
                                 on_completion(c, ctx, 0);
                         conn_break(c, "completion error");
                         continue;
                 }
                 if (n < 0) {
-                        shoal_fab_log_err(c->peer, "fi_cq_read", (int)n);
                         conn_break(c, "fi_cq_read failed");
                         return;
                 }
@@ -508,18 +443,15 @@ static void conn_poll_eq(struct rs_conn *c)
 {
         for (;;) {
                 uint32_t event;
-                struct fi_eq_cm_entry entry;
-                ssize_t n = fi_eq_read(c->eq, &event, &entry, sizeof(entry), 0);
-                if (n == -FI_EAGAIN)
+                char msg[160];
+                int rc = shoal_fab_mep_eq_read(&c->m, &event, msg, sizeof(msg));
+                if (!rc)
                         return;
-                if (n == -FI_EAVAIL) {
-                        char msg[160];
-                        shoal_fab_eq_err(c->eq, msg, sizeof(msg));
+                if (rc == -FI_EAVAIL) {
                         conn_break(c, msg);
                         continue;
                 }
-                if (n < 0) {
-                        shoal_fab_log_err(c->peer, "fi_eq_read", (int)n);
+                if (rc < 0) {
                         conn_break(c, "fi_eq_read failed");
                         return;
                 }
@@ -536,28 +468,15 @@ static void conn_poll_eq(struct rs_conn *c)
 static void conn_free(struct rs_conn *c)
 {
         struct shoal_rdma_server *rs = c->rs;
-        if (c->eq_fd >= 0)
-                epoll_ctl(rs->epfd, EPOLL_CTL_DEL, c->eq_fd, NULL);
-        if (c->cq_fd >= 0)
-                epoll_ctl(rs->epfd, EPOLL_CTL_DEL, c->cq_fd, NULL);
-        if (c->ep)
-                fi_close(&c->ep->fid);
-        if (c->cq)
-                fi_close(&c->cq->fid);
-        if (c->eq)
-                fi_close(&c->eq->fid);
+        shoal_fab_mep_close(&c->m, rs->epfd);
         /* The endpoint is closed: nothing holds the buffers now. */
-        for (unsigned i = 0; i < c->nslots; i++) {
+        for (unsigned i = 0; c->slots && i < c->m.nslots; i++) {
                 struct rs_slot *sl = &c->slots[i];
                 if (sl->a && !sl->in_engine)
                         shoal_server_answer_done(rs->srv, sl->a);
                 if (sl->testbuf)
                         shoal_server_dio_put(rs->srv, sl->testbuf);
         }
-        if (c->mr)
-                fi_close(&c->mr->fid);
-        free(c->mem);
-        free(c->rx);
         free(c->slots);
         shoal_metric_gauge_add(SHOAL_M_remotecache_connections, -1);
         rs->nconns--;
@@ -581,72 +500,42 @@ static void on_connreq(struct shoal_rdma_server *rs, struct rs_rail *r, struct f
                 goto out_reject;
         c->rs = rs;
         c->rail = r;
-        c->eq_fd = c->cq_fd = -1;
+        c->m.eq_fd = c->m.cq_fd = -1;
         if (info->dest_addr)
                 shoal_fab_addr_str(info->dest_addr, c->peer, sizeof(c->peer));
         else
                 snprintf(c->peer, sizeof(c->peer), "?");
         size_t rx_size = info->rx_attr ? info->rx_attr->size : f->rx_size;
         size_t tx_size = info->tx_attr ? info->tx_attr->size : f->tx_size;
-        c->nrx = (unsigned)SHOAL_MIN(rx_size, (size_t)MAX_RX);
+        unsigned nrx = (unsigned)SHOAL_MIN(rx_size, (size_t)MAX_RX);
         /* Each answer is a write and a send: slots <= tx queue / 2; and <= posted receives. */
-        c->nslots = (unsigned)SHOAL_MIN((size_t)c->nrx, tx_size / 2);
-        if (c->nslots < 4)
+        unsigned nslots = (unsigned)SHOAL_MIN((size_t)nrx, tx_size / 2);
+        if (nslots < 4)
                 goto out_reject;
-        c->max_inflight = c->nslots - 2;
-        size_t memlen = (size_t)(c->nrx + c->nslots) * SHOAL_FAB_MSG_SLOT;
-        c->mem = aligned_alloc(4096, ALIGN_UP(memlen, 4096));
-        c->rx = calloc(c->nrx, sizeof(*c->rx));
-        c->slots = calloc(c->nslots, sizeof(*c->slots));
-        if (!c->mem || !c->rx || !c->slots)
+        c->max_inflight = nslots - 2;
+        rc = shoal_fab_mep_alloc(&c->m, f, c->peer, nrx, nslots);
+        c->slots = calloc(nslots, sizeof(*c->slots));
+        if (rc || !c->slots) {
+                rc = -ENOMEM;
                 goto out_free;
-        for (unsigned i = 0; i < c->nrx; i++) {
-                c->rx[i].op.kind = OP_RX;
-                c->rx[i].op.owner = &c->rx[i];
-                c->rx[i].buf = c->mem + (size_t)i * SHOAL_FAB_MSG_SLOT;
         }
-        for (unsigned i = c->nslots; i-- > 0;) {
+        for (unsigned i = nslots; i-- > 0;) {
                 struct rs_slot *sl = &c->slots[i];
                 sl->c = c;
-                sl->wop.kind = OP_WRITE;
+                sl->wop.kind = SHOAL_FAB_OP_WRITE;
                 sl->wop.owner = sl;
-                sl->sop.kind = OP_SEND;
+                sl->sop.kind = SHOAL_FAB_OP_SEND;
                 sl->sop.owner = sl;
-                sl->sbuf = c->mem + (size_t)(c->nrx + i) * SHOAL_FAB_MSG_SLOT;
+                sl->sbuf = shoal_fab_mep_sbuf(&c->m, i);
                 sl->next = c->free;
                 c->free = sl;
         }
-        call = "fi_mr_reg";
-        if ((rc = shoal_fab_mr_reg(f, c->mem, memlen, FI_SEND | FI_RECV, &c->mr)))
+        if ((rc = shoal_fab_mep_open(&c->m, info, c, nrx + 2 * nslots + 8, &call)))
                 goto out_free;
-        call = "fi_endpoint";
-        if ((rc = fi_endpoint(f->domain, info, &c->ep, c)))
-                goto out_free;
-        call = "fi_eq_open";
-        if ((rc = shoal_fab_eq_open(f, &c->eq, &c->eq_fd)))
-                goto out_free;
-        call = "fi_cq_open";
-        if ((rc = shoal_fab_cq_open(f, c->nrx + 2 * c->nslots + 8, &c->cq, &c->cq_fd)))
-                goto out_free;
-        call = "fi_ep_bind(eq)";
-        if ((rc = fi_ep_bind(c->ep, &c->eq->fid, 0)))
-                goto out_free;
-        call = "fi_ep_bind(cq)";
-        if ((rc = fi_ep_bind(c->ep, &c->cq->fid, FI_TRANSMIT | FI_RECV)))
-                goto out_free;
-        call = "fi_enable";
-        if ((rc = fi_enable(c->ep)))
-                goto out_free;
-        for (unsigned i = 0; i < c->nrx; i++) {
-                call = "fi_recv";
-                if ((rc = post_rx(c, &c->rx[i])))
-                        goto out_free;
-        }
         call = "fi_accept";
-        if ((rc = fi_accept(c->ep, NULL, 0)))
+        if ((rc = fi_accept(c->m.ep, NULL, 0)))
                 goto out_free;
-        epoll_watch(rs, c->eq_fd);
-        epoll_watch(rs, c->cq_fd);
+        shoal_fab_mep_watch(&c->m, rs->epfd);
         c->deadline = shoal_now_ns() + HANDSHAKE_NS;
         c->next = rs->conns;
         rs->conns = c;
@@ -657,7 +546,7 @@ static void on_connreq(struct shoal_rdma_server *rs, struct rs_rail *r, struct f
 
 out_free:
         shoal_fab_log_err(r->fab.ifname, call, rc);
-        c->eq_fd = c->cq_fd = -1; /* not watched yet */
+        c->m.eq_fd = c->m.cq_fd = -1; /* not watched yet */
         rs->nconns++;
         shoal_metric_gauge_add(SHOAL_M_remotecache_connections, 1);
         conn_free(c);
@@ -726,16 +615,12 @@ static void tick(struct shoal_rdma_server *rs)
                         conn_break(c, "handshake deadline passed");
                 if (!c->broken && c->state == CS_READY && now - c->last_rx > IDLE_NS)
                         conn_break(c, "idle: no message or heartbeat");
-                if (c->broken && !c->closed_ep && (!c->posted || now - c->broken_at > DRAIN_NS)) {
+                if (c->broken && !c->closed_ep && (!c->m.posted || now - c->broken_at > DRAIN_NS)) {
                         /* Closing the endpoint stops the provider from touching our buffers;
                          * flushed completions of a closed endpoint are never reported. */
-                        epoll_ctl(rs->epfd, EPOLL_CTL_DEL, c->cq_fd, NULL);
-                        epoll_ctl(rs->epfd, EPOLL_CTL_DEL, c->eq_fd, NULL);
-                        c->eq_fd = c->cq_fd = -1;
-                        fi_close(&c->ep->fid);
-                        c->ep = NULL;
+                        shoal_fab_mep_close_ep(&c->m, rs->epfd);
                         c->closed_ep = true;
-                        for (unsigned i = 0; i < c->nslots; i++)
+                        for (unsigned i = 0; i < c->m.nslots; i++)
                                 if (!c->slots[i].in_engine)
                                         c->slots[i].pending = 0;
                 }
@@ -784,8 +669,7 @@ static void *progress_main(void *arg)
                 for (struct rs_conn *c = rs->conns; c && can_sleep; c = c->next) {
                         if (c->closed_ep)
                                 continue;
-                        struct fid *fids[2] = {&c->eq->fid, &c->cq->fid};
-                        can_sleep = fi_trywait(c->rail->fab.fabric, fids, 2) == 0;
+                        can_sleep = shoal_fab_mep_trywait(&c->m);
                 }
                 struct epoll_event evs[32];
                 epoll_wait(rs->epfd, evs, 32, can_sleep ? (stopping ? 10 : 100) : 0);

@@ -621,16 +621,7 @@ static bool conn_send_ctrl(struct conn *c, uint8_t type, uint16_t flags, uint32_
         r->id = id;
         r->type = type;
         r->status = SHOAL_ST__MAX; /* not OK: no payload */
-        struct shoal_wire_hdr h = {.version = SHOAL_WIRE_VERSION,
-                                   .type = type,
-                                   .flags = flags,
-                                   .status = status,
-                                   .body_len = (uint32_t)body_len,
-                                   .id = id};
-        if (body_len)
-                memcpy(r->out + SHOAL_WIRE_HDR_LEN, body, body_len);
-        shoal_wire_hdr_encode(r->out, &h, r->out + SHOAL_WIRE_HDR_LEN);
-        r->out_len = SHOAL_WIRE_HDR_LEN + body_len;
+        r->out_len = shoal_wire_frame_encode(r->out, type, flags, status, id, body, body_len);
         r->t_start = shoal_now_ns();
         r->next = NULL;
         if (c->sendq_tail)

@@ -251,6 +251,21 @@ void shoal_wire_hdr_encode(uint8_t out[SHOAL_WIRE_HDR_LEN], const struct shoal_w
         put32(out + 28, frame_crc(out, body, h->body_len));
 }
 
+size_t shoal_wire_frame_encode(uint8_t *out, uint8_t type, uint16_t flags, uint32_t status,
+                               uint64_t id, const void *body, size_t body_len)
+{
+        struct shoal_wire_hdr h = {.version = SHOAL_WIRE_VERSION,
+                                   .type = type,
+                                   .flags = flags,
+                                   .status = status,
+                                   .body_len = (uint32_t)body_len,
+                                   .id = id};
+        if (body && body_len)
+                memcpy(out + SHOAL_WIRE_HDR_LEN, body, body_len);
+        shoal_wire_hdr_encode(out, &h, out + SHOAL_WIRE_HDR_LEN);
+        return SHOAL_WIRE_HDR_LEN + body_len;
+}
+
 int shoal_wire_hdr_decode(const uint8_t in[SHOAL_WIRE_HDR_LEN], struct shoal_wire_hdr *h)
 {
         memset(h, 0, sizeof(*h));
@@ -676,4 +691,13 @@ bool shoal_wire_proof_eq(const uint8_t a[SHOAL_WIRE_PROOF_LEN],
                          const uint8_t b[SHOAL_WIRE_PROOF_LEN])
 {
         return CRYPTO_memcmp(a, b, SHOAL_WIRE_PROOF_LEN) == 0;
+}
+
+int shoal_wire_msg_decode(const uint8_t *msg, size_t len, struct shoal_wire_hdr *h)
+{
+        if (len < SHOAL_WIRE_HDR_LEN || shoal_wire_hdr_decode(msg, h) || h->payload_len ||
+            SHOAL_WIRE_HDR_LEN + h->body_len != len ||
+            !shoal_wire_crc_ok(msg, msg + SHOAL_WIRE_HDR_LEN, h->body_len))
+                return -EPROTO;
+        return 0;
 }

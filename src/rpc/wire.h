@@ -97,6 +97,11 @@ const char *shoal_status_str(uint32_t status);
  * included. */
 void shoal_wire_hdr_encode(uint8_t out[SHOAL_WIRE_HDR_LEN], const struct shoal_wire_hdr *h,
                            const void *body);
+/* Writes a whole frame without payload into OUT: BODY_LEN bytes of BODY at OUT +
+ * SHOAL_WIRE_HDR_LEN (BODY NULL: the body is already there), then the header in front of it.
+ * OUT must hold SHOAL_WIRE_HDR_LEN + BODY_LEN bytes. Returns the frame length. */
+size_t shoal_wire_frame_encode(uint8_t *out, uint8_t type, uint16_t flags, uint32_t status,
+                               uint64_t id, const void *body, size_t body_len);
 /* Parses and checks the header fields that can be checked without the body: magic, version,
  * known type, only the flags defined for the type, status 0 except on ERROR (there 1..__MAX-1),
  * body_len <= shoal_wire_body_max(type), payload_len only on READ_RESP, <= max, and 0 with
@@ -105,6 +110,10 @@ void shoal_wire_hdr_encode(uint8_t out[SHOAL_WIRE_HDR_LEN], const struct shoal_w
 int shoal_wire_hdr_decode(const uint8_t in[SHOAL_WIRE_HDR_LEN], struct shoal_wire_hdr *h);
 /* True when the CRC in header IN matches IN's first 28 bytes followed by BODY. */
 bool shoal_wire_crc_ok(const uint8_t in[SHOAL_WIRE_HDR_LEN], const void *body, size_t body_len);
+/* Decodes MSG[0, LEN) as one whole frame without payload (a message as RDMA carries it): the
+ * header checks, a length of exactly header + body, and the CRC. Returns 0 with the header in
+ * *H, or -EPROTO. */
+int shoal_wire_msg_decode(const uint8_t *msg, size_t len, struct shoal_wire_hdr *h);
 
 /* HELLO / HELLO_ACK / AUTH bodies. */
 struct shoal_wire_hello {

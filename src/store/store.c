@@ -151,6 +151,17 @@ static uint64_t backoff_ns(const struct shoal_store *st, unsigned n)
         return d / 2 + shoal_rand64() % (d / 2 + 1);
 }
 
+/* Whether to retry after ERR on ATTEMPT; then *D is the backoff to sleep. No when ERR is final,
+ * the attempts are used up or the backoff would pass DEADLINE (0: none). */
+static bool retry_after(const struct shoal_store *st, int err, unsigned attempt, uint64_t deadline,
+                        uint64_t *d)
+{
+        if (!shoal_store_err_retryable(err) || attempt >= st->cfg.max_attempts)
+                return false;
+        *d = backoff_ns(st, attempt);
+        return !deadline || shoal_now_ns() + *d < deadline;
+}
+
 static void slot_acquire(struct shoal_store *st)
 {
         if (!st->cfg.max_downloads)
@@ -190,10 +201,8 @@ int shoal_store_stat(struct shoal_store *st, const char *key, struct shoal_objec
         for (attempt = 1;; attempt++) {
                 shoal_metric_inc(SHOAL_M_object_head_requests);
                 rc = st->ops->stat(st, key, out);
-                if (!rc || !shoal_store_err_retryable(rc) || attempt >= st->cfg.max_attempts)
-                        break;
-                uint64_t d = backoff_ns(st, attempt);
-                if (shoal_now_ns() + d >= deadline)
+                uint64_t d;
+                if (!rc || !retry_after(st, rc, attempt, deadline, &d))
                         break;
                 shoal_sleep_ns(d);
         }
@@ -222,10 +231,8 @@ int shoal_store_read(struct shoal_store *st, const char *key, const char *versio
                         shoal_metric_add(SHOAL_M_object_get_bytes, len);
                         break;
                 }
-                if (!shoal_store_err_retryable(rc) || attempt >= st->cfg.max_attempts)
-                        break;
-                uint64_t d = backoff_ns(st, attempt);
-                if (shoal_now_ns() + d >= deadline)
+                uint64_t d;
+                if (!retry_after(st, rc, attempt, deadline, &d))
                         break;
                 shoal_metric_inc(SHOAL_M_object_get_retries);
                 log_ratelimited(SHOAL_LOG_WARN, "store", "read %s [%llu+%zu] failed: %s; retry %u",
@@ -252,10 +259,8 @@ int shoal_store_list(struct shoal_store *st, const char *prefix, const char *del
 
 bool shoal_store_retry_wait(struct shoal_store *st, int err, unsigned attempt)
 {
-        if (!shoal_store_err_retryable(err) || attempt >= st->cfg.max_attempts)
-                return false;
-        uint64_t d = backoff_ns(st, attempt);
-        if (call_deadline && shoal_now_ns() + d >= call_deadline)
+        uint64_t d;
+        if (!retry_after(st, err, attempt, call_deadline, &d))
                 return false;
         shoal_sleep_ns(d);
         return true;

@@ -82,7 +82,9 @@ static int map_open_err(int err)
         }
 }
 
-static int file_stat(struct shoal_store *st, const char *key, struct shoal_object *out)
+/* Opens object KEY read-only beneath the root and stats it into *SB. Returns the fd, or -EINVAL
+ * (bad key), -ENOENT (missing, or not a regular file), -EIO, or the mapped open error. */
+static int open_object(struct shoal_store *st, const char *key, struct stat *sb)
 {
         struct file_store *fs = st->impl;
         if (!file_key_ok(key))
@@ -90,13 +92,21 @@ static int file_stat(struct shoal_store *st, const char *key, struct shoal_objec
         int fd = open_beneath(fs, key, O_RDONLY);
         if (fd < 0)
                 return map_open_err(fd);
+        int rc = fstat(fd, sb) ? -EIO : S_ISREG(sb->st_mode) ? 0 : -ENOENT;
+        if (rc) {
+                close(fd);
+                return rc;
+        }
+        return fd;
+}
+
+static int file_stat(struct shoal_store *st, const char *key, struct shoal_object *out)
+{
         struct stat sb;
-        int rc = fstat(fd, &sb) ? -errno : 0;
+        int fd = open_object(st, key, &sb);
+        if (fd < 0)
+                return fd;
         close(fd);
-        if (rc)
-                return -EIO;
-        if (!S_ISREG(sb.st_mode))
-                return -ENOENT;
         memset(out, 0, sizeof(*out));
         shoal_strlcpy(out->key, key, sizeof(out->key));
         version_of(&sb, out->version, sizeof(out->version));
@@ -108,22 +118,11 @@ static int file_stat(struct shoal_store *st, const char *key, struct shoal_objec
 static int file_read(struct shoal_store *st, const char *key, const char *version, uint64_t off,
                      size_t len, void *buf)
 {
-        struct file_store *fs = st->impl;
-        if (!file_key_ok(key))
-                return -EINVAL;
-        int fd = open_beneath(fs, key, O_RDONLY);
-        if (fd < 0)
-                return map_open_err(fd);
-        int rc = 0;
         struct stat sb;
-        if (fstat(fd, &sb)) {
-                rc = -EIO;
-                goto out_close;
-        }
-        if (!S_ISREG(sb.st_mode)) {
-                rc = -ENOENT;
-                goto out_close;
-        }
+        int fd = open_object(st, key, &sb);
+        if (fd < 0)
+                return fd;
+        int rc = 0;
         if (version) {
                 char v[SHOAL_VERSION_MAX + 1];
                 version_of(&sb, v, sizeof(v));

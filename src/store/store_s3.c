@@ -111,17 +111,6 @@ static long uri_encode(const char *in, bool keep_slash, char *out, size_t outlen
         return (long)o;
 }
 
-static int hexval(int c)
-{
-        if (c >= '0' && c <= '9')
-                return c - '0';
-        if (c >= 'a' && c <= 'f')
-                return c - 'a' + 10;
-        if (c >= 'A' && c <= 'F')
-                return c - 'A' + 10;
-        return -1;
-}
-
 /* In-place decoding of encoding-type=url values (S3 writes a space as '+'). */
 static int url_decode(char *s)
 {
@@ -130,8 +119,8 @@ static int url_decode(char *s)
                 if (*p == '+') {
                         *o++ = ' ';
                 } else if (*p == '%') {
-                        int h = hexval((unsigned char)p[1]);
-                        int l = h < 0 ? -1 : hexval((unsigned char)p[2]);
+                        int h = shoal_hexval((unsigned char)p[1]);
+                        int l = h < 0 ? -1 : shoal_hexval((unsigned char)p[2]);
                         if (l < 0)
                                 return -EPROTO;
                         *o++ = (char)(h << 4 | l);
@@ -211,7 +200,7 @@ static char *xml_text(const char *s, size_t len)
                                 goto bad;
                         uint32_t cp = 0;
                         for (; k < el; k++) {
-                                int v = hexa ? hexval((unsigned char)ent[k])
+                                int v = hexa ? shoal_hexval((unsigned char)ent[k])
                                              : (isdigit((unsigned char)ent[k]) ? ent[k] - '0' : -1);
                                 if (v < 0 || cp > 0x10ffff)
                                         goto bad;
