@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Membership churn and a hung member under load [G2, G5; RELIABILITY: membership churn, slow or
+# hung member]: members join and leave every couple of seconds while 8 readers run, then one
+# member is stopped (SIGSTOP) for several seconds and continued. Every read is byte-exact and
+# none fails; after SIGCONT the member is used again.
+. "$(dirname "$0")/lib.sh"
+export SHOAL_GROUP_TIMEOUT=3s SHOAL_GROUP_HEARTBEAT=200ms SHOAL_REMOTE_TIMEOUT=2s SHOAL_AVOID_DURATION=1s
+STORE=$T/store
+for i in $(seq 0 15); do make_object "$STORE/o$i" $((5 * 1024 * 1024 + i * 333)); done
+S="file://$STORE"
+META="sqlite3://$T/meta.db"
+for m in a b c; do start_member "$m" "$S" --meta "$META" --cache-group g --group-ip 127.0.0.1; done
+wait_members "$META" g 3
+
+reader() { # reader N SECONDS — bounded loop of byte-exact reads; exit 1 on any error
+  local n=0 end=$((SECONDS + $2)) k
+  while [ $SECONDS -lt "$end" ] && [ $n -lt 400 ]; do
+    k=o$(( (n * 7 + $1) % 16 ))
+    "$SHOAL" cat "$S" "$k" --meta "$META" --cache-group g --no-sharing --cache-size 0 \
+      --log-level error >"$T/r$1.out" || { echo "reader $1: $k failed" >&2; return 1; }
+    cmp -s "$T/r$1.out" "$STORE/$k" || { echo "reader $1: $k wrong bytes" >&2; return 2; }
+    n=$((n + 1))
+  done
+}
+
+echo "== members join and leave under 8 readers"
+pids=()
+for r in $(seq 1 8); do reader "$r" 16 & pids+=($!); done
+for step in 1 2 3 4 5; do
+  sleep 2
+  start_member "j$step" "$S" --meta "$META" --cache-group g --group-ip 127.0.0.1
+  sleep 1
+  case $step in
+    2) kill "$PID_a" ;;
+    4) kill "$PID_j1" ;;
+    *) prev=$((step - 1)); [ $prev -ge 1 ] && eval "kill \$PID_j$prev" 2>/dev/null || true ;;
+  esac
+done
+bad=0
+for p in "${pids[@]}"; do wait "$p" || bad=$((bad + 1)); done
+[ "$bad" -eq 0 ] || fail "$bad readers failed during churn"
+
+echo "== a member hung by SIGSTOP, then continued"
+pids=()
+for r in $(seq 1 8); do reader "$r" 10 & pids+=($!); done
+sleep 1
+kill -STOP "$PID_b"
+sleep 5
+kill -CONT "$PID_b"
+bad=0
+for p in "${pids[@]}"; do wait "$p" || bad=$((bad + 1)); done
+[ "$bad" -eq 0 ] || fail "$bad readers failed while a member was stopped"
+sleep 1.5
+for i in $(seq 0 15); do
+  "$SHOAL" cat "$S" "o$i" --meta "$META" --cache-group g --no-sharing --cache-size 0 \
+    --log-level error --summary >"$T/out" 2>>"$T/after" || fail "read after SIGCONT"
+  cmp -s "$T/out" "$STORE/o$i" || fail "wrong bytes after SIGCONT"
+done
+grep -q "fallbacks [1-9]" "$T/after" && fail "member not re-admitted after SIGCONT: $(grep -c 'fallbacks [1-9]' "$T/after") reads fell back"
+echo "PASS test_churn"

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Damaged traffic between a client and a member [RELIABILITY: bit flips on the wire, partial
+# frames, cuts]: a fault proxy registered as a group member forwards to a real member that holds
+# every block. Flipped bits are caught by the chunk CRCs and the reads are retried or served by the
+# store; sliced frames are reassembled; connections cut inside a header, at the payload start,
+# mid-payload or one byte short end in a fallback. Every read is byte-exact and none fails.
+. "$(dirname "$0")/lib.sh"
+export SHOAL_GROUP_TIMEOUT=10s SHOAL_GROUP_HEARTBEAT=200ms SHOAL_AVOID_DURATION=200ms
+HERE=$(dirname "$0")
+STORE=$T/store
+for i in $(seq 0 7); do make_object "$STORE/o$i" $((9 * 1024 * 1024 + i * 1001)); done
+S="file://$STORE"
+META="sqlite3://$T/meta.db"
+
+start_member r "$S" --meta "$META" --cache-group g --group-ip 127.0.0.1
+wait_members "$META" g 1
+"$SHOAL" warmup --storage "$S" --meta "$META" --cache-group g --log-level error 2>/dev/null ||
+  fail "warmup failed"
+RPORT=$(grep -o "tcp pool 127.0.0.1:[0-9]*" "$T/r.log" | head -n 1 | cut -d: -f2)
+
+read_all() { # read_all LABEL — every object, byte-exact, summaries appended to $T/sum.LABEL
+  local i
+  for i in $(seq 0 7); do
+    "$SHOAL" cat "$S" "o$i" --meta "$META" --cache-group g --no-sharing --cache-size 0 \
+      --log-level error --summary >"$T/out" 2>>"$T/sum.$1" || fail "$1: read o$i failed"
+    cmp -s "$T/out" "$STORE/o$i" || fail "$1: o$i has wrong bytes"
+  done
+}
+total() { grep -o "$2 [0-9]*" "$T/sum.$1" | awk '{s += $NF} END {print s + 0}'; }
+remote_bytes() { grep -o 'remote [0-9]* ([0-9]* bytes)' "$T/sum.$1" | grep -o '([0-9]*' | tr -d '(' | awk '{s += $1} END {print s + 0}'; }
+
+for mode in slice flip cut; do
+  echo "== $mode"
+  PP=$(free_port)
+  python3 "$HERE/faultproxy.py" "$PP" "127.0.0.1:$RPORT" "$mode" >"$T/proxy.$mode" &
+  PROXY=$!
+  PIDS+=($PROXY)
+  python3 "$HERE/fakemember.py" "$T/meta.db" g "127.0.0.1:$PP" "$S" 4194304 >"$T/fake.$mode" &
+  FAKE=$!
+  PIDS+=($FAKE)
+  wait_members "$META" g 2
+  for round in 1 2 3; do read_all "$mode"; done
+  kill "$FAKE"
+  wait "$FAKE" 2>/dev/null || true
+  kill "$PROXY"
+  wait "$PROXY" 2>/dev/null || true
+  echo "  proxy: $(cat "$T/proxy.$mode"); client: remote $(remote_bytes "$mode") bytes," \
+    "fallbacks $(total "$mode" fallbacks), checksum errors $(total "$mode" corrupt)," \
+    "store GETs $(total "$mode" "object store GETs")"
+  # The fake member's record must leave the view before the next mode.
+  sqlite3 "$T/meta.db" "DELETE FROM shoal_members WHERE record LIKE '%|proxy|%'" 2>/dev/null ||
+    python3 -c "import sqlite3; c=sqlite3.connect('$T/meta.db'); c.execute(\"DELETE FROM shoal_members WHERE record LIKE '%|proxy|%'\"); c.commit()"
+  wait_members "$META" g 1
+done
+[ "$(remote_bytes slice)" -gt 0 ] || fail "slice: nothing came through the proxy"
+[ "$(total slice fallbacks)" -eq 0 ] || fail "slice: sliced frames caused fallbacks"
+grep -q "flips [1-9]" "$T/proxy.flip" || fail "flip: the proxy flipped nothing"
+[ "$(total flip corrupt)" -ge 1 ] || fail "flip: no checksum error was counted"
+grep -q "cuts [1-9]" "$T/proxy.cut" || fail "cut: the proxy cut nothing"
+[ "$(total cut fallbacks)" -ge 1 ] || fail "cut: no fallback after cuts"
+kill -0 "$PID_r" || fail "the member died"
+echo "PASS test_wire_faults"
