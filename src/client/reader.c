@@ -506,9 +506,15 @@ static void readahead(struct shoal_reader *r, const struct shoal_object *obj, ui
                 s->ra_next = to;
 }
 
-long shoal_reader_read(struct shoal_reader *r, const struct shoal_object *obj, uint64_t off,
-                       size_t len, void *dst, struct shoal_stream *s)
+/* The loop behind shoal_reader_read and shoal_reader_read_pinned: copies into DST, or (PINS set)
+ * hands out the held blocks themselves. A pinning caller already holding a block never waits for
+ * a free buffer, so readers that pin cannot deadlock each other; it gets a short count instead. */
+static long read_range(struct shoal_reader *r, const struct shoal_object *obj, uint64_t off,
+                       size_t len, void *dst, struct shoal_read_pin *pins, unsigned max,
+                       unsigned *npins, struct shoal_stream *s)
 {
+        if (npins)
+                *npins = 0;
         if (off >= obj->size || !len)
                 return 0;
         if (len > obj->size - off)
@@ -517,6 +523,8 @@ long shoal_reader_read(struct shoal_reader *r, const struct shoal_object *obj, u
         uint32_t bs = r->cfg.vol->block_size;
         size_t done = 0;
         while (done < len) {
+                if (pins && *npins == max)
+                        break;
                 uint64_t pos = off + done;
                 uint32_t index = (uint32_t)(pos / bs);
                 uint32_t boff = (uint32_t)(pos % bs);
@@ -528,19 +536,26 @@ long shoal_reader_read(struct shoal_reader *r, const struct shoal_object *obj, u
                 shoal_block_id_derive(r->cfg.vol, obj->key, obj->version, index, &id);
 
                 pthread_mutex_lock(&r->mu);
-                struct mblock *mb = mblock_get_locked(r, &id, blen, true);
+                struct mblock *mb = mblock_get_locked(r, &id, blen, !(pins && *npins > 0));
                 bool hit = mb && range_valid(mb, aoff, alen);
                 pthread_mutex_unlock(&r->mu);
                 if (!mb)
                         return done ? (long)done : -EBUSY;
                 int rc = hit ? 0 : ensure_range(r, mb, obj, index, aoff, alen, true);
-                if (!rc) {
-                        memcpy((char *)dst + done, mb->buf + boff, n);
-                        if (hit) {
-                                shoal_metric_inc(SHOAL_M_buffer_hits);
-                                shoal_metric_add(SHOAL_M_buffer_hit_bytes, n);
-                        }
+                if (!rc && hit) {
+                        shoal_metric_inc(SHOAL_M_buffer_hits);
+                        shoal_metric_add(SHOAL_M_buffer_hit_bytes, n);
                 }
+                if (!rc && pins) {
+                        /* Valid chunks are never rewritten while referenced: safe to hand out. */
+                        pins[*npins] = (struct shoal_read_pin){
+                                .data = mb->buf + boff, .len = n, .ref = mb};
+                        (*npins)++;
+                        done += n;
+                        continue;
+                }
+                if (!rc)
+                        memcpy((char *)dst + done, mb->buf + boff, n);
                 pthread_mutex_lock(&r->mu);
                 mblock_put_locked(r, mb);
                 pthread_mutex_unlock(&r->mu);
@@ -549,6 +564,32 @@ long shoal_reader_read(struct shoal_reader *r, const struct shoal_object *obj, u
                 done += n;
         }
         return (long)done;
+}
+
+long shoal_reader_read(struct shoal_reader *r, const struct shoal_object *obj, uint64_t off,
+                       size_t len, void *dst, struct shoal_stream *s)
+{
+        return read_range(r, obj, off, len, dst, NULL, 0, NULL, s);
+}
+
+long shoal_reader_read_pinned(struct shoal_reader *r, const struct shoal_object *obj, uint64_t off,
+                              size_t len, struct shoal_read_pin *pins, unsigned max,
+                              unsigned *npins, struct shoal_stream *s)
+{
+        long n = read_range(r, obj, off, len, NULL, pins, max, npins, s);
+        if (n < 0)
+                shoal_reader_unpin(r, pins, *npins);
+        return n;
+}
+
+void shoal_reader_unpin(struct shoal_reader *r, struct shoal_read_pin *pins, unsigned n)
+{
+        if (!n)
+                return;
+        pthread_mutex_lock(&r->mu);
+        for (unsigned i = 0; i < n; i++)
+                mblock_put_locked(r, pins[i].ref);
+        pthread_mutex_unlock(&r->mu);
 }
 
 int shoal_reader_hold_block(struct shoal_reader *r, const struct shoal_object *obj, uint32_t index,

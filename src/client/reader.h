@@ -52,6 +52,23 @@ void shoal_reader_destroy(struct shoal_reader *r);
 long shoal_reader_read(struct shoal_reader *r, const struct shoal_object *obj, uint64_t off,
                        size_t len, void *dst, struct shoal_stream *s);
 
+/* A piece of a block held in memory for the caller (no copy). */
+struct shoal_read_pin {
+        const char *data;
+        uint32_t len;
+        void *ref; /* internal */
+};
+
+/* Like shoal_reader_read, but instead of copying, hands out up to MAX pieces of the reader's own
+ * block buffers that together cover the bytes read, in order; *NPINS says how many. The count
+ * may be short of LEN when MAX pieces were used or no spare buffer was free: read the rest
+ * another way. Every piece stays valid and unchanged until shoal_reader_unpin (call it soon:
+ * pinned buffers are not available to other readers). On an error nothing stays pinned. */
+long shoal_reader_read_pinned(struct shoal_reader *r, const struct shoal_object *obj, uint64_t off,
+                              size_t len, struct shoal_read_pin *pins, unsigned max,
+                              unsigned *npins, struct shoal_stream *s);
+void shoal_reader_unpin(struct shoal_reader *r, struct shoal_read_pin *pins, unsigned n);
+
 /* A whole block held in memory, for a server answering a peer. */
 struct shoal_held_block {
         const char *data; /* block bytes, valid until shoal_reader_release */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -42,6 +43,9 @@ struct thread_buf {
         size_t cap;
         void *mem;
 };
+
+/* Block pieces one read may reply from directly (1 MiB over 64 KiB blocks needs 17). */
+#define PIN_MAX 24
 
 static struct shoal_fuse *fs_of(fuse_req_t req)
 {
@@ -622,15 +626,29 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         obj = h->obj;
         pthread_mutex_unlock(&h->mu);
 
-        /* A short answer is end-of-file to the kernel, so the request is filled completely (up
-         * to the end of the object) or fails; a busy buffer layer is waited out, briefly. */
+        /* First the blocks already in (or coming into) the reader's buffers, replied from where
+         * they lie: one copy less than copying them into BUF. */
+        struct shoal_read_pin pins[PIN_MAX];
+        unsigned np = 0;
+        size_t pinned = 0;
+        long pn = shoal_reader_read_pinned(f->node->reader, &obj, (uint64_t)off, size, pins,
+                                           PIN_MAX, &np, &h->stream);
+        if (pn > 0)
+                pinned = (size_t)pn;
+        else
+                np = 0;
+
+        /* Then the rest, copied. A short answer is end-of-file to the kernel, so the request is
+         * filled completely (up to the end of the object) or fails; a busy buffer layer is waited
+         * out, briefly. */
         size_t done = 0;
         unsigned busy = 0;
         bool restated = false;
         long n = 0;
-        while (done < size) {
-                n = shoal_reader_read(f->node->reader, &obj, (uint64_t)off + done, size - done,
-                                      buf + done, &h->stream);
+        while (pinned + done < size && (uint64_t)off + pinned + done < obj.size) {
+                /* The pinned read already told readahead about this request. */
+                n = shoal_reader_read(f->node->reader, &obj, (uint64_t)off + pinned + done,
+                                      size - pinned - done, buf + done, pinned ? NULL : &h->stream);
                 if (n > 0) {
                         done += (size_t)n;
                         continue;
@@ -641,7 +659,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                         restated = true;
                         if (restat(f, ino, h, &obj))
                                 break;
-                        done = 0; /* never mix two versions in one answer */
+                        /* never mix two versions in one answer */
+                        shoal_reader_unpin(f->node->reader, pins, np);
+                        np = 0;
+                        pinned = 0;
+                        done = 0;
                         continue;
                 }
                 if ((n == -EBUSY || n == -EAGAIN) && busy++ < 200) {
@@ -650,19 +672,23 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                 }
                 break;
         }
-        if (n < 0 && done < size) {
+        if (n < 0 && pinned + done < size && (uint64_t)off + pinned + done < obj.size) {
+                shoal_reader_unpin(f->node->reader, pins, np);
                 log_ratelimited(SHOAL_LOG_ERROR, "fuse", "read %s [%lld+%zu] failed: %s", obj.key,
                                 (long long)off, size, strerror((int)-n));
-                {
-                        reply_err(req, t0, EIO);
-                        return;
-                }
+                reply_err(req, t0, EIO);
+                return;
         }
+        struct iovec iov[PIN_MAX + 1];
+        for (unsigned i = 0; i < np; i++)
+                iov[i] = (struct iovec){.iov_base = (void *)pins[i].data, .iov_len = pins[i].len};
+        iov[np] = (struct iovec){.iov_base = buf, .iov_len = done};
         shoal_metric_inc(SHOAL_M_fuse_reads);
-        shoal_metric_add(SHOAL_M_fuse_read_bytes, done);
+        shoal_metric_add(SHOAL_M_fuse_read_bytes, pinned + done);
         if (size >= SHOAL_MiB)
                 shoal_metric_inc(SHOAL_M_fuse_read_size_1m);
-        fuse_reply_buf(req, buf, done);
+        fuse_reply_iov(req, iov, (int)np + (done ? 1 : 0));
+        shoal_reader_unpin(f->node->reader, pins, np);
         op_end(t0);
 }
 
