@@ -136,10 +136,11 @@ void shoal_fuse_tune_readahead(struct shoal_fuse *f)
 }
 
 static struct fuse_session *signalled_se;
+static volatile sig_atomic_t got_signal;
 
 static void on_signal(int sig)
 {
-        (void)sig;
+        got_signal = sig;
         if (signalled_se)
                 fuse_session_exit(signalled_se);
 }
@@ -175,6 +176,12 @@ int shoal_fuse_loop(struct shoal_fuse *f)
         for (int i = 0; i < 3; i++)
                 sigaction(sigs[i], &old_sa[i], NULL);
         signalled_se = NULL;
+        if (rc < 0 && got_signal) {
+                /* Asked to stop: a worker interrupted on its way out is not a failure. */
+                log_info("fuse", "loop ended by signal %d (libfuse said %s)", (int)got_signal,
+                         strerror(-rc));
+                rc = 0;
+        }
         return rc < 0 ? rc : 0;
 }
 

@@ -96,7 +96,7 @@ start_mount s "$S" "$MNT"
 ls "$MNT" >/dev/null
 kill -TERM "$PID_s"
 wait_exit "$PID_s"
-[ "$EXIT_RC" -eq 0 ] || fail "mount exited with $EXIT_RC after SIGTERM"
+[ "$EXIT_RC" -eq 0 ] || fail "mount exited with $EXIT_RC after SIGTERM: $(tail -n 5 "$T/s.log")"
 mountpoint -q "$MNT" && fail "still mounted after SIGTERM"
 grep -q -E 'Sanitizer|runtime error' "$T/s.err" && fail "sanitizer: $(head -n 3 "$T/s.err")"
 echo "PASS test_fuse_readonly"
