@@ -497,6 +497,16 @@ static ssize_t splice_some(struct conn *c, struct srv_req *r, size_t left)
         return n;
 }
 
+/* A send, sendfile or splice returned -1: wait for EPOLLOUT when the socket is only full, else
+ * the connection is done. Returns what conn_write returns. */
+static bool send_failed(struct conn *c)
+{
+        if (errno == EAGAIN || errno == EINTR)
+                return true;
+        conn_close(c);
+        return false;
+}
+
 /* Sends as much of the queued answers as the socket takes. Returns false when C was closed. */
 static bool conn_write(struct conn *c)
 {
@@ -508,12 +518,8 @@ static bool conn_write(struct conn *c)
                         int more = r->status == SHOAL_ST_OK ? MSG_MORE : 0;
                         ssize_t n = send(c->io.fd, r->out + r->out_sent, r->out_len - r->out_sent,
                                          MSG_NOSIGNAL | MSG_DONTWAIT | more);
-                        if (n < 0) {
-                                if (errno == EAGAIN || errno == EINTR)
-                                        return true;
-                                conn_close(c);
-                                return false;
-                        }
+                        if (n < 0)
+                                return send_failed(c);
                         r->out_sent += (size_t)n;
                         c->last_progress = shoal_now_ns();
                         continue;
@@ -544,12 +550,8 @@ static bool conn_write(struct conn *c)
                                 n = send(c->io.fd, base + r->pay_sent, left,
                                          MSG_NOSIGNAL | MSG_DONTWAIT);
                         }
-                        if (n < 0) {
-                                if (errno == EAGAIN || errno == EINTR)
-                                        return true;
-                                conn_close(c);
-                                return false;
-                        }
+                        if (n < 0)
+                                return send_failed(c);
                         r->pay_sent += (uint64_t)n;
                         c->last_progress = shoal_now_ns();
                         continue;
