@@ -644,8 +644,10 @@ static void conn_send_error(struct conn *c, uint64_t id, uint32_t status, const 
 
 /* ---- reading ------------------------------------------------------------------------------ */
 
-/* Handles one complete, CRC-checked frame. Returns false when the connection was closed. */
-static bool conn_frame(struct conn *c, const struct shoal_wire_hdr *h, const uint8_t *body)
+/* The handshake: HELLO, then AUTH when the member has a secret. Returns false when the
+ * connection was closed. */
+static bool conn_handshake_frame(struct conn *c, const struct shoal_wire_hdr *h,
+                                 const uint8_t *body)
 {
         struct shoal_server *s = c->lp->s;
         if (c->state == C_HELLO) {
@@ -697,103 +699,136 @@ static bool conn_frame(struct conn *c, const struct shoal_wire_hdr *h, const uin
                 c->deadline = 0;
                 return true;
         }
+        conn_close(c);
+        return false;
+}
 
-        switch (h->type) {
-        case SHOAL_MSG_READ:
-        case SHOAL_MSG_CORRUPT: {
-                bool is_read = h->type == SHOAL_MSG_READ;
-                for (unsigned i = 0; is_read && i < c->inflight; i++) {
-                        if (c->ids[i] == h->id) {
-                                log_ratelimited(SHOAL_LOG_WARN, "server",
-                                                "peer %s reused in-flight id %llu: closing",
-                                                c->peer, (unsigned long long)h->id);
-                                conn_close(c);
-                                return false;
-                        }
-                }
-                uint64_t t0 = shoal_now_ns();
-                struct shoal_wire_read rd;
-                int rc = shoal_wire_read_decode(body, h->body_len, &rd);
-                shoal_metric_observe(SHOAL_M_mount_iorpc_decodeBodyDur, shoal_now_ns() - t0);
-                if (rc) {
-                        if (is_read)
-                                conn_send_error(c, h->id, SHOAL_ST_BAD_REQUEST,
-                                                "malformed read request");
-                        return true;
-                }
-                if (rd.block_size != s->cfg.vol->block_size) {
-                        char why[128];
-                        snprintf(why, sizeof(why), "block size %u, this member has %u",
-                                 rd.block_size, s->cfg.vol->block_size);
-                        if (is_read)
-                                conn_send_error(c, h->id, SHOAL_ST_VOLUME, why);
-                        return true;
-                }
-                if ((h->flags & SHOAL_WF_RDMA_TARGET)) {
-                        if (is_read)
-                                conn_send_error(c, h->id, SHOAL_ST_BAD_REQUEST,
-                                                "RDMA target on a TCP connection");
-                        return true;
-                }
-                struct srv_req *r = calloc(1, sizeof(*r));
-                if (!r) {
-                        conn_send_error(c, h->id, SHOAL_ST_BUSY, "out of memory");
-                        return true;
-                }
-                r->s = s;
-                r->c = c;
-                r->id = h->id;
-                r->type = h->type;
-                r->flags = h->flags;
-                r->t_start = t0;
-                memcpy(r->obj.key, rd.key, rd.key_len);
-                r->obj.key[rd.key_len] = '\0';
-                memcpy(r->obj.version, rd.version, rd.version_len);
-                r->obj.version[rd.version_len] = '\0';
-                r->obj.size = rd.obj_size;
-                r->index = rd.block_index;
-                r->off = rd.offset;
-                r->len = rd.length;
-                r->done.fn = req_done_on_loop;
-                r->done.arg = r;
-                if (is_read) {
-                        c->ids[c->inflight++] = h->id;
-                        c->nreq++;
-                } else {
-                        c->ncorrupt++;
-                }
-                req_dispatch(r);
-                return true;
+/* Decodes and checks the body of a READ or CORRUPT (TCP and RDMA alike) and makes the request.
+ * RDMA: it arrived on an RDMA connection (which needs SHOAL_WF_RDMA_TARGET; TCP refuses it).
+ * Returns the request, or NULL with the ERROR status and reason in *STATUS and WHY. */
+static struct srv_req *req_from_read(struct shoal_server *s, uint8_t type, uint64_t id,
+                                     uint16_t flags, const uint8_t *body, size_t body_len,
+                                     bool rdma, uint32_t *status, char *why, size_t whylen)
+{
+        uint64_t t0 = shoal_now_ns();
+        struct shoal_wire_read rd;
+        int rc = shoal_wire_read_decode(body, body_len, &rd);
+        shoal_metric_observe(SHOAL_M_mount_iorpc_decodeBodyDur, shoal_now_ns() - t0);
+        if (rc) {
+                *status = SHOAL_ST_BAD_REQUEST;
+                snprintf(why, whylen, "malformed read request");
+                return NULL;
         }
-        case SHOAL_MSG_PING:
-                conn_send_ctrl(c, SHOAL_MSG_PONG, 0, 0, h->id, body, h->body_len);
-                return true;
-        case SHOAL_MSG_INFO: {
-                if (!s->iorpc_on) {
-                        /* [R2]: a member with IORPC disabled tells clients so; they stay on the
-                         * TCP pool. */
-                        conn_send_error(c, h->id, SHOAL_ST_RPC_DISABLED, "rpc disabled");
-                        return true;
-                }
-                struct shoal_wire_info info;
-                memset(&info, 0, sizeof(info));
-                shoal_strlcpy(info.tcp_addr, s->tcp_addr, sizeof(info.tcp_addr));
-                shoal_strlcpy(info.iorpc_addr, s->iorpc_addr, sizeof(info.iorpc_addr));
-                info.n_rdma = (uint8_t)s->n_rdma;
-                for (unsigned i = 0; i < s->n_rdma; i++)
-                        shoal_strlcpy(info.rdma_addr[i], s->rdma_addr[i],
-                                      sizeof(info.rdma_addr[i]));
-                info.block_size = s->cfg.vol->block_size;
-                shoal_strlcpy(info.volume_url, s->cfg.vol->url, sizeof(info.volume_url));
-                uint8_t b[2048];
-                int n = shoal_wire_info_encode(b, sizeof(b), &info);
-                if (n < 0) {
+        if (rd.block_size != s->cfg.vol->block_size) {
+                *status = SHOAL_ST_VOLUME;
+                snprintf(why, whylen, "block size %u, this member has %u", rd.block_size,
+                         s->cfg.vol->block_size);
+                return NULL;
+        }
+        if (!rdma && (flags & SHOAL_WF_RDMA_TARGET)) {
+                *status = SHOAL_ST_BAD_REQUEST;
+                snprintf(why, whylen, "RDMA target on a TCP connection");
+                return NULL;
+        }
+        struct srv_req *r = calloc(1, sizeof(*r));
+        if (!r) {
+                *status = SHOAL_ST_BUSY;
+                snprintf(why, whylen, "out of memory");
+                return NULL;
+        }
+        r->s = s;
+        r->id = id;
+        r->type = type;
+        r->flags = flags;
+        r->t_start = t0;
+        memcpy(r->obj.key, rd.key, rd.key_len);
+        r->obj.key[rd.key_len] = '\0';
+        memcpy(r->obj.version, rd.version, rd.version_len);
+        r->obj.version[rd.version_len] = '\0';
+        r->obj.size = rd.obj_size;
+        r->index = rd.block_index;
+        r->off = rd.offset;
+        r->len = rd.length;
+        return r;
+}
+
+/* READ (an answer is owed) or CORRUPT (a notice, never answered). */
+static bool conn_on_read(struct conn *c, const struct shoal_wire_hdr *h, const uint8_t *body)
+{
+        bool is_read = h->type == SHOAL_MSG_READ;
+        for (unsigned i = 0; is_read && i < c->inflight; i++) {
+                if (c->ids[i] == h->id) {
+                        log_ratelimited(SHOAL_LOG_WARN, "server",
+                                        "peer %s reused in-flight id %llu: closing", c->peer,
+                                        (unsigned long long)h->id);
                         conn_close(c);
                         return false;
                 }
-                conn_send_ctrl(c, SHOAL_MSG_INFO_RESP, 0, 0, h->id, b, (size_t)n);
+        }
+        uint32_t status;
+        char why[128];
+        struct srv_req *r = req_from_read(c->lp->s, h->type, h->id, h->flags, body, h->body_len,
+                                          false, &status, why, sizeof(why));
+        if (!r) {
+                if (is_read || status == SHOAL_ST_BUSY)
+                        conn_send_error(c, h->id, status, why);
                 return true;
         }
+        r->c = c;
+        r->done.fn = req_done_on_loop;
+        r->done.arg = r;
+        if (is_read) {
+                c->ids[c->inflight++] = h->id;
+                c->nreq++;
+        } else {
+                c->ncorrupt++;
+        }
+        req_dispatch(r);
+        return true;
+}
+
+static bool conn_on_info(struct conn *c, const struct shoal_wire_hdr *h)
+{
+        struct shoal_server *s = c->lp->s;
+        if (!s->iorpc_on) {
+                /* [R2]: a member with IORPC disabled tells clients so; they stay on the TCP
+                 * pool. */
+                conn_send_error(c, h->id, SHOAL_ST_RPC_DISABLED, "rpc disabled");
+                return true;
+        }
+        struct shoal_wire_info info;
+        memset(&info, 0, sizeof(info));
+        shoal_strlcpy(info.tcp_addr, s->tcp_addr, sizeof(info.tcp_addr));
+        shoal_strlcpy(info.iorpc_addr, s->iorpc_addr, sizeof(info.iorpc_addr));
+        info.n_rdma = (uint8_t)s->n_rdma;
+        for (unsigned i = 0; i < s->n_rdma; i++)
+                shoal_strlcpy(info.rdma_addr[i], s->rdma_addr[i], sizeof(info.rdma_addr[i]));
+        info.block_size = s->cfg.vol->block_size;
+        shoal_strlcpy(info.volume_url, s->cfg.vol->url, sizeof(info.volume_url));
+        uint8_t b[2048];
+        int n = shoal_wire_info_encode(b, sizeof(b), &info);
+        if (n < 0) {
+                conn_close(c);
+                return false;
+        }
+        conn_send_ctrl(c, SHOAL_MSG_INFO_RESP, 0, 0, h->id, b, (size_t)n);
+        return true;
+}
+
+/* Handles one complete, CRC-checked frame. Returns false when the connection was closed. */
+static bool conn_frame(struct conn *c, const struct shoal_wire_hdr *h, const uint8_t *body)
+{
+        if (c->state != C_READY)
+                return conn_handshake_frame(c, h, body);
+        switch (h->type) {
+        case SHOAL_MSG_READ:
+        case SHOAL_MSG_CORRUPT:
+                return conn_on_read(c, h, body);
+        case SHOAL_MSG_PING:
+                conn_send_ctrl(c, SHOAL_MSG_PONG, 0, 0, h->id, body, h->body_len);
+                return true;
+        case SHOAL_MSG_INFO:
+                return conn_on_info(c, h);
         case SHOAL_MSG_GOAWAY:
                 conn_close(c);
                 return false;
@@ -1288,40 +1323,12 @@ int shoal_server_submit_rdma(struct shoal_server *s, uint64_t id, uint16_t flags
                              const uint8_t *body, size_t body_len, shoal_server_answer_fn fn,
                              void *arg, uint32_t *status, char *why, size_t whylen)
 {
-        uint64_t t0 = shoal_now_ns();
-        struct shoal_wire_read rd;
-        int rc = shoal_wire_read_decode(body, body_len, &rd);
-        shoal_metric_observe(SHOAL_M_mount_iorpc_decodeBodyDur, shoal_now_ns() - t0);
-        if (rc) {
-                *status = SHOAL_ST_BAD_REQUEST;
-                snprintf(why, whylen, "malformed read request");
-                return -EPROTO;
-        }
-        if (rd.block_size != s->cfg.vol->block_size) {
-                *status = SHOAL_ST_VOLUME;
-                snprintf(why, whylen, "block size %u, this member has %u", rd.block_size,
-                         s->cfg.vol->block_size);
-                return -EXDEV;
-        }
-        struct srv_req *r = calloc(1, sizeof(*r));
-        if (!r) {
-                *status = SHOAL_ST_BUSY;
-                snprintf(why, whylen, "out of memory");
-                return -ENOMEM;
-        }
-        r->s = s;
-        r->id = id;
-        r->type = SHOAL_MSG_READ;
-        r->flags = flags;
-        r->t_start = t0;
-        memcpy(r->obj.key, rd.key, rd.key_len);
-        r->obj.key[rd.key_len] = '\0';
-        memcpy(r->obj.version, rd.version, rd.version_len);
-        r->obj.version[rd.version_len] = '\0';
-        r->obj.size = rd.obj_size;
-        r->index = rd.block_index;
-        r->off = rd.offset;
-        r->len = rd.length;
+        struct srv_req *r = req_from_read(s, SHOAL_MSG_READ, id, flags, body, body_len, true,
+                                          status, why, whylen);
+        if (!r)
+                return *status == SHOAL_ST_VOLUME ? -EXDEV
+                       : *status == SHOAL_ST_BUSY ? -ENOMEM
+                                                  : -EPROTO;
         r->ext_fn = fn;
         r->ext_arg = arg;
         req_dispatch(r);
