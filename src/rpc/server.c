@@ -19,6 +19,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -38,6 +39,7 @@
 #include "group/group.h"
 #include "metrics/metrics.h"
 #include "rpc/wire.h"
+#include "store/sizes.h"
 
 #define MAX_LOOPS           8
 #define SERVICE_POOL        1
@@ -49,6 +51,7 @@
 #define IORPC_CONN_INFLIGHT 1024
 #define DIO_BUFFERS         64
 #define IN_MAX              (SHOAL_WIRE_HDR_LEN + 4096)
+#define SIZES_MAX           16384 /* object sizes remembered (no expiry: a version's size is fixed) */
 
 struct srv_loop;
 struct conn;
@@ -105,7 +108,8 @@ struct conn {
                 C_READY
         } state;
         bool closed;
-        int refs; /* the loop's own reference + one per request outside the loop */
+        bool gone; /* closed, for worker threads (atomic) */
+        int refs;  /* the loop's own reference + one per request outside the loop */
         uint8_t nonce_c[SHOAL_WIRE_NONCE_LEN], nonce_s[SHOAL_WIRE_NONCE_LEN];
         uint8_t in[IN_MAX];
         size_t in_len;
@@ -145,6 +149,7 @@ struct shoal_server {
         unsigned nloops;
         struct shoal_workers *disk, *fill;
         struct shoal_bufpool *dio;
+        struct shoal_store_sizes *sizes; /* object sizes the member learned itself [S4] */
         char tcp_addr[64], iorpc_addr[64];
         char rdma_addr[4][64];
         unsigned n_rdma;
@@ -315,25 +320,68 @@ static void req_finish(struct srv_req *r)
         shoal_loop_post(r->c->lp->loop, &r->done);
 }
 
+/* Whether R's connection has closed: its queued work is then dropped before it starts. Read on
+ * worker threads, so the flag is atomic; a close racing with this check only costs one piece of
+ * work whose answer is dropped on the loop. */
+static bool req_orphaned(const struct srv_req *r)
+{
+        return r->c && __atomic_load_n(&r->c->gone, __ATOMIC_ACQUIRE);
+}
+
+static void req_refuse(struct srv_req *r, uint32_t status, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+static void req_refuse(struct srv_req *r, uint32_t status, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->reason, sizeof(r->reason), fmt, ap);
+        va_end(ap);
+        r->status = status;
+}
+
+/* The block length R claims (the wire decoder checked that the index lies inside the claimed
+ * object and the range inside this length). Only ever compared with what the member knows. */
+static uint32_t req_claimed_len(const struct srv_req *r)
+{
+        return shoal_block_len(r->obj.size, r->s->cfg.vol->block_size, r->index);
+}
+
+/* Fill worker: the object's size from the store (a stat shared by all who ask, remembered for the
+ * version), checked against the claim, then the block through the reader's single-flight fill
+ * with this member's own idea of the object [S4]. */
 static void fill_work(struct shoal_work *w)
 {
         struct srv_req *r = (struct srv_req *)w;
-        int rc = shoal_reader_hold_block(r->s->cfg.reader, &r->obj, r->index, &r->hb);
+        struct shoal_server *s = r->s;
+        if (req_orphaned(r)) {
+                req_finish(r);
+                return;
+        }
+        uint64_t size;
+        int rc = shoal_store_sizes_get(s->sizes, r->obj.key, r->obj.version, &size);
+        if (!rc && size != r->obj.size) {
+                req_refuse(r, SHOAL_ST_BAD_REQUEST, "%.60s is %llu bytes, not %llu", r->obj.key,
+                           (unsigned long long)size, (unsigned long long)r->obj.size);
+                req_finish(r);
+                return;
+        }
+        if (!rc)
+                rc = shoal_reader_hold_block(s->cfg.reader, &r->obj, r->index, &r->hb);
         shoal_metric_inc(SHOAL_M_remotecache_serve_miss);
         if (rc) {
-                r->status = rc == -ENOENT   ? SHOAL_ST_NOT_FOUND
-                            : rc == -ESTALE ? SHOAL_ST_STALE
-                            : rc == -EBUSY  ? SHOAL_ST_BUSY
-                                            : SHOAL_ST_STORE_ERROR;
-                snprintf(r->reason, sizeof(r->reason), "fill %.60s block %u: %s", r->obj.key,
-                         r->index, strerror(-rc));
-        } else if (r->s->cfg.cache &&
-                   !shoal_cache_open_block(r->s->cfg.cache, &r->hb.id, r->hb.len, &r->cb)) {
+                req_refuse(r,
+                           rc == -ENOENT   ? SHOAL_ST_NOT_FOUND
+                           : rc == -ESTALE ? SHOAL_ST_STALE
+                           : rc == -EBUSY  ? SHOAL_ST_BUSY
+                                           : SHOAL_ST_STORE_ERROR,
+                           "fill %.60s block %u: %s", r->obj.key, r->index, strerror(-rc));
+        } else if (s->cfg.cache &&
+                   !shoal_cache_open_block(s->cfg.cache, &r->hb.id, r->hb.len, &r->cb)) {
                 /* The fill put the block into the cache: answer from the file and give the
                  * in-memory block back at once, so slow readers do not pin fill buffers. */
                 r->cb_open = true;
                 r->src = SRC_FILE;
-                shoal_reader_release(r->s->cfg.reader, &r->hb);
+                shoal_reader_release(s->cfg.reader, &r->hb);
         } else {
                 r->src = SRC_HELD; /* not cacheable (full disk, no cache): send from memory */
         }
@@ -352,68 +400,125 @@ static bool is_owner(struct shoal_server *s, const struct shoal_block_id *id)
         return mine;
 }
 
+/* Disk worker: a requester saw a bad checksum. The member checks its own file against its own
+ * header, chunk by chunk into a small buffer of its own (never a pool buffer: a disk worker must
+ * not wait), and the cache removes it only if a chunk fails. The notice's claimed length only
+ * decides whether the notice is about this file at all. */
+static void corrupt_work(struct srv_req *r, const struct shoal_block_id *id)
+{
+        struct shoal_server *s = r->s;
+        char *chunk = NULL;
+        uint64_t known;
+        if (!s->cfg.cache || shoal_cache_open_block(s->cfg.cache, id, 0, &r->cb))
+                goto out;
+        r->cb_open = true;
+        if (r->cb.len != req_claimed_len(r) ||
+            (!shoal_store_sizes_peek(s->sizes, r->obj.key, r->obj.version, &known) &&
+             known != r->obj.size)) {
+                log_ratelimited(SHOAL_LOG_INFO, "server",
+                                "corrupt notice for %.60s/%u from %s names another length: ignored",
+                                r->obj.key, r->index, r->c ? r->c->peer : "rdma");
+                goto out;
+        }
+        chunk = malloc(SHOAL_CHUNK_SIZE);
+        for (uint32_t off = 0; chunk && off < r->cb.len; off += SHOAL_CHUNK_SIZE) {
+                uint32_t n = SHOAL_MIN(SHOAL_CHUNK_SIZE, r->cb.len - off);
+                int rc = shoal_cache_block_read(s->cfg.cache, &r->cb, off, n, chunk,
+                                                SHOAL_CACHE_READ_BUFFERED);
+                if (rc == -EBADMSG)
+                        log_warn("server", "block %.60s/%u reported corrupt by %s: removed",
+                                 r->obj.key, r->index, r->c ? r->c->peer : "rdma");
+                if (rc)
+                        break;
+        }
+        free(chunk);
+out:
+        req_release_resources(r);
+        req_finish(r);
+}
+
+/* Disk worker: R's block is cached as R->cb (open, its length from its own header). Serves it
+ * when the claim agrees with what the member knows, else refuses. Returns false when R is to be
+ * treated as a miss instead (the file is released): a claim that the member knows to be right
+ * while the file holds another length, or one it cannot judge without the store while R may fill
+ * — the fill workers then ask the store, and the reader's fill replaces a file the store proves
+ * wrong. A requester's claim alone never removes a file. */
+static bool hit_work(struct srv_req *r)
+{
+        struct shoal_server *s = r->s;
+        uint64_t known;
+        bool size_known = !shoal_store_sizes_peek(s->sizes, r->obj.key, r->obj.version, &known);
+        if (size_known && known != r->obj.size) {
+                req_refuse(r, SHOAL_ST_BAD_REQUEST, "%.60s is %llu bytes, not %llu", r->obj.key,
+                           (unsigned long long)known, (unsigned long long)r->obj.size);
+                req_release_resources(r);
+                req_finish(r);
+                return true;
+        }
+        if (r->cb.len != req_claimed_len(r) || !shoal_range_valid(r->cb.len, r->off, r->len)) {
+                /* The claim is right (size known) and the file is not, or nobody knows yet:
+                 * either way the file stays unless the store proves it wrong (fill path). */
+                req_release_resources(r);
+                if (size_known || (r->flags & SHOAL_WF_FILL))
+                        return false;
+                req_refuse(r, SHOAL_ST_BAD_REQUEST, "block %u of %.60s is %u bytes, not %u",
+                           r->index, r->obj.key, r->cb.len, req_claimed_len(r));
+                req_finish(r);
+                return true;
+        }
+        int mode = r->c && r->c->service == SERVICE_POOL
+                           ? (s->cfg.cache_try_dio ? SHOAL_IORPC_DIO : -1)
+                           : s->iorpc_mode;
+        if (mode == SHOAL_IORPC_DIO || mode == SHOAL_IORPC_PAGECACHE) {
+                /* Never wait for a buffer here: answers waiting for slow readers hold them, and a
+                 * blocked disk worker would stall every connection. Without one, answer by
+                 * sendfile; the requester checks the same chunk CRCs either way. */
+                r->buf = shoal_bufpool_get(s->dio, 0);
+                if (r->buf && !shoal_cache_block_read(s->cfg.cache, &r->cb, r->off, r->len, r->buf,
+                                                      mode == SHOAL_IORPC_PAGECACHE
+                                                              ? SHOAL_CACHE_READ_BUFFERED
+                                                              : SHOAL_CACHE_READ_DIRECT)) {
+                        /* The answer needs only the header's CRCs now: give the fds back. */
+                        shoal_cache_block_close(s->cfg.cache, &r->cb);
+                        r->cb_open = false;
+                        r->src = SRC_BUF;
+                        req_finish(r);
+                        return true;
+                }
+                if (r->buf) { /* the read failed (the file was removed if corrupt): a miss */
+                        req_release_resources(r);
+                        return false;
+                }
+                mode = -1;
+        }
+        /* Zero-copy: sendfile or splice from the cache file; the requester checks the chunk CRCs
+         * from the verified header. */
+        shoal_metric_inc(SHOAL_M_blockcache_hits);
+        shoal_metric_add(SHOAL_M_blockcache_hit_bytes, r->len);
+        r->src = mode == SHOAL_IORPC_SPLICE ? SRC_SPLICE : SRC_FILE;
+        req_finish(r);
+        return true;
+}
+
 /* Disk worker: answer from the cache, or pass a miss to the fill workers. */
 static void disk_work(struct shoal_work *w)
 {
         struct srv_req *r = (struct srv_req *)w;
         struct shoal_server *s = r->s;
         struct shoal_block_id id;
-        shoal_block_id_derive(s->cfg.vol, r->obj.key, r->obj.version, r->index, &id);
-        uint32_t blen = shoal_block_len(r->obj.size, s->cfg.vol->block_size, r->index);
-
-        if (r->type == SHOAL_MSG_CORRUPT) {
-                /* A requester saw a bad checksum: verify the whole block ourselves; a corrupt
-                 * file is removed by the cache as it is read. */
-                if (!shoal_cache_open_block(s->cfg.cache, &id, blen, &r->cb)) {
-                        r->cb_open = true;
-                        r->buf = shoal_bufpool_get(s->dio, 5ULL * 1000000000ULL);
-                        if (r->buf && shoal_cache_block_read(s->cfg.cache, &r->cb, 0, blen, r->buf,
-                                                             SHOAL_CACHE_READ_BUFFERED))
-                                log_warn("server", "block %s/%u reported corrupt by %s: removed",
-                                         r->obj.key, r->index, r->c ? r->c->peer : "rdma");
-                }
+        if (req_orphaned(r)) {
                 req_finish(r);
                 return;
         }
-
-        int rc = s->cfg.cache ? shoal_cache_open_block(s->cfg.cache, &id, blen, &r->cb) : -ENOENT;
-        if (!rc) {
+        shoal_block_id_derive(s->cfg.vol, r->obj.key, r->obj.version, r->index, &id);
+        if (r->type == SHOAL_MSG_CORRUPT) {
+                corrupt_work(r, &id);
+                return;
+        }
+        if (s->cfg.cache && !shoal_cache_open_block(s->cfg.cache, &id, 0, &r->cb)) {
                 r->cb_open = true;
-                int mode = r->c && r->c->service == SERVICE_POOL
-                                   ? (s->cfg.cache_try_dio ? SHOAL_IORPC_DIO : -1)
-                                   : s->iorpc_mode;
-                if (mode < 0 || mode == SHOAL_IORPC_SPLICE) {
-                        /* Zero-copy: sendfile or splice from the cache file; the requester
-                         * checks the chunk CRCs from the verified header. */
-                        shoal_metric_inc(SHOAL_M_blockcache_hits);
-                        shoal_metric_add(SHOAL_M_blockcache_hit_bytes, r->len);
-                        r->src = mode < 0 ? SRC_FILE : SRC_SPLICE;
-                        req_finish(r);
+                if (hit_work(r))
                         return;
-                }
-                /* Never wait for a buffer here: answers waiting for slow readers hold them, and a
-                 * blocked disk worker would stall every connection. Without one, answer by
-                 * sendfile; the requester checks the same chunk CRCs either way. */
-                r->buf = shoal_bufpool_get(s->dio, 0);
-                if (!r->buf) {
-                        shoal_metric_inc(SHOAL_M_blockcache_hits);
-                        shoal_metric_add(SHOAL_M_blockcache_hit_bytes, r->len);
-                        r->src = SRC_FILE;
-                        req_finish(r);
-                        return;
-                }
-                if (r->buf) {
-                        rc = shoal_cache_block_read(s->cfg.cache, &r->cb, r->off, r->len, r->buf,
-                                                    mode == SHOAL_IORPC_PAGECACHE
-                                                            ? SHOAL_CACHE_READ_BUFFERED
-                                                            : SHOAL_CACHE_READ_DIRECT);
-                        if (!rc) {
-                                r->src = SRC_BUF;
-                                req_finish(r);
-                                return;
-                        }
-                }
-                req_release_resources(r);
         }
         /* A miss: only the owner fills from the store, so that a member with a stale view does
          * not download blocks another member owns. */
@@ -770,7 +875,7 @@ static bool conn_on_read(struct conn *c, const struct shoal_wire_hdr *h, const u
         struct srv_req *r = req_from_read(c->lp->s, h->type, h->id, h->flags, body, h->body_len,
                                           false, &status, why, sizeof(why));
         if (!r) {
-                if (is_read || status == SHOAL_ST_BUSY)
+                if (is_read) /* a CORRUPT notice is never answered */
                         conn_send_error(c, h->id, status, why);
                 return true;
         }
@@ -919,6 +1024,7 @@ static void conn_close(struct conn *c)
         if (c->closed)
                 return;
         c->closed = true;
+        __atomic_store_n(&c->gone, true, __ATOMIC_RELEASE);
         struct srv_loop *lp = c->lp;
         shoal_loop_del(lp->loop, &c->io);
         close(c->io.fd);
@@ -1136,7 +1242,8 @@ struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, c
         s->disk = shoal_workers_create(16, "disk");
         s->fill = shoal_workers_create(64, "fill");
         s->dio = shoal_bufpool_create(cfg->vol->block_size, DIO_BUFFERS);
-        if (!s->disk || !s->fill || !s->dio) {
+        s->sizes = shoal_store_sizes_create(shoal_reader_store(cfg->reader), SIZES_MAX);
+        if (!s->disk || !s->fill || !s->dio || !s->sizes) {
                 snprintf(err, errlen, "cannot start server workers");
                 goto out_fail;
         }
@@ -1206,6 +1313,7 @@ out_fail:
         shoal_workers_destroy(s->disk);
         shoal_workers_destroy(s->fill);
         shoal_bufpool_destroy(s->dio);
+        shoal_store_sizes_destroy(s->sizes);
         pthread_mutex_destroy(&s->cap_mu);
         free(s);
         return NULL;
@@ -1274,6 +1382,7 @@ void shoal_server_stop(struct shoal_server *s)
                 shoal_loop_destroy(lp->loop);
         }
         shoal_bufpool_destroy(s->dio);
+        shoal_store_sizes_destroy(s->sizes);
         pthread_mutex_destroy(&s->cap_mu);
         free(s);
 }

@@ -4,6 +4,10 @@
   frames.py hostile HOST:PORT            run the table of malformed and hostile frames
   frames.py flood HOST:PORT N KEY VERSION SIZE BLOCKSIZE
                                          pipeline N reads over IORPC connections, check all answered
+  frames.py claim HOST:PORT SERVICE read|fill|corrupt KEY VERSION SIZE INDEX OFF LEN
+                                         one READ (fill: with FILL) or CORRUPT claiming object
+                                         size SIZE; prints "resp N", "error STATUS REASON",
+                                         "closed" or "sent" (CORRUPT has no answer)
 
 Every case opens its own connection and expects an ERROR answer or a close within a second.
 """
@@ -218,7 +222,43 @@ def run_flood(addr, n, key, version, size, bs):
     return 0 if answered == n and errors == 0 else 1
 
 
+def run_claim(addr, service, kind, key, version, size, index, off, length):
+    service, size, index, off, length = int(service), int(size), int(index), int(off), int(length)
+    s = connect(addr)
+    s.settimeout(30)
+    handshake(s, service)
+    body = read_body(key.encode(), version.encode(), size, 4 << 20, index, off, length)
+    if kind == "corrupt":
+        s.sendall(frame(CORRUPT, body, id_=9))
+        # A PING after it: the answer shows the notice was read (its check runs on its own).
+        s.sendall(frame(PING, b"p", id_=10))
+        typ, _, _, _, _ = read_frame(s)
+        print("sent" if typ == PONG else "unexpected type %d" % typ)
+        s.close()
+        return 0
+    s.sendall(frame(READ, body, id_=9, flags=FILL if kind == "fill" else 0))
+    try:
+        typ, status, _, rbody, payload = read_frame(s)
+    except socket.timeout:
+        print("hang")
+        return 0
+    except (ConnectionError, OSError):
+        print("closed")
+        return 0
+    if typ == READ_RESP:
+        # TCP carries the payload after the body; take it all before closing.
+        print("resp %d" % len(payload))
+    elif typ == ERROR:
+        print("error %d %s" % (status, rbody.decode(errors="replace")))
+    else:
+        print("unexpected type %d" % typ)
+    s.close()
+    return 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 11 and sys.argv[1] == "claim":
+        sys.exit(run_claim(*sys.argv[2:]))
     if len(sys.argv) >= 3 and sys.argv[1] == "hostile":
         sys.exit(run_hostile(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 2))
     if len(sys.argv) == 3 and sys.argv[1] == "stall":
