@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -44,11 +45,16 @@
 #define MAX_LOOPS           8
 #define SERVICE_POOL        1
 #define SERVICE_IORPC       2
-#define HANDSHAKE_NS        (5ULL * 1000000000ULL)
+#define HANDSHAKE_NS        (3ULL * 1000000000ULL) /* short: an honest handshake is two RTTs */
 #define FRAME_STALL_NS      (10ULL * 1000000000ULL)
 #define SEND_STALL_NS       (30ULL * 1000000000ULL)
 #define MAX_CONNS           10000
-#define IORPC_CONN_INFLIGHT 1024
+#define IORPC_CONN_INFLIGHT 1024 /* advertised: ids a requester may have outstanding */
+#define CONN_ACTIVE_MAX     64   /* IORPC requests read and not yet answered, per connection */
+#define CONN_CORRUPT_MAX    2    /* CORRUPT notices being checked, per connection */
+#define CORRUPT_ACTIVE_MAX  4    /* ... and in the whole server (more are dropped) */
+#define SRC_BUCKETS         256
+#define READ_BUDGET         32 /* frames handled per connection per loop round */
 #define DIO_BUFFERS         64
 #define IN_MAX              (SHOAL_WIRE_HDR_LEN + 4096)
 #define SIZES_MAX           16384 /* object sizes remembered (no expiry: a version's size is fixed) */
@@ -89,7 +95,8 @@ struct srv_req {
         uint64_t pay_sent;
         uint64_t pay_piped; /* SRC_SPLICE: bytes moved from the file into the pipe */
         uint64_t t_write;
-        bool counted; /* holds a server-wide processing slot */
+        bool counted;      /* holds a server-wide processing slot */
+        bool corrupt_slot; /* counted in corrupt_active */
         struct srv_req *next;
         /* RDMA requests (c == NULL): answered through this callback instead of a connection */
         shoal_server_answer_fn ext_fn;
@@ -121,6 +128,8 @@ struct conn {
         uint64_t *ids;        /* in-flight ids, for the duplicate check */
         struct srv_req *sendq, *sendq_tail; /* answers ready, in completion order */
         uint64_t last_progress;
+        struct src_count *preauth;      /* not authenticated yet: its source's count */
+        struct conn *pa_prev, *pa_next; /* the loop's unauthenticated, oldest first */
         int pipe[2];       /* splice mode: one answer is written at a time, so one pipe */
         size_t pipe_bytes; /* bytes sitting in the pipe */
         struct conn *prev, *next;
@@ -140,6 +149,16 @@ struct srv_loop {
         bool accept_paused;
         uint64_t accept_resume;
         struct conn *conns;
+        struct conn *pa_head, *pa_tail; /* unauthenticated connections, oldest first */
+        unsigned npreauth;
+        struct src_count *src[SRC_BUCKETS]; /* unauthenticated connections per source */
+};
+
+/* Unauthenticated connections from one source address, on one loop. */
+struct src_count {
+        struct src_count *next;
+        uint32_t ip;
+        unsigned n;
 };
 
 struct shoal_server {
@@ -151,6 +170,7 @@ struct shoal_server {
         struct shoal_bufpool *dio;
         struct shoal_store_sizes *sizes; /* object sizes the member learned itself [S4] */
         char tcp_addr[64], iorpc_addr[64];
+        pthread_mutex_t info_mu; /* the RDMA addresses, set after the loops started */
         char rdma_addr[4][64];
         unsigned n_rdma;
         struct shoal_group *_Atomic group;
@@ -159,6 +179,11 @@ struct shoal_server {
         unsigned queued, queued_max;
         struct srv_req *waitq, *waitq_tail;
         unsigned nconns;
+        /* Admission [S2], derived from RLIMIT_NOFILE at start (limits_derive). */
+        unsigned conn_cap;             /* connections */
+        unsigned loop_preauth_cap;     /* ... not yet authenticated, on each loop */
+        unsigned loop_preauth_per_src; /* ... from one source address, on each loop */
+        unsigned corrupt_active;       /* atomic: CORRUPT notices being checked */
         bool iorpc_on;
         int iorpc_mode; /* effective mode (splice may have fallen back to dio) */
         long pipe_max;  /* fs.pipe-max-size */
@@ -168,6 +193,7 @@ static void conn_close(struct conn *c);
 static void conn_kick_write(struct conn *c);
 static void conn_update_events(struct conn *c);
 static void req_dispatch(struct srv_req *r);
+static void preauth_leave(struct conn *c);
 
 /* ---- requests ---------------------------------------------------------------------------- */
 
@@ -216,6 +242,8 @@ static void slot_release(struct shoal_server *s)
 static void req_free(struct srv_req *r)
 {
         req_release_resources(r);
+        if (r->corrupt_slot)
+                __atomic_fetch_sub(&r->s->corrupt_active, 1, __ATOMIC_RELAXED);
         if (r->counted)
                 slot_release(r->s);
         free(r);
@@ -692,19 +720,30 @@ static unsigned conn_max_inflight(const struct conn *c)
         return c->service == SERVICE_POOL ? 1 : IORPC_CONN_INFLIGHT;
 }
 
-/* Stops reading while the connection is at its request limit: the peer's excess waits in the
- * socket buffers (backpressure, not memory, and not a refusal). */
+/* Requests read from the connection and not yet fully answered. A request holds its answer (a
+ * cache-file fd, a buffer) until the peer has read it, so this also bounds what a peer that
+ * never reads can hold; the peer may have more outstanding (conn_max_inflight), which wait in
+ * the socket buffers. */
+static unsigned conn_active_max(const struct conn *c)
+{
+        return c->service == SERVICE_POOL ? 1 : CONN_ACTIVE_MAX;
+}
+
+/* Stops reading while the connection is at its limits: the peer's excess waits in the socket
+ * buffers (backpressure, not memory, and not a refusal). */
 static bool conn_can_read(const struct conn *c)
 {
-        return c->nreq < conn_max_inflight(c) && c->inflight < conn_max_inflight(c) + 8 &&
-               c->ncorrupt < 16;
+        return c->nreq < conn_active_max(c) && c->inflight < conn_active_max(c) + 8 &&
+               c->ncorrupt < CONN_CORRUPT_MAX;
 }
 
 static void conn_update_events(struct conn *c)
 {
         if (c->closed)
                 return;
-        uint32_t ev = conn_can_read(c) ? EPOLLIN | EPOLLRDHUP : 0;
+        /* RDHUP always: a peer that closed must be noticed even while its requests are not
+         * being read, so that its queued work is dropped before it starts. */
+        uint32_t ev = EPOLLRDHUP | (conn_can_read(c) ? EPOLLIN : 0);
         if (c->sendq)
                 ev |= EPOLLOUT;
         shoal_loop_mod(c->lp->loop, &c->io, ev);
@@ -886,6 +925,20 @@ static bool conn_on_read(struct conn *c, const struct shoal_wire_hdr *h, const u
                 c->ids[c->inflight++] = h->id;
                 c->nreq++;
         } else {
+                /* A check reads a whole block: a flood of notices must not take the disk
+                 * workers from reads. The requester already fell back; a corrupt file is
+                 * reported again by the next one who reads it. */
+                struct shoal_server *s = c->lp->s;
+                if (__atomic_fetch_add(&s->corrupt_active, 1, __ATOMIC_RELAXED) >=
+                    CORRUPT_ACTIVE_MAX) {
+                        __atomic_fetch_sub(&s->corrupt_active, 1, __ATOMIC_RELAXED);
+                        log_ratelimited(SHOAL_LOG_INFO, "server",
+                                        "%u corrupt notices being checked: dropping one from %s",
+                                        CORRUPT_ACTIVE_MAX, c->peer);
+                        free(r);
+                        return true;
+                }
+                r->corrupt_slot = true;
                 c->ncorrupt++;
         }
         req_dispatch(r);
@@ -905,9 +958,11 @@ static bool conn_on_info(struct conn *c, const struct shoal_wire_hdr *h)
         memset(&info, 0, sizeof(info));
         shoal_strlcpy(info.tcp_addr, s->tcp_addr, sizeof(info.tcp_addr));
         shoal_strlcpy(info.iorpc_addr, s->iorpc_addr, sizeof(info.iorpc_addr));
+        pthread_mutex_lock(&s->info_mu);
         info.n_rdma = (uint8_t)s->n_rdma;
         for (unsigned i = 0; i < s->n_rdma; i++)
                 shoal_strlcpy(info.rdma_addr[i], s->rdma_addr[i], sizeof(info.rdma_addr[i]));
+        pthread_mutex_unlock(&s->info_mu);
         info.block_size = s->cfg.vol->block_size;
         shoal_strlcpy(info.volume_url, s->cfg.vol->url, sizeof(info.volume_url));
         uint8_t b[2048];
@@ -923,8 +978,12 @@ static bool conn_on_info(struct conn *c, const struct shoal_wire_hdr *h)
 /* Handles one complete, CRC-checked frame. Returns false when the connection was closed. */
 static bool conn_frame(struct conn *c, const struct shoal_wire_hdr *h, const uint8_t *body)
 {
-        if (c->state != C_READY)
-                return conn_handshake_frame(c, h, body);
+        if (c->state != C_READY) {
+                bool open = conn_handshake_frame(c, h, body);
+                if (open && c->state == C_READY)
+                        preauth_leave(c);
+                return open;
+        }
         switch (h->type) {
         case SHOAL_MSG_READ:
         case SHOAL_MSG_CORRUPT:
@@ -946,9 +1005,13 @@ static bool conn_frame(struct conn *c, const struct shoal_wire_hdr *h, const uin
         }
 }
 
+/* Reads and handles frames until the socket is empty, the connection is at its limits, or
+ * READ_BUDGET frames were handled: a peer that keeps sending (frames that cost nothing to drop,
+ * such as surplus CORRUPT notices) must not keep the loop from its other connections; the loop
+ * is level-triggered, so the rest is read on its next round. */
 static void conn_read(struct conn *c)
 {
-        for (;;) {
+        for (unsigned handled = 0; handled < READ_BUDGET;) {
                 size_t want;
                 struct shoal_wire_hdr h;
                 if (c->in_len < SHOAL_WIRE_HDR_LEN) {
@@ -980,6 +1043,7 @@ static void conn_read(struct conn *c)
                         c->frame_start = 0;
                         if (!conn_frame(c, &h, c->in + SHOAL_WIRE_HDR_LEN))
                                 return;
+                        handled++;
                         continue;
                 }
                 if (c->state == C_READY && !conn_can_read(c)) {
@@ -1007,6 +1071,10 @@ static void conn_event(void *arg, uint32_t events)
         struct conn *c = arg;
         c->refs++;
         if (events & (EPOLLERR | EPOLLHUP)) {
+                conn_close(c);
+        } else if ((events & EPOLLRDHUP) && !conn_can_read(c)) {
+                /* The peer ended its stream, which closes the connection when read (its answers
+                 * are never sent): do it now, so that its queued work does not start. */
                 conn_close(c);
         } else {
                 if ((events & EPOLLOUT) && !c->closed)
@@ -1046,9 +1114,171 @@ static void conn_close(struct conn *c)
                 lp->conns = c->next;
         if (c->next)
                 c->next->prev = c->prev;
+        preauth_leave(c);
         __atomic_fetch_sub(&lp->s->nconns, 1, __ATOMIC_RELAXED);
         shoal_metric_gauge_add(SHOAL_M_remotecache_connections, -1);
         conn_put(c); /* the loop's reference; workers may still hold theirs */
+}
+
+/* ---- admission [S2] ------------------------------------------------------------------------ */
+
+static struct src_count **src_slot(struct srv_loop *lp, uint32_t ip)
+{
+        struct src_count **pp = &lp->src[(ip * 0x9e3779b1u) >> 24]; /* SRC_BUCKETS = 2^8 */
+        while (*pp && (*pp)->ip != ip)
+                pp = &(*pp)->next;
+        return pp;
+}
+
+/* The count of unauthenticated connections from IP on LP, created at 0 if absent (NULL: no
+ * memory). Callers give an unused one back with src_drop_if_unused. */
+static struct src_count *src_get(struct srv_loop *lp, uint32_t ip)
+{
+        struct src_count **pp = src_slot(lp, ip);
+        if (!*pp) {
+                *pp = calloc(1, sizeof(**pp));
+                if (*pp)
+                        (*pp)->ip = ip;
+        }
+        return *pp;
+}
+
+static void src_drop_if_unused(struct srv_loop *lp, struct src_count *sc)
+{
+        if (sc->n)
+                return;
+        struct src_count **pp = src_slot(lp, sc->ip);
+        *pp = sc->next;
+        free(sc);
+}
+
+/* C joins its loop's unauthenticated connections (newest last), counted for its source SC. */
+static void preauth_enter(struct conn *c, struct src_count *sc)
+{
+        struct srv_loop *lp = c->lp;
+        c->preauth = sc;
+        sc->n++;
+        lp->npreauth++;
+        c->pa_prev = lp->pa_tail;
+        c->pa_next = NULL;
+        if (lp->pa_tail)
+                lp->pa_tail->pa_next = c;
+        else
+                lp->pa_head = c;
+        lp->pa_tail = c;
+}
+
+/* C authenticated or closed: it no longer counts against the pre-auth limits. */
+static void preauth_leave(struct conn *c)
+{
+        struct srv_loop *lp = c->lp;
+        struct src_count *sc = c->preauth;
+        if (!sc)
+                return;
+        c->preauth = NULL;
+        if (c->pa_prev)
+                c->pa_prev->pa_next = c->pa_next;
+        else
+                lp->pa_head = c->pa_next;
+        if (c->pa_next)
+                c->pa_next->pa_prev = c->pa_prev;
+        else
+                lp->pa_tail = c->pa_prev;
+        c->pa_prev = c->pa_next = NULL;
+        lp->npreauth--;
+        sc->n--;
+        src_drop_if_unused(lp, sc);
+}
+
+/* The oldest unauthenticated connection of the source that has the most of them on LP. */
+static struct conn *preauth_victim(struct srv_loop *lp)
+{
+        struct conn *v = NULL;
+        for (struct conn *c = lp->pa_head; c; c = c->pa_next)
+                if (!v || c->preauth->n > v->preauth->n)
+                        v = c;
+        return v;
+}
+
+/* Whether a new connection from IP may be admitted on LP; on success *OUT is its source's count.
+ * Unauthenticated connections are limited per source address and in all. At the limit, room is
+ * made by closing the oldest unauthenticated connection of the heaviest source, but only when
+ * that source would still hold more than the newcomer's: a flood from a few addresses cannot
+ * push out an honest peer's handshake (it would need about as many addresses as there are
+ * places), and a newcomer never displaces a source lighter than its own. Everything is per loop
+ * (SO_REUSEPORT spreads accepts over the loops), so no lock is taken. */
+static bool admit(struct srv_loop *lp, uint32_t ip, const char *who, struct src_count **out)
+{
+        struct shoal_server *s = lp->s;
+        struct src_count *sc = src_get(lp, ip);
+        if (!sc)
+                return false;
+        if (sc->n >= s->loop_preauth_per_src) {
+                log_ratelimited(SHOAL_LOG_WARN, "server",
+                                "refusing %s: %u connections from it are not authenticated yet",
+                                who, sc->n);
+                return false;
+        }
+        if (__atomic_load_n(&s->nconns, __ATOMIC_RELAXED) >= s->conn_cap ||
+            lp->npreauth >= s->loop_preauth_cap) {
+                struct conn *v = preauth_victim(lp);
+                if (!v || v->preauth->n <= sc->n + 1) {
+                        log_ratelimited(SHOAL_LOG_WARN, "server",
+                                        "refusing %s: %u connections, %u on this loop not "
+                                        "authenticated",
+                                        who, __atomic_load_n(&s->nconns, __ATOMIC_RELAXED),
+                                        lp->npreauth);
+                        src_drop_if_unused(lp, sc);
+                        return false;
+                }
+                log_ratelimited(SHOAL_LOG_WARN, "server",
+                                "closing unauthenticated %s (%u from its address) to admit %s",
+                                v->peer, v->preauth->n, who);
+                conn_close(v);
+        }
+        *out = sc;
+        return true;
+}
+
+/* Limits from the process's open-file limit, so that connections can never take the fds the
+ * member needs for its own work: a fixed base (stdio, log, registry, metrics, each loop's epoll,
+ * eventfd and listeners), a quarter of the rest for the store's connections and the reader's own
+ * cache files (a mount in the same process), then half for requests in process (each holds at
+ * most 3: a cache file and its O_DIRECT twin, or a store read and a cache insert) and half for
+ * connections (3 each with a splice pipe). The soft limit is raised to the hard one first. */
+static void limits_derive(struct shoal_server *s, unsigned nloops)
+{
+        struct rlimit rl;
+        uint64_t lim = 1024;
+        if (!getrlimit(RLIMIT_NOFILE, &rl)) {
+                rlim_t want = rl.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_max;
+                if (want > ((rlim_t)1 << 20))
+                        want = (rlim_t)1 << 20;
+                if (rl.rlim_cur < want) {
+                        struct rlimit up = {.rlim_cur = want, .rlim_max = rl.rlim_max};
+                        if (!setrlimit(RLIMIT_NOFILE, &up))
+                                rl.rlim_cur = want;
+                }
+                lim = rl.rlim_cur == RLIM_INFINITY ? (uint64_t)1 << 20 : (uint64_t)rl.rlim_cur;
+        }
+        uint64_t base = 64 + 4ULL * nloops;
+        uint64_t avail = lim > base ? lim - base : 0;
+        uint64_t other = SHOAL_MAX(avail / 4, 32);
+        uint64_t rest = avail > other ? avail - other : 0;
+        uint64_t per_conn = s->iorpc_mode == SHOAL_IORPC_SPLICE ? 3 : 1;
+        uint64_t slots = SHOAL_MAX(rest / 2 / 3, 8);
+        uint64_t conns = SHOAL_MAX(rest / 2 / per_conn, 8);
+        s->cfg.max_inflight = (unsigned)SHOAL_MIN(slots, (uint64_t)s->cfg.max_inflight);
+        s->conn_cap = (unsigned)SHOAL_MIN(conns, (uint64_t)MAX_CONNS);
+        unsigned preauth = SHOAL_MAX(s->conn_cap / 2, 4u);
+        unsigned per_src = SHOAL_MIN(SHOAL_MAX(preauth / 4, 16u), 256u);
+        s->loop_preauth_cap = SHOAL_MAX(preauth / nloops, 4u);
+        s->loop_preauth_per_src = SHOAL_MAX(per_src / nloops, 2u);
+        log_info("server",
+                 "open files: %llu; up to %u connections (%u unauthenticated, %u per address, "
+                 "on each of %u loops), %u requests in process",
+                 (unsigned long long)lim, s->conn_cap, s->loop_preauth_cap, s->loop_preauth_per_src,
+                 nloops, s->cfg.max_inflight);
 }
 
 /* ---- accepting ---------------------------------------------------------------------------- */
@@ -1081,13 +1311,18 @@ static void accept_event(void *arg, uint32_t events)
                         }
                         return;
                 }
-                if (__atomic_load_n(&srv->nconns, __ATOMIC_RELAXED) >= MAX_CONNS) {
+                char ip[INET_ADDRSTRLEN], who[64];
+                inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip));
+                snprintf(who, sizeof(who), "%s:%u", ip, ntohs(sa.sin_port));
+                struct src_count *sc;
+                if (!admit(lp, sa.sin_addr.s_addr, who, &sc)) {
                         close(fd);
                         continue;
                 }
                 struct conn *c = calloc(1, sizeof(*c));
-                uint64_t *ids = calloc(IORPC_CONN_INFLIGHT + 16, sizeof(uint64_t));
+                uint64_t *ids = calloc(CONN_ACTIVE_MAX + 16, sizeof(uint64_t));
                 if (!c || !ids) {
+                        src_drop_if_unused(lp, sc);
                         free(c);
                         free(ids);
                         close(fd);
@@ -1106,15 +1341,15 @@ static void accept_event(void *arg, uint32_t events)
                 c->state = C_HELLO;
                 c->deadline = shoal_now_ns() + HANDSHAKE_NS;
                 c->last_progress = shoal_now_ns();
-                char ip[INET_ADDRSTRLEN];
-                inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip));
-                snprintf(c->peer, sizeof(c->peer), "%s:%u", ip, ntohs(sa.sin_port));
+                shoal_strlcpy(c->peer, who, sizeof(c->peer));
                 if (shoal_loop_add(lp->loop, &c->io, EPOLLIN | EPOLLRDHUP)) {
+                        src_drop_if_unused(lp, sc);
                         close(fd);
                         free(ids);
                         free(c);
                         continue;
                 }
+                preauth_enter(c, sc);
                 c->next = lp->conns;
                 if (lp->conns)
                         lp->conns->prev = c;
@@ -1229,6 +1464,7 @@ struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, c
         if (threads > MAX_LOOPS)
                 threads = MAX_LOOPS;
         pthread_mutex_init(&s->cap_mu, NULL);
+        pthread_mutex_init(&s->info_mu, NULL);
         s->iorpc_on = cfg->iorpc_mode != SHOAL_IORPC_DISABLE;
         s->iorpc_mode = cfg->iorpc_mode;
         s->pipe_max = read_pipe_max();
@@ -1239,6 +1475,7 @@ struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, c
                          s->pipe_max);
                 s->iorpc_mode = SHOAL_IORPC_DIO;
         }
+        limits_derive(s, threads);
         s->disk = shoal_workers_create(16, "disk");
         s->fill = shoal_workers_create(64, "fill");
         s->dio = shoal_bufpool_create(cfg->vol->block_size, DIO_BUFFERS);
@@ -1315,6 +1552,7 @@ out_fail:
         shoal_bufpool_destroy(s->dio);
         shoal_store_sizes_destroy(s->sizes);
         pthread_mutex_destroy(&s->cap_mu);
+        pthread_mutex_destroy(&s->info_mu);
         free(s);
         return NULL;
 }
@@ -1384,6 +1622,7 @@ void shoal_server_stop(struct shoal_server *s)
         shoal_bufpool_destroy(s->dio);
         shoal_store_sizes_destroy(s->sizes);
         pthread_mutex_destroy(&s->cap_mu);
+        pthread_mutex_destroy(&s->info_mu);
         free(s);
 }
 
@@ -1467,7 +1706,11 @@ void shoal_server_dio_put(struct shoal_server *s, void *buf)
 
 void shoal_server_set_rdma_addrs(struct shoal_server *s, char addrs[][64], unsigned n)
 {
+        /* The loops already run (the RDMA server needs the started server's buffers), and an
+         * INFO may be answered at any time: publish under the lock the INFO handler takes. */
+        pthread_mutex_lock(&s->info_mu);
         s->n_rdma = n > 4 ? 4 : n;
         for (unsigned i = 0; i < s->n_rdma; i++)
                 shoal_strlcpy(s->rdma_addr[i], addrs[i], sizeof(s->rdma_addr[i]));
+        pthread_mutex_unlock(&s->info_mu);
 }
