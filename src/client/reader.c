@@ -162,20 +162,19 @@ int shoal_reader_missing_range(const uint64_t *valid, uint32_t block_len, uint32
         if (!block_len || block_len > SHOAL_BLOCK_SIZE_MAX ||
             !shoal_range_valid(block_len, off, len))
                 return -EINVAL;
-        uint64_t c, end, first = UINT64_MAX, last = 0;
-        for (chunk_span(off, len, &c, &end); c < end; c++) {
-                if (!chunk_valid(valid, c)) {
-                        if (first == UINT64_MAX)
-                                first = c;
-                        last = c;
-                }
-        }
-        if (first == UINT64_MAX)
+        uint64_t c, end;
+        chunk_span(off, len, &c, &end);
+        while (c < end && chunk_valid(valid, c))
+                c++;
+        if (c == end)
                 return -ENODATA;
-        /* first <= last < end <= chunks of the block: the start lies inside the block and the
-         * end past the start, so the length is positive and fits the block. */
+        uint64_t first = c;
+        while (c < end && !chunk_valid(valid, c))
+                c++;
+        /* first < c <= end <= chunks of the block: the start lies inside the block and the end
+         * past the start, so the length is positive and fits the block. */
         uint64_t start = first * SHOAL_CHUNK_SIZE;
-        uint64_t stop = SHOAL_MIN((last + 1) * SHOAL_CHUNK_SIZE, (uint64_t)block_len);
+        uint64_t stop = SHOAL_MIN(c * SHOAL_CHUNK_SIZE, (uint64_t)block_len);
         *moff = (uint32_t)start;
         *mlen = (uint32_t)(stop - start);
         return 0;

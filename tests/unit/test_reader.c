@@ -179,19 +179,24 @@ static void test_missing_range_edges(void **state)
         assert_int_equal(
                 shoal_reader_missing_range(valid, 100000, CHUNK, 100000 - CHUNK, &moff, &mlen),
                 -ENODATA);
-        /* Holes: the smallest range that covers both, clipped to the asked range. */
+        /* Holes: the first run only, never across valid chunks (others may be reading them),
+         * clipped to the asked range. */
         memset(valid, 0, sizeof(valid));
         mark(valid, 0, 64);
-        valid[0] &= ~(1ULL << 5 | 1ULL << 9);
+        valid[0] &= ~(1ULL << 5 | 1ULL << 9 | 1ULL << 10);
         assert_int_equal(shoal_reader_missing_range(valid, M4, 0, M4, &moff, &mlen), 0);
         assert_int_equal(moff, 5 * CHUNK);
-        assert_int_equal(mlen, 5 * CHUNK);
+        assert_int_equal(mlen, CHUNK);
+        assert_int_equal(
+                shoal_reader_missing_range(valid, M4, 6 * CHUNK, M4 - 6 * CHUNK, &moff, &mlen), 0);
+        assert_int_equal(moff, 9 * CHUNK);
+        assert_int_equal(mlen, 2 * CHUNK);
         assert_int_equal(shoal_reader_missing_range(valid, M4, 6 * CHUNK, 2 * CHUNK, &moff, &mlen),
                          -ENODATA);
         assert_int_equal(shoal_reader_missing_range(valid, M4, 6 * CHUNK, 4 * CHUNK, &moff, &mlen),
                          0);
         assert_int_equal(moff, 9 * CHUNK);
-        assert_int_equal(mlen, CHUNK);
+        assert_int_equal(mlen, CHUNK); /* clipped to the asked range */
         /* The last chunk of the largest block. */
         memset(valid, 0, sizeof(valid));
         mark(valid, 0, SHOAL_MAX_CHUNKS - 1);
