@@ -455,6 +455,8 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
                 snprintf(err, errlen, "group: out of memory");
                 goto out_leave;
         }
+        /* Read before the agent runs: it replaces (and frees) the view under g->lock. */
+        size_t live = g->view->n;
         ret = pthread_create(&g->thread, NULL, agent_main, g);
         if (ret) {
                 snprintf(err, errlen, "group: cannot start the agent thread: %s", strerror(ret));
@@ -467,7 +469,7 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
                  " ms, timeout %" PRIu64 " ms, %zu live members",
                  g->group, g->self.id, g->self.tcp_addr[0] ? g->self.tcp_addr : "no address",
                  g->self.weight, g->self.role == SHOAL_ROLE_CONSUMER ? ", consumer" : "",
-                 ns_to_ms(g->heartbeat_ns), ns_to_ms(g->timeout_ns), g->view->n);
+                 ns_to_ms(g->heartbeat_ns), ns_to_ms(g->timeout_ns), live);
         return g;
 
 out_leave:
