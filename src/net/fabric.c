@@ -110,6 +110,8 @@ int shoal_fab_raise_limits(struct shoal_fab_limits *out)
 {
         struct rlimit fd, ml;
         int rc = 0;
+        /* Unknown limits are no reason to refuse anything: the kernel still enforces them. */
+        *out = (struct shoal_fab_limits){.nofile = SIZE_MAX, .memlock = SIZE_MAX};
         if (getrlimit(RLIMIT_NOFILE, &fd) || getrlimit(RLIMIT_MEMLOCK, &ml))
                 return -errno;
         /* The soft limit up to the hard one; a huge hard limit (containers) capped, as some
