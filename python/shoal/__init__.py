@@ -109,6 +109,9 @@ class Client:
 
     def __init__(self, storage, secret=None, **settings):
         self._c = None
+        # Kept to open an equal client in another process (pickling, for the "spawn" and
+        # "forkserver" start methods); a forked child needs nothing, the library carries on.
+        self._args = (storage, secret, dict(settings))
         opts = lib.shoal_options_new()
         if not opts:
             raise MemoryError("shoal_options_new")
@@ -165,6 +168,10 @@ class Client:
 
     def __repr__(self):
         return "shoal.Client(%r%s)" % (self.storage, "" if self._c else ", closed")
+
+    def __reduce__(self):
+        storage, secret, settings = self._args
+        return (_reopen, (storage, secret, settings))
 
     # ---- metadata
 
@@ -252,6 +259,10 @@ class Client:
             lib.shoal_close(f)
 
 
+def _reopen(storage, secret, settings):
+    return Client(storage, secret=secret, **settings)
+
+
 def _open(client, key):
     f = lib.shoal_open(client._handle(), _key(key), _lib.RDONLY)
     if not f:
@@ -284,6 +295,9 @@ class RawFile(io.RawIOBase):
         self.mtime_ns = st.mtime_ns
         self.block_size = st.block_size
         self._pos = 0
+
+    def __reduce__(self):
+        raise TypeError("a shoal.RawFile cannot be pickled: pickle the Client and open again")
 
     def readable(self):
         return True

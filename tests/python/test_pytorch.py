@@ -93,3 +93,20 @@ def test_dataset_in_this_process_two_epochs(harness, tmp_path):
         assert seen == {k: hashlib.sha256(d).hexdigest() for k, d in shards.items()}, epoch
     assert group_gets(harness) == blocks_of(shards)
     ds.client.close()
+
+
+def test_spawned_workers_reopen_the_client(harness, tmp_path, monkeypatch):
+    """With the "spawn" start method the Dataset is pickled: its Client opens anew in each
+    worker from the same settings."""
+    root = str(tmp_path / "store")
+    shards = make_shards(root, 6)
+    meta = start_group(harness, "file://" + root)
+    ds = pytorch_shards.ShardDataset("file://" + root, "shards/", meta=meta, cache_group="g",
+                                     block_size="256K")
+    env = python_env()
+    if "LD_PRELOAD" in env:  # a spawned interpreter needs the sanitizer runtime too
+        monkeypatch.setenv("LD_PRELOAD", env["LD_PRELOAD"])
+    loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    seen = {key: digest for key, digest, _ in loader}
+    assert seen == {k: hashlib.sha256(d).hexdigest() for k, d in shards.items()}
+    ds.client.close()
