@@ -67,9 +67,9 @@ SHOAL_API void shoal_options_free(struct shoal_options *o);
  * or -EINVAL for an unknown name or a bad value (the message names both). */
 SHOAL_API int shoal_options_set(struct shoal_options *o, const char *name, const char *value);
 
-/* Sets the group secret to LEN bytes at SECRET (at least 16; copied). Without it, the secret
- * comes from "group-secret-file" or the SHOAL_GROUP_SECRET environment variable, as on the
- * command line. Returns 0 or -EINVAL. */
+/* Sets the group secret to the LEN bytes at SECRET (16 to 4096 bytes, every byte counts, NUL
+ * included; copied). Without it, the secret comes from "group-secret-file" or the
+ * SHOAL_GROUP_SECRET environment variable, as on the command line. Returns 0 or -EINVAL. */
 SHOAL_API int shoal_options_set_secret(struct shoal_options *o, const void *secret, size_t len);
 
 /* ---- client ------------------------------------------------------------------------------ */

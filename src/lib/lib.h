@@ -41,7 +41,8 @@ struct shoal_options {
 struct lib_config {
         struct shoal_node_config node;
         char *strs[LOPT__COUNT + 2]; /* owned copies behind node's pointers */
-        char *secret;                /* NUL-terminated copy of the secret, or NULL */
+        uint8_t *secret;             /* a copy of the secret's bytes, or NULL */
+        size_t secret_len;
         int log_level;
         char *log_file;
 };

@@ -17,8 +17,8 @@
 #include "rpc/server.h"
 #include "shoal/shoal.h"
 
-#define SECRET_MIN 16
-#define SECRET_MAX 4096
+#define SECRET_MIN SHOAL_SECRET_MIN
+#define SECRET_MAX SHOAL_SECRET_MAX
 
 enum kind {
         K_STR,
@@ -103,14 +103,10 @@ SHOAL_API void shoal_options_free(struct shoal_options *o)
 
 static int secret_store(struct shoal_options *o, const void *secret, size_t len)
 {
-        /* Until the node takes a length with the secret, it ends at the first NUL. */
-        if (memchr(secret, '\0', len))
-                return lib_fail(-EINVAL, "the group secret must not contain a NUL byte");
-        unsigned char *copy = malloc(len + 1);
+        unsigned char *copy = malloc(len);
         if (!copy)
                 return lib_fail(-ENOMEM, "out of memory");
         memcpy(copy, secret, len);
-        copy[len] = '\0';
         secret_clear(o);
         o->secret = copy;
         o->secret_len = len;
@@ -131,18 +127,25 @@ SHOAL_API int shoal_options_set_secret(struct shoal_options *o, const void *secr
         return secret_store(o, secret, len);
 }
 
-/* Reads the secret file as the command line does: trailing newlines are not part of it. */
+/* Reads the secret file as the command line does: every byte counts, except one line ending at
+ * the very end ("\n" or "\r\n"). */
 static int secret_file(struct shoal_options *o, const char *path)
 {
         unsigned char buf[SECRET_MAX + 1];
-        FILE *f = fopen(path, "re");
+        FILE *f = fopen(path, "rbe");
         if (!f)
                 return lib_fail(-EINVAL, "cannot read group-secret-file %s: %s", path,
                                 strerror(errno));
         size_t n = fread(buf, 1, sizeof(buf), f);
+        bool bad = ferror(f);
         fclose(f);
-        while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        if (bad)
+                return lib_fail(-EINVAL, "cannot read group-secret-file %s", path);
+        if (n && n <= SECRET_MAX && buf[n - 1] == '\n') {
                 n--;
+                if (n && buf[n - 1] == '\r')
+                        n--;
+        }
         int rc = 0;
         if (n < SECRET_MIN || n > SECRET_MAX)
                 rc = lib_fail(-EINVAL, "group-secret-file %s: the secret must be %d to %d bytes",
@@ -370,24 +373,29 @@ int lib_config_build(struct lib_config *cfg, const char *storage, const struct s
         if (rc)
                 goto out_free;
 
-        const char *secret = o && o->secret ? (const char *)o->secret : NULL;
+        const void *secret = o && o->secret ? o->secret : NULL;
+        size_t secret_len = secret ? o->secret_len : 0;
         const char *env = getenv("SHOAL_GROUP_SECRET");
         if (!secret && env && *env) {
-                if (strlen(env) < SECRET_MIN) {
-                        rc = lib_fail(-EINVAL, "SHOAL_GROUP_SECRET must be at least %d bytes",
-                                      SECRET_MIN);
+                secret_len = strlen(env);
+                if (secret_len < SECRET_MIN || secret_len > SECRET_MAX) {
+                        rc = lib_fail(-EINVAL,
+                                      "SHOAL_GROUP_SECRET must be %d to %d bytes (it has %zu)",
+                                      SECRET_MIN, SECRET_MAX, secret_len);
                         goto out_free;
                 }
                 secret = env;
         }
         if (secret) {
-                cfg->secret = strdup(secret);
+                cfg->secret = malloc(secret_len);
                 if (!cfg->secret) {
                         rc = lib_fail(-ENOMEM, "out of memory");
                         goto out_free;
                 }
+                memcpy(cfg->secret, secret, secret_len);
+                cfg->secret_len = secret_len;
         }
-        n->group_secret = cfg->secret;
+        n->group_secret = (struct shoal_secret){.bytes = cfg->secret, .len = cfg->secret_len};
 
         cfg->log_level = SHOAL_LOG_WARN;
         if (val(o, LOPT_LOG_LEVEL))
@@ -411,7 +419,7 @@ void lib_config_free(struct lib_config *cfg)
         for (size_t i = 0; i < SHOAL_ARRAY_SIZE(cfg->strs); i++)
                 free(cfg->strs[i]);
         if (cfg->secret) {
-                explicit_bzero(cfg->secret, strlen(cfg->secret));
+                explicit_bzero(cfg->secret, cfg->secret_len);
                 free(cfg->secret);
         }
         free(cfg->log_file);

@@ -186,3 +186,33 @@ def test_open_files_keep_the_client_open(tmp_path):
     assert SHOAL  # the harness found the binary
     assert os.environ.get("SHOAL_LIBRARY") is None or os.path.exists(
         os.environ["SHOAL_LIBRARY"])
+
+
+def test_group_secret_as_bytes(harness, tmp_path):
+    """A group with a secret (bytes, a NUL among them): a client given the secret (as bytes or
+    as the members' file) reads from the members; one without it is refused by them and reads
+    the store itself [S1, G5]."""
+    root = str(tmp_path / "store")
+    objs = make_tree(root, MULTI[:2])
+    secret = b"\x00shoal-secret\x01\x02\xff with a NUL"
+    path = tmp_path / "secret"
+    path.write_bytes(secret + b"\n")
+    meta = "sqlite3://%s/meta.db" % harness.tmp
+    for m in ("a", "b"):
+        harness.member(m, "file://" + root, "--meta", meta, "--cache-group", "g",
+                       "--block-size", "256K", "--group-secret-file", str(path))
+    harness.wait_members(meta, "g", 2)
+    common = dict(meta=meta, cache_group="g", block_size="256K")
+    for settings in ({"secret": secret}, {"group_secret_file": str(path)}):
+        before = shoal.counter("object_get_requests")
+        with shoal.Client("file://" + root, **common, **settings) as c:
+            for key, data in objs.items():
+                assert c.read(key) == data, key
+        assert shoal.counter("object_get_requests") == before, settings
+    before = shoal.counter("object_get_requests")
+    fallbacks = shoal.counter("remotecache_fallbacks")
+    with shoal.Client("file://" + root, **common) as c:
+        key = "multi/m1.bin"
+        assert c.read(key) == objs[key]
+    assert shoal.counter("object_get_requests") > before
+    assert shoal.counter("remotecache_fallbacks") > fallbacks
