@@ -35,11 +35,13 @@ D=$(mktemp -d /tmp/shoal-bench.XXXXXX)
 DATA=${DATA_DIR:-$(mktemp -d /dev/shm/shoal-bench-data.XXXXXX)}
 PIDS=()
 MP=$D/mnt
+MOUNT_PID=
 cleanup() {
   trap - EXIT INT TERM
   mountpoint -q "$MP" 2>/dev/null && { "$SHOAL" umount "$MP" 2>/dev/null || umount -l "$MP" || true; }
   local p
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  # The mount process ends by itself once unmounted; the members get SIGTERM.
+  for p in "${PIDS[@]}"; do [ "$p" = "$MOUNT_PID" ] || kill -TERM "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   rm -rf "$D"
   [ -n "${DATA_DIR:-}" ] || rm -rf "$DATA"
