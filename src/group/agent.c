@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/forkgate.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -312,7 +313,13 @@ static void *agent_main(void *arg)
                         continue;
                 }
                 pthread_mutex_unlock(&g->lock);
-                tick(g);
+                /* The registry (SQLite) holds process-wide locks: not across a fork of a library
+                 * user. A pending fork skips this beat; the next one follows a beat later. */
+                bool taken;
+                if (shoal_fork_gate_tryenter(&taken)) {
+                        tick(g);
+                        shoal_fork_gate_exit(taken);
+                }
                 pthread_mutex_lock(&g->lock);
                 /* Keep the cadence, but after a slow registry call do not fire a burst. */
                 next += g->heartbeat_ns;
