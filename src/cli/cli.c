@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/http.h"
@@ -72,7 +73,8 @@ static const struct opt_def opts[OPT__COUNT] = {
                          "Prometheus endpoint (default 127.0.0.1:9567 or the next free port)"},
         [OPT_LOG_FILE] = {"log-file", 0, true, ALL, "PATH", "log to PATH instead of stderr"},
         [OPT_LOG_LEVEL] = {"log-level", 0, true, ALL, "LEVEL",
-                           "error, warn, info (default), debug, trace"},
+                           "error, warn, info, debug, trace (default: info for mount and serve, "
+                           "warn for the other commands)"},
         [OPT_BLOCK_SIZE] = {"block-size", 0, true, COMMON, "KiB",
                             "block size: KiB or with a unit (4M); a power of two from 64K to 64M "
                             "(default 4096)"},
@@ -242,11 +244,17 @@ int shoal_cli_parse(struct shoal_cli *cli, enum shoal_cmd cmd, const char *name,
                 }
                 cli->val[id] = val;
         }
+        /* The environment is parsed once, here, with the same verdict as a bad flag. */
+        char err[512];
+        if (shoal_config_load(err, sizeof(err)))
+                return shoal_cli_fail(cli, "%s", err);
         return 0;
 }
 
 int shoal_cli_setup_log(const struct shoal_cli *cli)
 {
+        /* Daemons tell what they do; tools whose output is data stay quiet unless asked. */
+        shoal_log_set_level((cli->cmd & (CMD_MOUNT | CMD_SERVE)) ? SHOAL_LOG_INFO : SHOAL_LOG_WARN);
         if (cli->val[OPT_LOG_LEVEL]) {
                 int lvl = shoal_log_parse_level(cli->val[OPT_LOG_LEVEL]);
                 if (lvl < 0)
@@ -316,12 +324,8 @@ static int load_secret(const struct shoal_cli *cli, const char **out)
                 *out = secret_buf;
                 return 0;
         }
-        const char *env = getenv("SHOAL_GROUP_SECRET");
-        if (env && *env) {
-                if (strlen(env) < 16)
-                        return shoal_cli_fail(cli, "SHOAL_GROUP_SECRET must be at least 16 bytes");
-                *out = env;
-        }
+        /* config.c checked its length */
+        *out = shoal_config_env()->group_secret;
         return 0;
 }
 

@@ -178,21 +178,6 @@ int shoal_registry_list(struct shoal_registry *r, struct shoal_member **out, siz
         return 0;
 }
 
-uint64_t shoal_group_env_duration(const char *name, uint64_t def)
-{
-        const char *s = getenv(name);
-        uint64_t ns;
-
-        if (!s || !*s)
-                return def;
-        if (shoal_parse_duration(s, &ns) < 0 || ns == 0) {
-                log_warn("group", "ignoring %s=\"%.64s\": not a positive duration like 3s", name,
-                         s);
-                return def;
-        }
-        return ns;
-}
-
 /* ---- record codec ---- */
 
 struct outbuf {

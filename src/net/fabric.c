@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "net/iface.h"
@@ -20,8 +21,8 @@ const char *shoal_fab_provider(const char *flag)
 {
         if (flag && *flag)
                 return flag;
-        const char *env = getenv("FI_PROVIDER");
-        return env && *env ? env : "verbs";
+        const char *env = shoal_config_env()->fi_provider;
+        return env ? env : "verbs";
 }
 
 int shoal_fab_parse_ifaces(const char *list, char names[SHOAL_FAB_MAX_IFACES][32])

@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "group/group.h"
@@ -761,8 +762,10 @@ static void test_env_overrides_heartbeat(void **state)
         cfg.heartbeat_ns = 3600 * 1000 * MS;
         cfg.timeout_ns = 7200 * 1000 * MS;
         setenv("SHOAL_GROUP_HEARTBEAT", "50ms", 1);
+        assert_int_equal(shoal_config_load(err, sizeof(err)), 0); /* the CLI loads it once */
         struct shoal_group *g = shoal_group_start(&cfg, err, sizeof(err));
         unsetenv("SHOAL_GROUP_HEARTBEAT");
+        assert_int_equal(shoal_config_load(err, sizeof(err)), 0);
         if (!g)
                 fail_msg("start: %s", err);
         struct shoal_registry *r = shoal_registry_open(url, "env", err, sizeof(err));
@@ -1059,7 +1062,8 @@ static int global_setup(void)
                 return -1;
         unsetenv("SHOAL_GROUP_TIMEOUT");
         unsetenv("SHOAL_GROUP_HEARTBEAT");
-        return 0;
+        char err[256];
+        return shoal_config_load(err, sizeof(err)) ? -1 : 0;
 }
 
 int main(void)
