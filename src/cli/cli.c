@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/daemon.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -71,7 +72,9 @@ static const struct opt_def opts[OPT__COUNT] = {
                           "blocks to read ahead of a sequential reader (default 2)"},
         [OPT_METRICS] = {"metrics", 0, true, COMMON, "HOST:PORT",
                          "Prometheus endpoint (default 127.0.0.1:9567 or the next free port)"},
-        [OPT_LOG_FILE] = {"log-file", 0, true, ALL, "PATH", "log to PATH instead of stderr"},
+        [OPT_LOG_FILE] = {"log-file", 0, true, ALL, "PATH",
+                          "log to PATH instead of stderr (with -d the default is "
+                          "/var/log/shoal.log as root, ~/.shoal/shoal.log otherwise)"},
         [OPT_LOG_LEVEL] = {"log-level", 0, true, ALL, "LEVEL",
                            "error, warn, info, debug, trace (default: info for mount and serve, "
                            "warn for the other commands)"},
@@ -80,7 +83,7 @@ static const struct opt_def opts[OPT__COUNT] = {
                             "(default 4096)"},
         [OPT_ENDPOINT] = {"endpoint", 0, true, COMMON, "URL", "S3 endpoint for s3:// storage"},
         [OPT_BACKGROUND] = {"background", 'd', false, CMD_MOUNT | CMD_SERVE, NULL,
-                            "run in the background once ready"},
+                            "run in the background once ready, detached, logging to --log-file"},
         [OPT_OFFSET] = {"offset", 0, true, CMD_CAT, "N", "start at byte N (default 0)"},
         [OPT_LENGTH] = {"length", 0, true, CMD_CAT, "N", "read N bytes (default: to the end)"},
         [OPT_SUMMARY] = {"summary", 0, false, CMD_CAT, NULL,
@@ -104,6 +107,11 @@ static const struct opt_def opts[OPT__COUNT] = {
                         "stay idle this long after reading, printing connections per member"},
         [OPT_WARM] = {"warm", 0, false, CMD_BENCH, NULL,
                       "read every block once first so that members have them cached"},
+        [OPT_TIMEOUT] = {"timeout", 0, true, CMD_UMOUNT, "TIME",
+                         "how long to wait for the mount process to exit (default 30s)"},
+        [OPT_TRANSPORTS] = {"transports", 0, true, CMD_BENCH, "LIST",
+                            "compare transports in one run: tcp,iorpc,rdma (rdma needs "
+                            "--rdma-network)"},
         [OPT_ATTR_CACHE] = {"attr-cache", 0, true, CMD_MOUNT, "SECONDS",
                             "how long names, sizes and listings are cached (default 60)"},
         [OPT_MAX_WRITE] = {"max-write", 0, true, CMD_MOUNT, "BYTES",
@@ -129,7 +137,8 @@ static const struct {
          "List the members of a cache group."},
         {CMD_CAT, "shoal cat STORAGE KEY [--offset N] [--length N] [flags]",
          "Read one object through the whole read path to stdout."},
-        {CMD_UMOUNT, "shoal umount MOUNTPOINT", "Unmount a shoal mount."},
+        {CMD_UMOUNT, "shoal umount MOUNTPOINT [--timeout 30s]",
+         "Unmount a shoal mount and wait until its process has exited."},
 };
 
 void shoal_cli_usage(enum shoal_cmd cmd, const char *name, FILE *out)
@@ -270,6 +279,24 @@ int shoal_cli_setup_log(const struct shoal_cli *cli)
                         return shoal_cli_fail(cli, "cannot open --log-file %s: %s",
                                               cli->val[OPT_LOG_FILE], strerror(-rc));
         }
+        return 0;
+}
+
+int shoal_cli_background(const struct shoal_cli *cli)
+{
+        if (!cli->val[OPT_BACKGROUND])
+                return 0;
+        char path[4096];
+        int rc = shoal_daemon_log_path(cli->val[OPT_LOG_FILE], path, sizeof(path));
+        if (rc)
+                return shoal_cli_fail(cli, "cannot choose a log file for -d: %s (give --log-file)",
+                                      strerror(-rc));
+        if (!cli->val[OPT_LOG_FILE] && (rc = shoal_log_open(path)))
+                return shoal_cli_fail(cli, "cannot open the log %s: %s (give --log-file)", path,
+                                      strerror(-rc));
+        rc = shoal_daemon_start(cli->cmd_name, path);
+        if (rc)
+                return shoal_cli_fail(cli, "cannot fork into the background: %s", strerror(-rc));
         return 0;
 }
 
