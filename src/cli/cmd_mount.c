@@ -57,8 +57,9 @@ static void pidfile_write(const char *mp, char *out, size_t outlen)
         if (!rc)
                 rc = pidfile_path(ma, mi, true, out, outlen);
         if (rc) {
-                log_warn("mount", "cannot record the mount's pid (shoal umount will not wait for "
-                                  "this process): %s",
+                log_warn("mount",
+                         "cannot record the mount's pid (shoal umount will not wait for "
+                         "this process): %s",
                          strerror(-rc));
                 out[0] = '\0';
                 return;

@@ -62,12 +62,14 @@ static void __attribute__((noreturn)) parent_wait(const char *cmd, pid_t pid, in
                 _exit(buf[0] == '2' ? 2 : 1);
         }
         if (WIFSIGNALED(st))
-                fprintf(stderr, "shoal %s: the background process was killed by signal %d during "
-                                "start-up (see its log)\n",
+                fprintf(stderr,
+                        "shoal %s: the background process was killed by signal %d during "
+                        "start-up (see its log)\n",
                         cmd, WTERMSIG(st));
         else
-                fprintf(stderr, "shoal %s: the background process exited with %d during start-up "
-                                "(see its log)\n",
+                fprintf(stderr,
+                        "shoal %s: the background process exited with %d during start-up "
+                        "(see its log)\n",
                         cmd, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
         _exit(WIFEXITED(st) && WEXITSTATUS(st) ? WEXITSTATUS(st) : 1);
 }
@@ -155,8 +157,7 @@ int shoal_daemon_report(const char *cmd, const char *err, int code)
         if (shoal_daemon_active()) {
                 log_error(cmd, "%s", err); /* the log says why too */
                 daemon_fail(code, line);
-        }
-        else
+        } else
                 fprintf(stderr, "%s\n", line);
         return code;
 }
