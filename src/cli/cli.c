@@ -28,10 +28,10 @@ struct opt_def {
 
 static const struct opt_def opts[OPT__COUNT] = {
         [OPT_HELP] = {"help", 'h', false, ALL, NULL, "show this help"},
-        [OPT_META] = {"meta", 0, true, COMMON | CMD_GROUP, "URL",
+        [OPT_META] = {"meta", 0, true, COMMON | CMD_GROUP | CMD_PING, "URL",
                       "where group members meet: sqlite3:///path/meta.db (default "
                       "sqlite3:///var/lib/shoal/meta.db) or redis://host:port/db"},
-        [OPT_CACHE_GROUP] = {"cache-group", 0, true, COMMON | CMD_GROUP, "NAME",
+        [OPT_CACHE_GROUP] = {"cache-group", 0, true, COMMON | CMD_GROUP | CMD_PING, "NAME",
                              "join the cache group NAME (default: no group)"},
         [OPT_CACHE_DIR] = {"cache-dir", 0, true, COMMON, "DIRS",
                            "cache folders, colon-separated, globs allowed (default "
@@ -132,7 +132,9 @@ static const struct {
         {CMD_WARMUP, "shoal warmup MOUNTPOINT-PATH... | --storage STORAGE --prefix P [flags]",
          "Fill the group's caches."},
         {CMD_BENCH, "shoal bench STORAGE [flags]", "Read benchmark through the group."},
-        {CMD_PING, "shoal ping HOST[:PORT] [flags]", "Check each transport to a member."},
+        {CMD_PING, "shoal ping HOST[:PORT] [--meta URL --cache-group NAME] [flags]",
+         "Check each transport to a member: its TCP pool at HOST:PORT, or, without PORT, the "
+         "pool port its record in the group gives (HOST: IP, hostname or member id)."},
         {CMD_GROUP, "shoal group [--meta URL] --cache-group NAME",
          "List the members of a cache group."},
         {CMD_CAT, "shoal cat STORAGE KEY [--offset N] [--length N] [flags]",

@@ -19,6 +19,28 @@
 #include "rpc/server.h"
 #include "store/store.h"
 
+int shoal_node_check_rdma(const char *network, const char *provider, char (*ifs)[32], char *err,
+                          size_t errlen)
+{
+        int n = shoal_fab_parse_ifaces(network, ifs);
+        if (n < 0) {
+                snprintf(err, errlen,
+                         "invalid --rdma-network %s: expected IF1[:IF2...] (at most %d)", network,
+                         SHOAL_FAB_MAX_IFACES);
+                return -EINVAL;
+        }
+        /* Open and close each interface on the provider: that resolves its IPv4 and asks the
+         * provider for a domain on it, which is every check that needs no peer. */
+        for (int i = 0; i < n; i++) {
+                struct shoal_fab f;
+                int rc = shoal_fab_open(&f, shoal_fab_provider(provider), ifs[i], err, errlen);
+                shoal_fab_close(&f);
+                if (rc)
+                        return rc < 0 ? rc : -ENODEV;
+        }
+        return n;
+}
+
 struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *err, size_t errlen,
                                     int *exit_code)
 {
@@ -84,16 +106,15 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
         if (!n->cache)
                 goto out_store;
 
-        /* [M3]: with --rdma-network every interface must come up, or the node does not start;
+        /* [M3]: with --rdma-network every interface must come up on the provider, with or
+         * without a group, or the node does not start (a configuration problem: exit 2);
          * without it, no libfabric at all. */
         char rdma_if[SHOAL_FAB_MAX_IFACES][32];
         int n_rdma_if = 0;
         if (cfg->rdma_network) {
-                n_rdma_if = shoal_fab_parse_ifaces(cfg->rdma_network, rdma_if);
+                n_rdma_if = shoal_node_check_rdma(cfg->rdma_network, cfg->rdma_provider, rdma_if,
+                                                  err, errlen);
                 if (n_rdma_if < 0) {
-                        snprintf(err, errlen,
-                                 "invalid --rdma-network %s: expected IF1[:IF2...] (at most %d)",
-                                 cfg->rdma_network, SHOAL_FAB_MAX_IFACES);
                         *exit_code = 2;
                         goto out_cache;
                 }
