@@ -219,6 +219,10 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
                         shoal_server_addrs(n->server, me->tcp_addr, me->iorpc_addr);
                 if (n->rdma_server)
                         me->n_rdma = shoal_rdma_server_addrs(n->rdma_server, me->rdma_addr);
+                /* shoal bench reads the members' CPU there */
+                if (n->metrics)
+                        shoal_strlcpy(me->metrics_addr, shoal_metrics_http_addr(n->metrics),
+                                      sizeof(me->metrics_addr));
                 struct shoal_cache_usage u;
                 shoal_cache_usage(n->cache, &u);
                 me->cache_bytes = u.bytes;
