@@ -266,6 +266,10 @@ int shoal_cmd_umount(int argc, char **argv)
                 return 2;
         if (cli.npos != 1)
                 return shoal_cli_fail(&cli, "expected MOUNTPOINT (see 'shoal umount --help')");
+        uint64_t timeout = UMOUNT_WAIT_NS;
+        if (cli.val[OPT_TIMEOUT] && shoal_parse_duration(cli.val[OPT_TIMEOUT], &timeout))
+                return shoal_cli_fail(&cli, "invalid --timeout %s: expected a duration like 30s",
+                                      cli.val[OPT_TIMEOUT]);
         char mp[PATH_MAX];
         /* realpath fails on a dead mount (ENOTCONN): then use the path as given, made absolute. */
         if (!realpath(cli.pos[0], mp)) {
@@ -289,10 +293,6 @@ int shoal_cmd_umount(int argc, char **argv)
         if (!rc && strcmp(type, SHOAL_FSTYPE))
                 return shoal_cli_fail(&cli, "%s is a %s mount, not a shoal mount", cli.pos[0],
                                       type);
-        uint64_t timeout = UMOUNT_WAIT_NS;
-        if (cli.val[OPT_TIMEOUT] && shoal_parse_duration(cli.val[OPT_TIMEOUT], &timeout))
-                return shoal_cli_fail(&cli, "invalid --timeout %s: expected a duration like 30s",
-                                      cli.val[OPT_TIMEOUT]);
         pid_t pid = 0;
         int pidfd = rc ? -1 : mount_process(ma, mi, &pid);
         if (geteuid() != 0) {
