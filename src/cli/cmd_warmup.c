@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -23,8 +24,9 @@
 #include "group/group.h"
 #include "store/store.h"
 
-#define MAX_FILES       10000000
-#define MAX_ERROR_LINES 10 /* then only the count, in the last progress line */
+#define MAX_FILES        10000000
+#define FUSE_SUPER_MAGIC 0x65735546
+#define MAX_ERROR_LINES  10 /* then only the count, in the last progress line */
 
 struct item {
         char *path;               /* mount mode */
@@ -241,6 +243,13 @@ int shoal_cmd_warmup(int argc, char **argv)
                         struct stat st;
                         if (stat(cli.pos[i], &st))
                                 return shoal_cli_fail(&cli, "%s: %s", cli.pos[i], strerror(errno));
+                        /* Reading files elsewhere warms nothing: say so instead of "done". */
+                        struct statfs sf;
+                        if (statfs(cli.pos[i], &sf) || sf.f_type != FUSE_SUPER_MAGIC)
+                                return shoal_cli_fail(&cli,
+                                                      "%s is not inside a shoal mount (to warm "
+                                                      "without one: --storage STORAGE --prefix P)",
+                                                      cli.pos[i]);
                         if (nftw(cli.pos[i], walk_cb, 64, FTW_PHYS) < 0)
                                 return shoal_cli_fail(&cli, "cannot walk %s", cli.pos[i]);
                 }

@@ -67,6 +67,9 @@ expect_exit 1 timeout 20 "$SHOAL" warmup --storage "$S" --meta "$META" --cache-g
 one_line "$T/last.err"
 grep -q "group g1 has no live member" "$T/last.err" || fail "$(cat "$T/last.err")"
 [ $(($(ms) - t0)) -lt 10000 ] || fail "bench and warmup took $(($(ms) - t0)) ms to give up"
+# a path outside any mount warms nothing: a usage error, not "0/0 files" and success
+expect_exit 2 "$SHOAL" warmup "$STORE/d"
+grep -q "is not inside a shoal mount" "$T/last.err" || fail "$(cat "$T/last.err")"
 
 echo "== bench: the transport that carried the reads, server CPU, two transports in one run"
 start_member b "$S" --meta "$META" --cache-group g1 --group-ip 127.0.0.1
