@@ -13,6 +13,7 @@
 
 #include "cli/cli.h"
 #include "cli/daemon.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fuse/fuse_mount.h"
@@ -31,7 +32,7 @@ static int pidfile_path(unsigned ma, unsigned mi, bool create, char *out, size_t
         if (geteuid() == 0) {
                 shoal_strlcpy(dir, "/run/shoal", sizeof(dir));
         } else {
-                const char *home = getenv("HOME");
+                const char *home = shoal_config_env()->home;
                 if (!home || !*home)
                         return -ENOENT;
                 if (snprintf(dir, sizeof(dir), "%s/.shoal", home) >= (int)sizeof(dir))

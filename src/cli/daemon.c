@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -27,7 +28,7 @@ int shoal_daemon_log_path(const char *flag, char *out, size_t outlen)
                 shoal_strlcpy(out, "/var/log/shoal.log", outlen);
                 return 0;
         }
-        const char *home = getenv("HOME");
+        const char *home = shoal_config_env()->home;
         if (!home || !*home)
                 return -ENOENT;
         if (snprintf(out, outlen, "%s/.shoal", home) >= (int)outlen)

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/secret.h"
 #include "common/util.h"
 
 enum kind {
@@ -41,6 +42,8 @@ static const struct var vars[] = {
         {"IORPC_RDMA_RETRY_DURATION", K_DURATION, F(rdma_retry_ns), 0},
         {"SHOAL_RDMA_HEARTBEAT", K_DURATION, F(rdma_heartbeat_ns), 0},
         {"FI_PROVIDER", K_STRING, F(fi_provider), 0},
+        {"FI_MR_CACHE_MAX_COUNT", K_STRING, F(fi_mr_cache_max_count), 0},
+        {"FI_VERBS_USE_ODP", K_STRING, F(fi_verbs_use_odp), 0},
         {"SHOAL_STORE_DEADLINE", K_DURATION, F(store_deadline_ns), 0},
         {"SHOAL_STORE_ATTEMPTS", K_COUNT, F(store_attempts), 1000},
         {"SHOAL_S3_LIST_MAX_KEYS", K_COUNT, F(s3_list_max_keys), 1000},
@@ -51,6 +54,7 @@ static const struct var vars[] = {
         {"AWS_ACCESS_KEY_ID", K_STRING, F(aws_access_key_id), 0},
         {"AWS_SECRET_ACCESS_KEY", K_STRING, F(aws_secret_access_key), 0},
         {"AWS_SESSION_TOKEN", K_STRING, F(aws_session_token), 0},
+        {"HOME", K_STRING, F(home), 0},
 };
 
 static struct shoal_env env_cur;
@@ -89,11 +93,11 @@ static int parse_one(const struct var *v, const char *val, struct shoal_env *env
                 return 0;
         }
         case K_SECRET:
-                if (strlen(val) < 16) {
+                if (strlen(val) < SHOAL_SECRET_MIN || strlen(val) > SHOAL_SECRET_MAX) {
                         /* never echo a secret, not even a short one */
                         snprintf(err, errlen,
-                                 "invalid %s: the secret must be at least 16 bytes (it has %zu)",
-                                 v->name, strlen(val));
+                                 "invalid %s: the secret must be %d to %d bytes (it has %zu)",
+                                 v->name, SHOAL_SECRET_MIN, SHOAL_SECRET_MAX, strlen(val));
                         return -EINVAL;
                 }
                 env->group_secret_len = strlen(val);

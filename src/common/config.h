@@ -26,9 +26,12 @@ struct shoal_env {
         unsigned store_attempts;   /* SHOAL_STORE_ATTEMPTS, 1..1000 */
         unsigned s3_list_max_keys; /* SHOAL_S3_LIST_MAX_KEYS, 1..1000 */
         /* strings (pointing into the environment); NULL = not set */
-        const char *group_secret; /* SHOAL_GROUP_SECRET, at least 16 bytes */
+        const char *group_secret; /* SHOAL_GROUP_SECRET, SHOAL_SECRET_MIN..MAX bytes */
         size_t group_secret_len;
         const char *fi_provider;           /* FI_PROVIDER */
+        const char *fi_mr_cache_max_count; /* FI_MR_CACHE_MAX_COUNT (libfabric's; shoal sets 0) */
+        const char *fi_verbs_use_odp;      /* FI_VERBS_USE_ODP (libfabric's) */
+        const char *home;                  /* HOME: ~/.shoal for users other than root */
         const char *s3_ca_file;            /* SHOAL_S3_CA_FILE, a readable regular file */
         const char *aws_endpoint_url;      /* AWS_ENDPOINT_URL */
         const char *aws_region;            /* AWS_REGION, else AWS_DEFAULT_REGION */

@@ -119,7 +119,7 @@ static void test_bad_values(void **state)
         expect_bad("SHOAL_STORE_ATTEMPTS", "0", "1 to 1000");
         expect_bad("SHOAL_STORE_ATTEMPTS", "1001", "1 to 1000");
         expect_bad("SHOAL_S3_LIST_MAX_KEYS", "many", "1 to 1000");
-        expect_bad("SHOAL_GROUP_SECRET", "short", "at least 16 bytes");
+        expect_bad("SHOAL_GROUP_SECRET", "short", "16 to 4096 bytes");
         expect_bad("SHOAL_S3_CA_FILE", "/nonexistent/ca.pem", "readable file");
         expect_bad("SHOAL_S3_CA_FILE", "/", "readable file");
         expect_bad("AWS_REGION", "eu west", "region");
