@@ -119,14 +119,22 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
         char rdma_if[SHOAL_FAB_MAX_IFACES][32];
         int n_rdma_if = 0;
         if (cfg->rdma_network) {
-                n_rdma_if = shoal_node_check_rdma(cfg->rdma_network, cfg->rdma_provider, rdma_if,
-                                                  err, errlen);
+                n_rdma_if = shoal_fab_parse_ifaces(cfg->rdma_network, rdma_if);
                 if (n_rdma_if < 0) {
+                        snprintf(err, errlen,
+                                 "invalid --rdma-network %s: expected IF1[:IF2...] (at most %d)",
+                                 cfg->rdma_network, SHOAL_FAB_MAX_IFACES);
                         *exit_code = 2;
                         goto out_free;
                 }
         }
+        /* The listen rule first: it needs no libfabric. */
         if (sharing && check_listen_rule(cfg, ip, rdma_if, n_rdma_if, err, errlen)) {
+                *exit_code = 2;
+                goto out_free;
+        }
+        if (n_rdma_if > 0 && shoal_node_check_rdma(cfg->rdma_network, cfg->rdma_provider, rdma_if,
+                                                   err, errlen) < 0) {
                 *exit_code = 2;
                 goto out_free;
         }

@@ -16,7 +16,8 @@ read_all() { # read_all META GROUP LOG — every object via IORPC, byte-exact
   local i
   for i in $(seq 0 11); do
     "$SHOAL" cat "$S" "d/o$i" --meta "$1" --cache-group "$2" --no-sharing --cache-size 0 \
-      --use-iorpc --log-file "$3" --summary >"$T/out" 2>>"$T/summary" || fail "read d/o$i failed"
+      --use-iorpc --log-file "$3" --log-level info --summary >"$T/out" 2>>"$T/summary" ||
+      fail "read d/o$i failed"
     cmp -s "$T/out" "$STORE/d/o$i" || fail "d/o$i differs ($2)"
   done
   [ "$(summary_field "object store GETs" "$T/summary")" -eq 0 ] || fail "client went to the store"

@@ -19,7 +19,8 @@ read_all() { # read_all LOG FLAGS... — every object, byte-exact; the summaries
   : >"$log.sum"
   for i in $(seq 0 5); do
     "$SHOAL" cat "$S" "d/o$i" --meta "$META" --cache-group g1 --no-sharing --cache-size 0 \
-      --log-file "$log" --summary "$@" >"$out" 2>>"$log.sum" || fail "read d/o$i failed ($*)"
+      --log-file "$log" --log-level info --summary "$@" >"$out" 2>>"$log.sum" ||
+      fail "read d/o$i failed ($*)"
     cmp -s "$out" "$STORE/d/o$i" || fail "d/o$i differs ($*)"
   done
   [ "$(summary_field "object store GETs" "$log.sum")" -eq 0 ] || fail "client went to the store"
