@@ -116,6 +116,7 @@ struct conn {
                 C_READY
         } state;
         bool closed;
+        bool closing;       /* conn_close_later: closed once the loop's batch of events is done */
         bool gone;          /* closed, for worker threads (atomic) */
         int refs;           /* the loop's own reference + one per request outside the loop */
         struct shoal_hs hs; /* the handshake, until state is C_READY */
@@ -131,6 +132,7 @@ struct conn {
         uint64_t last_progress;
         struct src_count *preauth;      /* not authenticated yet: its source's count */
         struct conn *pa_prev, *pa_next; /* the loop's unauthenticated, oldest first */
+        struct shoal_loop_task close_task;
         int pipe[2];       /* splice mode: one answer is written at a time, so one pipe */
         size_t pipe_bytes; /* bytes sitting in the pipe */
         struct conn *prev, *next;
@@ -1095,6 +1097,8 @@ static void conn_read(struct conn *c)
 static void conn_event(void *arg, uint32_t events)
 {
         struct conn *c = arg;
+        if (c->closing)
+                return; /* evicted: closed after this batch (conn_close_later) */
         c->refs++;
         if (events & (EPOLLERR | EPOLLHUP)) {
                 conn_close(c);
@@ -1176,6 +1180,28 @@ static void src_drop_if_unused(struct srv_loop *lp, struct src_count *sc)
         struct src_count **pp = src_slot(lp, sc->ip);
         *pp = sc->next;
         free(sc);
+}
+
+static void conn_close_task(void *arg)
+{
+        struct conn *c = arg;
+        conn_close(c);
+        conn_put(c);
+}
+
+/* Closes C from the handler of another connection's event. C may have an event of its own later
+ * in the same batch of the loop, whose handler must not find it freed: it stops counting at once
+ * and is closed (and freed) by a task that runs after the batch. */
+static void conn_close_later(struct conn *c)
+{
+        if (c->closing || c->closed)
+                return;
+        c->closing = true;
+        preauth_leave(c);
+        c->refs++;
+        c->close_task.fn = conn_close_task;
+        c->close_task.arg = c;
+        shoal_loop_post(c->lp->loop, &c->close_task);
 }
 
 /* C joins its loop's unauthenticated connections (newest last), counted for its source SC. */
@@ -1260,7 +1286,7 @@ static bool admit(struct srv_loop *lp, uint32_t ip, const char *who, struct src_
                 log_ratelimited(SHOAL_LOG_WARN, "server",
                                 "closing unauthenticated %s (%u from its address) to admit %s",
                                 v->peer, v->preauth->n, who);
-                conn_close(v);
+                conn_close_later(v);
         }
         *out = sc;
         return true;
