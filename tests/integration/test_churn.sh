@@ -31,9 +31,9 @@ for step in 1 2 3 4 5; do
   start_member "j$step" "$S" --meta "$META" --cache-group g --group-ip 127.0.0.1
   sleep 1
   case $step in
-    2) kill "$PID_a" ;;
-    4) kill "$PID_j1" ;;
-    *) prev=$((step - 1)); [ $prev -ge 1 ] && eval "kill \$PID_j$prev" 2>/dev/null || true ;;
+    2) stop_proc a ;;
+    4) stop_proc j1 ;;
+    *) prev=$((step - 1)); [ $prev -ge 2 ] && stop_proc "j$prev" ;;
   esac
 done
 bad=0

@@ -10,9 +10,8 @@ make_object "$STORE/x.bin" $((12 * 1024 * 1024))
 S="file://$STORE"
 META="sqlite3://$T/meta.db"
 prlimit --nofile=256 "$SHOAL" serve "$S" --meta "$META" --cache-group g --group-ip 127.0.0.1 \
-  --cache-dir "$T/m.cache" --log-file "$T/m.log" &
-PID_m=$!
-PIDS+=($PID_m)
+  --cache-dir "$T/m.cache" --log-file "$T/m.log" 2>>"$T/m.err" &
+track m $! member "$T/m.log" "$T/m.err"
 wait_members "$META" g 1
 PORT=$(grep -o "tcp pool 127.0.0.1:[0-9]*" "$T/m.log" | head -n 1 | cut -d: -f2)
 ticks() { awk '{print $14 + $15}' "/proc/$PID_m/stat"; }
@@ -32,8 +31,7 @@ time.sleep(6)
 for s in socks:
     s.close()
 PY
-FLOOD=$!
-PIDS+=($FLOOD)
+track flood $! helper
 sleep 2
 t0=$(ticks)
 sleep 2
@@ -42,7 +40,8 @@ hz=$(getconf CLK_TCK)
 echo "  member CPU while flooded: $(( (t1 - t0) * 100 / (2 * hz) ))% of a core"
 [ $((t1 - t0)) -lt "$hz" ] || fail "the member spins while out of fds ($((t1 - t0)) ticks in 2 s)"
 kill -0 "$PID_m" || fail "the member died"
-wait "$FLOOD" || true
+wait_proc flood 30
+[ "$EXIT_RC" -eq 0 ] || fail "the flood helper failed ($EXIT_RC)"
 cat "$T/flood.out"
 grep -q "pausing accepts" "$T/m.log" || fail "the member never ran out of fds (the test did not test it)"
 sleep 6 # the handshake deadline closes whatever the member accepted

@@ -59,9 +59,10 @@ grep -E "READ:" "$T/fio2b.out" | sed 's/^ */  /'
 echo "== kill -9 of a member during fio"
 read_mount b "$T/fio3.out" --rate=12m &
 fio_pid=$!
+track fio "$fio_pid" helper
 sleep 1.2
 kill -0 "$fio_pid" 2>/dev/null || fail "fio ended before the kill"
-kill -9 "$PID_mb"
+kill9 mb
 wait_exit "$fio_pid" 120
 [ "$EXIT_RC" -eq 0 ] || fail "fio failed after kill -9: $(grep -m 3 -E 'err|verify' "$T/fio3.out")"
 grep -q "err= 0" "$T/fio3.out" || fail "fio reported an error after kill -9"

@@ -105,7 +105,7 @@ for r in $(seq 1 16); do
   pids+=($!)
 done
 sleep 2
-kill -9 "$PID_sb"
+kill9 sb
 bad=0
 for p in "${pids[@]}"; do wait "$p" || bad=$((bad + 1)); done
 [ "$bad" -eq 0 ] || fail "$bad readers saw an error or wrong bytes after kill -9"

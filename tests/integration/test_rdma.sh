@@ -68,13 +68,13 @@ echo "  members wrote $w bytes by RDMA"
 
 echo "== mixed: an RDMA client and an IORPC/TCP client at once, both byte-exact"
 (read_all "$T/mixed-rdma.log" --rdma-network lo) &
-p1=$!
-PIDS+=($p1)
+track mix_rdma $! helper
 (read_all "$T/mixed-tcp.log" --use-iorpc) &
-p2=$!
-PIDS+=($p2)
-wait "$p1" || fail "RDMA client failed in the mix"
-wait "$p2" || fail "TCP client failed in the mix"
+track mix_tcp $! helper
+wait_proc mix_rdma 120
+[ "$EXIT_RC" -eq 0 ] || fail "RDMA client failed in the mix"
+wait_proc mix_tcp 120
+[ "$EXIT_RC" -eq 0 ] || fail "TCP client failed in the mix"
 grep -q "transport:RDMA" "$T/mixed-tcp.log" && fail "the TCP client used RDMA"
 grep -q "iorpc client started, server address 127.0.0.1:[0-9]*$" "$T/mixed-tcp.log" ||
   fail "the TCP client did not use IORPC"

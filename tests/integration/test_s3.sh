@@ -266,7 +266,7 @@ if command -v openssl >/dev/null; then
   node --openssl-legacy-provider "$SRC/.deps/node_modules/s3rver/bin/s3rver.js" \
     -d "$T/s3rver.data" -a 127.0.0.1 -p "$tls_port" --key "$T/tls.key" --cert "$T/tls.crt" \
     --silent >"$T/s3rver-tls.log" 2>&1 &
-  PIDS+=($!)
+  track s3rver_tls $! infra "$T/s3rver-tls.log"
   wait_for curl -sf --cacert "$T/tls.crt" "https://127.0.0.1:$tls_port/$BUCKET?list-type=2&max-keys=1" ||
     fail "TLS s3rver did not start"
   key="unicode/ünïcødé-日本語-😀.bin"

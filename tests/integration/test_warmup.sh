@@ -46,6 +46,7 @@ if [ "$(id -u)" -eq 0 ] && [ -e /dev/fuse ] && command -v fusermount3 >/dev/null
   "$SHOAL" mount "$S" "$T/mnt" --meta "$META" --cache-group g2 --no-sharing --cache-size 0 \
     --log-file "$T/mount.log" -d || fail "mount failed"
   MOUNTS+=("$T/mnt")
+  track mnt "$(grep -o 'shoal\[[0-9]*\]' "$T/mount.log" | tail -n 1 | tr -dc 0-9)" daemon "$T/mount.log"
   for m in c d; do start_member "$m" "$S" --meta "$META" --cache-group g2 --group-ip 127.0.0.1; done
   wait_members "$META" g2 3
   "$SHOAL" warmup "$T/mnt/ds" --log-level warn 2>"$T/warm2.err" || fail "mount warmup: $(cat "$T/warm2.err")"
