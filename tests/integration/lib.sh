@@ -306,7 +306,7 @@ cleanup() {
     echo "FAIL: a subshell or background job failed: $(head -n 3 "$T/.failures")" >&2
     rc=1
   fi
-  rm -rf "$T"
+  if [ -n "${SHOAL_KEEP_TMP:-}" ]; then echo "kept $T" >&2; else rm -rf "$T"; fi
   exit $rc
 }
 trap cleanup EXIT
@@ -372,7 +372,7 @@ wait_log() {
   local f=$1 re=$2 secs=${3:-20} want=${4:-1}
   _log_has() { [ "$(grep -c -E "$2" "$1" 2>/dev/null || true)" -ge "$3" ]; }
   wait_until "$secs" _log_has "$f" "$re" "$want" ||
-    fail "no '$re' in $f within $secs s (want $want, have $(grep -c -E "$re" "$f" 2>/dev/null || echo 0))"
+    fail "no '$re' in $f within $secs s (want $want, have $(grep -c -E "$re" "$f" 2>/dev/null || true))"
 }
 
 # free_port — a TCP port that was free a moment ago.
@@ -576,4 +576,44 @@ stop_mount() {
   pid=$(eval "echo \$PID_$1")
   wait_exit "$pid"
   [ "$EXIT_RC" -eq 0 ] || fail "mount $1 exited with $EXIT_RC: $(tail -n 5 "$T/$1.err")"
+}
+
+# ---- the battery's helpers ----------------------------------------------------------------------
+
+READERS=${SHOAL_READERS:-$(dirname "$SHOAL")/shoal_readers}
+EIOFS=${SHOAL_EIOFS:-$(dirname "$SHOAL")/shoal_eiofs}
+
+# readers LABEL STORAGE ARGS... — tests/tools/readers.c in the foreground (output in
+# $T/LABEL.out, stderr in $T/LABEL.err); any application-visible error or wrong byte fails.
+readers() {
+  local label=$1
+  shift
+  [ -x "$READERS" ] || fail "no shoal_readers at $READERS (build the shoal_readers target)"
+  "$READERS" "$@" >"$T/$label.out" 2>"$T/$label.err" ||
+    fail "readers $label failed: $(tail -n 5 "$T/$label.err"; grep '^result' "$T/$label.out")"
+}
+
+# result_field LABEL NAME — NAME from the result line of readers LABEL; fails when missing.
+result_field() {
+  local v
+  v=$(grep '^result ' "$T/$1.out" 2>/dev/null | tail -n 1 | tr ' ' '\n' | awk -F= -v n="$2" '$1 == n {print $2}')
+  [ -n "$v" ] || fail "no $2 in the result of readers $1: $(tail -n 2 "$T/$1.out" 2>/dev/null)"
+  echo "$v"
+}
+
+# member_id NAME — NAME's member id, from its "ready" log line (waits up to 20 s).
+member_id() {
+  wait_log "$T/$1.log" "member [0-9a-f]+ of group .* ready" 20
+  grep -o -E "member [0-9a-f]+ of group" "$T/$1.log" | tail -n 1 | awk '{print $2}'
+}
+
+# log_mark NAME — the number of lines in NAME's log now (for store_gets_since).
+log_mark() {
+  wc -l <"$T/$1.log"
+}
+
+# store_gets_since NAME MARK — "KEY OFFSET" of every store read NAME logged after line MARK.
+store_gets_since() {
+  { tail -n +"$(($2 + 1))" "$T/$1.log" | grep -o -E 'store: get [^ ]+ \[[0-9]+' || true; } |
+    sed -E 's/^store: get ([^ ]+) \[([0-9]+)$/\1 \2/'
 }

@@ -19,7 +19,9 @@ read_all() { # read_all META GROUP LOG — every object via IORPC, byte-exact
       --use-iorpc --log-file "$3" --summary >"$T/out" 2>>"$T/summary" || fail "read d/o$i failed"
     cmp -s "$T/out" "$STORE/d/o$i" || fail "d/o$i differs ($2)"
   done
+  [ "$(summary_lines "$T/summary")" -eq 12 ] || fail "expected 12 summaries: $(cat "$T/summary")"
   [ "$(summary_field "object store GETs" "$T/summary")" -eq 0 ] || fail "client went to the store"
+  [ "$(summary_field fallbacks "$T/summary")" -eq 0 ] || fail "client fell back to the store"
   : >"$T/summary"
 }
 
@@ -93,7 +95,7 @@ for mode in pagecache splice; do
   read_all "$META" "g$mode" "$T/client.log"
   [ -n "$restore" ] && echo "$restore" >/proc/sys/fs/pipe-max-size
   if [ "$mode" = splice ] && [ -z "$restore" ]; then
-    echo "  (not root: splice may have fallen back to dio)"
+    skip_section "splice: fs.pipe-max-size is not writable, so the members may run dio"
   else
     grep -q "iorpc: $mode," "$T/${mode}a.log" || fail "member does not run $mode: $(grep 'max pipe' "$T/${mode}a.log")"
   fi
@@ -112,7 +114,7 @@ if [ -w /proc/sys/fs/pipe-max-size ]; then
   read_all "$META" gsp "$T/client.log"
   stop_members sp
 else
-  echo "note: fs.pipe-max-size not writable; splice fallback case skipped"
+  skip_section "splice fallback: fs.pipe-max-size is not writable"
 fi
 
 echo "== an invalid mode is logged and served by dio"

@@ -286,7 +286,7 @@ sys.exit(0 if fuse_read and remote_read else 1)
 PY
   "$SHOAL" umount "$T/mnt" 2>/dev/null || fusermount3 -u "$T/mnt" 2>/dev/null || true
 else
-  echo "  skipped: shoal mount is not available here ($(head -c 200 "$T/mount.out" 2>/dev/null))"
+  skip_section "shoal stats against a mount: shoal mount is not available here ($(head -c 200 "$T/mount.out" 2>/dev/null))"
 fi
 
 echo "PASS"

@@ -26,8 +26,12 @@ read_all() { # read_all LABEL — every object, byte-exact, summaries appended t
     cmp -s "$T/out" "$STORE/o$i" || fail "$1: o$i has wrong bytes"
   done
 }
-total() { grep -o "$2 [0-9]*" "$T/sum.$1" | awk '{s += $NF} END {print s + 0}'; }
-remote_bytes() { grep -o 'remote [0-9]* ([0-9]* bytes)' "$T/sum.$1" | grep -o '([0-9]*' | tr -d '(' | awk '{s += $1} END {print s + 0}'; }
+total() { summary_field "$2" "$T/sum.$1"; } # total LABEL FIELD — over every read of LABEL
+remote_bytes() { # remote_bytes LABEL — bytes read from members over every read of LABEL
+  [ "$(grep -c 'remote [0-9]* ([0-9]* bytes)' "$T/sum.$1")" -eq "$(summary_lines "$T/sum.$1")" ] ||
+    fail "remote bytes missing from a summary of $1"
+  grep -o 'remote [0-9]* ([0-9]* bytes)' "$T/sum.$1" | grep -o '([0-9]*' | tr -d '(' | awk '{s += $1} END {print s + 0}'
+}
 
 for mode in slice flip cut; do
   echo "== $mode"

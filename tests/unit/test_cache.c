@@ -10,6 +10,7 @@
 #include "common/block.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
+#include "unit_skip.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -859,7 +860,7 @@ static void test_full_disk(void **state)
         uint32_t n;
 
         if (!mount_tmpfs(f, "2m"))
-                skip();
+                SHOAL_UNIT_SKIP("a full disk needs root to mount a 2 MiB tmpfs");
         struct shoal_cache *c = open_cache(f, f->mnt, -1, 0);
         uint64_t errs = counter(SHOAL_M_blockcache_write_errors);
         unsigned char *data = malloc(len);
@@ -908,7 +909,7 @@ static void test_free_space_ratio(void **state)
         struct statvfs sv;
 
         if (!mount_tmpfs(f, "4m"))
-                skip();
+                SHOAL_UNIT_SKIP("the free-space ratio needs root to mount a 4 MiB tmpfs");
         struct shoal_cache *c = open_cache(f, f->mnt, -1, 0.5);
         uint64_t ev = counter(SHOAL_M_blockcache_evictions);
         for (uint32_t i = 0; i < 40; i++) {
