@@ -994,14 +994,19 @@ static void test_failing_dir(void **state)
 
         /* After the down time both dirs are probed, and their blocks are found again. */
         c = open_cache(f, dirs, -1, 0);
-        shoal_cache_debug_set_down_ns(c, 50 * 1000000ULL);
+        /* An hour down, on the cache's own clock: time is moved, not waited for, and the margins
+         * (minutes) leave no room for a race with the real clock. */
+        shoal_cache_debug_set_down_ns(c, 3600 * 1000000000ULL);
         for (int k = 0; k < 3; k++) {
                 shoal_cache_debug_dir_error(c, 0, -EIO);
                 shoal_cache_debug_dir_error(c, 1, -EIO);
         }
         shoal_cache_usage(c, &u);
         assert_int_equal(u.dirs_failing, 2);
-        shoal_sleep_ns(80 * 1000000ULL);
+        shoal_cache_debug_advance(c, 3000 * 1000000000ULL);
+        shoal_cache_usage(c, &u);
+        assert_int_equal(u.dirs_failing, 2);
+        shoal_cache_debug_advance(c, 700 * 1000000000ULL);
         shoal_cache_usage(c, &u);
         assert_int_equal(u.dirs, 2);
         assert_int_equal(u.dirs_failing, 0);
