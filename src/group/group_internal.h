@@ -69,6 +69,12 @@ uint64_t shoal_group_hash64(const void *data, size_t len, uint64_t seed);
  * else DEF. */
 uint64_t shoal_group_env_duration(const char *name, uint64_t def);
 
+struct shoal_group;
+/* Registry calls of G's agent that failed in a row, now (0 once a listing succeeds); a heartbeat
+ * against a dead registry adds two (its write and its listing). For tests, which wait for an
+ * outage to have lasted a number of heartbeats instead of sleeping. */
+unsigned shoal_group_registry_failures(const struct shoal_group *g);
+
 #define SHOAL_GROUP_HEARTBEAT_DEFAULT (1000000000ULL)
 #define SHOAL_GROUP_TIMEOUT_DEFAULT   (5000000000ULL)
 

@@ -1062,7 +1062,12 @@ static void test_redis_outage(void **state)
         struct shoal_group *b = start_agent(redis_url, "outage");
         assert_true(WAIT_UNTIL(view_size(a) == 2 && view_size(b) == 2, 2000));
         redis_stop();
-        shoal_sleep_ns(TIMEOUT_NS + 300 * MS);
+        /* Both agents go on beating against a dead registry for more than a timeout's worth of
+         * heartbeats: a view judged by silence alone would have dropped everyone by then. */
+        unsigned fails = 2 * ((unsigned)(TIMEOUT_NS / HEARTBEAT_NS) + 3); /* two per heartbeat */
+        assert_true(WAIT_UNTIL(shoal_group_registry_failures(a) >= fails &&
+                                       shoal_group_registry_failures(b) >= fails,
+                               20000));
         assert_int_equal(view_size(a), 2);
         assert_true(view_has(b, shoal_group_self_id(b)));
         assert_int_equal(redis_start(), 0);
