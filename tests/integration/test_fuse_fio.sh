@@ -57,11 +57,14 @@ read_mount a "$T/fio2b.out" || fail "fio after restart failed: $(grep -m 3 -E 'e
 grep -E "READ:" "$T/fio2b.out" | sed 's/^ */  /'
 
 echo "== kill -9 of a member during fio"
+r0=$(stats_field "$MNT" fuse_reads)
 read_mount b "$T/fio3.out" --rate=12m &
 fio_pid=$!
 track fio "$fio_pid" helper
-sleep 1.2
-kill -0 "$fio_pid" 2>/dev/null || fail "fio ended before the kill"
+# Kill once fio is well into its run: 16 of its 256 reads done.
+into_run() { [ "$(stats_field "$MNT" fuse_reads)" -ge $((r0 + 16)) ]; }
+wait_until 60 into_run || fail "fio did not start reading"
+proc_running fio || fail "fio ended before the kill"
 kill9 mb
 wait_exit "$fio_pid" 120
 [ "$EXIT_RC" -eq 0 ] || fail "fio failed after kill -9: $(grep -m 3 -E 'err|verify' "$T/fio3.out")"

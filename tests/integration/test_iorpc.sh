@@ -56,14 +56,14 @@ pports=$(ports_of "$META" g1 5)
 "$SHOAL" bench "$S" --meta "$META" --cache-group g1 --use-iorpc --threads 64 --duration 4s \
   --warm --prefix d/ --log-level warn >"$T/bench.iorpc" 2>"$T/bench.iorpc.err" &
 track bench_iorpc $! client "$T/bench.iorpc.err"
-sleep 2.5
+wait_log "$T/bench.iorpc" "^t=2s" 60 # mid-run, under full load
 ic=$(count_conns $iports)
 wait_proc bench_iorpc
 [ "$EXIT_RC" -eq 0 ] || fail "iorpc bench failed: $(tail -n 3 "$T/bench.iorpc")"
 "$SHOAL" bench "$S" --meta "$META" --cache-group g1 --threads 64 --duration 4s --prefix d/ \
   --log-level warn >"$T/bench.pool" 2>"$T/bench.pool.err" &
 track bench_pool $! client "$T/bench.pool.err"
-sleep 2.5
+wait_log "$T/bench.pool" "^t=2s" 60
 pc=$(count_conns $pports)
 wait_proc bench_pool
 [ "$EXIT_RC" -eq 0 ] || fail "pool bench failed: $(tail -n 3 "$T/bench.pool")"

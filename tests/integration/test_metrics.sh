@@ -267,7 +267,7 @@ if [ $mount_ok = 1 ]; then
   # Files not read through the mount yet, so the kernel's page cache cannot hide the reads.
   "$SHOAL" stats --schema fr -c 4 "$T/mnt" >"$T/stats.fr" 2>"$T/stats.fr.err" &
   track stats_fr $! client "$T/stats.fr.err"
-  sleep 1.5
+  wait_log "$T/stats.fr" "." 30 3 # its first row is out: the reads below fall in rows 2-4
   for f in $(seq 0 $((NOBJ - 1))); do
     cmp -s "$T/mnt/data/f$f" "$STORE/data/f$f" || fail "data/f$f differs through the mount"
   done

@@ -87,14 +87,19 @@ echo "== RDMA interfaces down mid-read: no read error, TCP carries; back up: RDM
 ip netns exec "$NSC" "$SHOAL" bench "$S" "${COMMON[@]}" --rdma-network "c1-$SUF:c2-$SUF" --threads 4 \
   --duration 16s --warm --prefix d/ --log-level info --log-file "$T/b.log" >"$T/b.out" 2>&1 &
 track bench $! client "$T/b.log"
-sleep 3
+# Take the interfaces down once RDMA carries the bench's reads.
+w00=$(mmetric rdma_write_bytes)
+carrying() { [ "$(mmetric rdma_write_bytes)" -gt $((w00 + 8 * 1024 * 1024)) ]; }
+wait_until 60 carrying || fail "RDMA carried nothing for the bench"
 w0=$(mmetric rdma_write_bytes)
 ip -n "$NSC" link set "c1-$SUF" down
 ip -n "$NSC" link set "c2-$SUF" down
-sleep 5
-grep -q "rdma to member .* lost" "$T/b.log" || fail "no failover logged: $(tail -n 3 "$T/b.log")"
+wait_log "$T/b.log" "rdma to member .* lost" 30
 w1=$(mmetric rdma_write_bytes)
-sleep 1
+# While 20 more requests are served (over TCP), RDMA moves nothing.
+s1=$(mmetric remotecache_serve_requests)
+served() { [ "$(mmetric remotecache_serve_requests)" -ge $((s1 + 20)) ]; }
+wait_until 30 served || fail "nothing was served with the RDMA interfaces down"
 [ "$(mmetric rdma_write_bytes)" -eq "$w1" ] || fail "RDMA moved bytes with its interfaces down"
 ip -n "$NSC" link set "c1-$SUF" up
 ip -n "$NSC" link set "c2-$SUF" up
