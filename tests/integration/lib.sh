@@ -284,8 +284,9 @@ cleanup() {
       problems+=$(cat "$T/stop.problems")$'\n'
     fi
     if [ "$stage" = "mount daemon" ]; then
+      # (/proc/mounts, not mountpoint(1): a FUSE mount whose server died cannot be stat'ed)
       for p in "${MOUNTS[@]:-}"; do
-        [ -n "$p" ] && mountpoint -q "$p" 2>/dev/null && umount -l "$p" 2>/dev/null || true
+        [ -n "$p" ] && grep -q " $p " /proc/mounts && umount -l "$p" 2>/dev/null || true
       done
     fi
   done
@@ -390,12 +391,21 @@ start_member() {
   track "$name" $! member "$T/$name.log" "$T/$name.err"
 }
 
-# member_port NAME [pool|iorpc] — the port NAME listens on, from its "ready" log line (waits).
+# starts NAME — how many processes named NAME were started (a restarted member appends to the
+# same log, so its newest lines are the ones to wait for).
+starts() {
+  local i n=0
+  for ((i = 0; i < ${#P_NAME[@]}; i++)); do [ "${P_NAME[$i]}" = "$1" ] && n=$((n + 1)); done
+  echo "$n"
+}
+
+# member_port NAME [pool|iorpc] — the port NAME's newest process listens on, from its "ready" log
+# line (waits).
 member_port() {
   local re="tcp pool 127.0.0.1:[0-9]+"
   [ "${2:-pool}" = iorpc ] && re="iorpc 127.0.0.1:[0-9]+"
-  wait_log "$T/$1.log" "$re" 20
-  grep -o -E "$re" "$T/$1.log" | head -n 1 | cut -d: -f2
+  wait_log "$T/$1.log" "serve: member .* ready: .*$re" 20 "$(starts "$1")"
+  grep "serve: member .* ready: " "$T/$1.log" | grep -o -E "$re" | tail -n 1 | cut -d: -f2
 }
 
 # group_alive META GROUP — number of live members.
@@ -601,10 +611,10 @@ result_field() {
   echo "$v"
 }
 
-# member_id NAME — NAME's member id, from its "ready" log line (waits up to 20 s).
+# member_id NAME — the member id of NAME's newest process, from its "ready" log line (waits).
 member_id() {
-  wait_log "$T/$1.log" "member [0-9a-f]+ of group .* ready" 20
-  grep -o -E "member [0-9a-f]+ of group" "$T/$1.log" | tail -n 1 | awk '{print $2}'
+  wait_log "$T/$1.log" "member [0-9a-f]+ of group .* ready" 20 "$(starts "$1")"
+  grep -o -E "member [0-9a-f]+ of group .* ready" "$T/$1.log" | tail -n 1 | awk '{print $2}'
 }
 
 # log_mark NAME — the number of lines in NAME's log now (for store_gets_since).
