@@ -9,20 +9,25 @@ Modes (server-to-client direction unless said):
   cut     close each connection after N bytes, N cycling through 10 (inside a header),
           32 (payload start), 100000 (mid-payload) and 1 byte short of the first answer
   pass    forward unchanged
+  mix     frame-aware: every connection ends cleanly after a random 1..40 read answers (so that a pooled
+          client keeps making new ones), and 1 of every 30 connections is damaged at a random
+          byte of a random answer, by turns cut (closed), reset (RST) or corrupted (one bit)
 Counts of damaged connections are printed to stdout on SIGTERM.
 """
 import os
 import random
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
 
 listen_port, target, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 thost, tport = target.rsplit(":", 1)
-stats = {"conns": 0, "flips": 0, "cuts": 0}
+stats = {"conns": 0, "flips": 0, "cuts": 0, "resets": 0, "answers": 0, "clean_closes": 0}
 lock = threading.Lock()
+READ_RESP = 17  # frame type of an answer to a read (docs/iorpc-protocol.md)
 cut_points = [10, 32, 100000, 32 + 28 + 4 * 64 + 4 * 1024 * 1024 - 1]
 
 
@@ -68,6 +73,64 @@ def pump(src, dst, damage, cut_at):
             pass
 
 
+def recv_exact(s, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def mix_pump(server, client, n):
+    """Server-to-client answers, frame by frame, with this connection's fate (mode mix)."""
+    rnd = random.Random(n)
+    life = rnd.randint(1, 40)
+    damage = ["cut", "reset", "flip"][(n // 30) % 3] if n % 30 == 0 else None
+    hit = rnd.randint(1, life)
+    k = 0
+    try:
+        while k < life:
+            head = recv_exact(server, 32)
+            if head is None:
+                break
+            body_len, payload_len = struct.unpack_from("<II", head, 12)
+            rest = recv_exact(server, body_len + payload_len)
+            if rest is None:
+                break
+            frame = bytearray(head + rest)
+            if head[5] != READ_RESP:
+                client.sendall(frame)  # the handshake: not an answer to count or damage
+                continue
+            k += 1
+            if damage and k == hit:
+                at = rnd.randrange(len(frame))
+                if damage == "flip":
+                    frame[at] ^= 1 << rnd.randrange(8)
+                    with lock:
+                        stats["flips"] += 1
+                else:
+                    client.sendall(frame[:at])
+                    if damage == "reset":
+                        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    with lock:
+                        stats["cuts" if damage == "cut" else "resets"] += 1
+                    break
+            client.sendall(frame)
+            with lock:
+                stats["answers"] += 1
+                if k == life:
+                    stats["clean_closes"] += 1
+    except OSError:
+        pass
+    for s in (client, server):
+        try:
+            s.close()
+        except OSError:
+            pass
+
+
 def handle(client):
     with lock:
         stats["conns"] += 1
@@ -77,6 +140,10 @@ def handle(client):
         server.settimeout(None)
     except OSError:
         client.close()
+        return
+    if mode == "mix":
+        threading.Thread(target=pump, args=(client, server, False, None), daemon=True).start()
+        mix_pump(server, client, n)
         return
     cut_at = cut_points[n % len(cut_points)] if mode == "cut" else None
     t1 = threading.Thread(target=pump, args=(client, server, False, None), daemon=True)
@@ -90,7 +157,7 @@ def handle(client):
 
 
 def stop(*_):
-    print("conns %d flips %d cuts %d" % (stats["conns"], stats["flips"], stats["cuts"]), flush=True)
+    print(" ".join("%s %d" % kv for kv in stats.items()), flush=True)
     os._exit(0)
 
 
