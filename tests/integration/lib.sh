@@ -83,8 +83,8 @@ alive() { # alive PID — running (a zombie is not)
 #   daemon         a background (-d) shoal process, not our child: SIGTERM must end it
 #   client         a shoal command run in the background: 0 when it ends; if still running at the
 #                  end, SIGTERM may end it (0 or 143)
-#   helper, infra  test helpers and real third-party servers: 0 or 143; helpers stop first, infra
-#                  (redis, s3rver) last
+#   helper, infra  test helpers and real third-party servers: 0, or 143 (SIGTERM, from the
+#                  harness or the test); helpers stop first, infra (redis, s3rver) last
 # Sets PID_NAME. LOGs are scanned for reports when the process ends and at the end of the test.
 track() {
   local name=$1 pid=$2 kind=${3:-helper}
@@ -167,7 +167,9 @@ _verdict() {
   if [ "$how" != killed ] && [ "$rc" -ne 127 ]; then
     case "$kind:$how:$rc" in
       member:*:0 | mount:*:0 | daemon:*:* | client:*:0 | client:term:143) ;;
-      helper:*:0 | helper:term:143 | infra:*:0 | infra:term:143) ;;
+      # (a helper may be stopped with SIGTERM by the test itself, and bash may report that
+      # status again after the test waited for it)
+      helper:*:0 | helper:*:143 | infra:*:0 | infra:*:143) ;;
       *:*:137) echo "$kind $name (pid $pid) was killed by SIGKILL that the test did not send with kill9" ;;
       *:self:*) echo "$kind $name (pid $pid) ended on its own with status $rc" ;;
       *) echo "$kind $name (pid $pid) exited with status $rc after SIGTERM" ;;

@@ -110,11 +110,11 @@ echo "== skip and skip_section with CI=true: fail"
 n=$((n + 1))
 printf '. %q\nskip "no frobnicator"\n' "$LIB" >"$T/case$n.sh"
 rc=0
-CI=true bash "$T/case$n.sh" >"$T/case$n.out" 2>&1 || rc=$?
+CI=true SHOAL_SKIP_LOG="$T/skips" bash "$T/case$n.sh" >"$T/case$n.out" 2>&1 || rc=$?
 [ "$rc" -eq 1 ] || fail "skip in CI: exit $rc"
 printf '. %q\nskip_section "no frobnicator"\necho PASS\n' "$LIB" >"$T/case$n.sh"
 rc=0
-CI=true bash "$T/case$n.sh" >"$T/case$n.out" 2>&1 || rc=$?
+CI=true SHOAL_SKIP_LOG="$T/skips" bash "$T/case$n.sh" >"$T/case$n.out" 2>&1 || rc=$?
 [ "$rc" -eq 1 ] || fail "skip_section in CI: exit $rc"
 echo "  skip, skip_section with CI=true: exit 1"
 echo "PASS test_harness"
