@@ -16,6 +16,7 @@ Counts of damaged connections are printed to stdout on SIGTERM.
 """
 import os
 import random
+import select
 import signal
 import socket
 import struct
@@ -83,52 +84,71 @@ def recv_exact(s, n):
     return buf
 
 
-def mix_pump(server, client, n):
-    """Server-to-client answers, frame by frame, with this connection's fate (mode mix)."""
+def mix_conn(server, client, n):
+    """Mode mix: both directions of one connection in this one thread (so a close or a reset
+    takes effect at once: no other thread holds the sockets), answers parsed frame by frame."""
     rnd = random.Random(n)
     life = rnd.randint(1, 40)
     damage = ["cut", "reset", "flip"][(n // 30) % 3] if n % 30 == 0 else None
     hit = rnd.randint(1, life)
     k = 0
+    sbuf = bytearray()
+    end = "closed"
     try:
         while k < life:
-            head = recv_exact(server, 32)
-            if head is None:
+            r, _, _ = select.select([client, server], [], [], 60)
+            if not r:
                 break
-            body_len, payload_len = struct.unpack_from("<II", head, 12)
-            rest = recv_exact(server, body_len + payload_len)
-            if rest is None:
-                break
-            frame = bytearray(head + rest)
-            if head[5] != READ_RESP:
-                client.sendall(frame)  # the handshake: not an answer to count or damage
-                continue
-            k += 1
-            if damage and k == hit:
-                at = rnd.randrange(len(frame))
-                if damage == "flip":
-                    frame[at] ^= 1 << rnd.randrange(8)
-                    with lock:
-                        stats["flips"] += 1
-                else:
-                    client.sendall(frame[:at])
-                    if damage == "reset":
-                        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                    with lock:
-                        stats["cuts" if damage == "cut" else "resets"] += 1
+            if client in r:
+                data = client.recv(65536)
+                if not data:
                     break
-            client.sendall(frame)
-            with lock:
-                stats["answers"] += 1
-                if k == life:
-                    stats["clean_closes"] += 1
-    except OSError:
+                server.sendall(data)
+            if server in r:
+                data = server.recv(1 << 20)
+                if not data:
+                    break
+                sbuf += data
+                while len(sbuf) >= 32 and k < life:
+                    body_len, payload_len = struct.unpack_from("<II", sbuf, 12)
+                    size = 32 + body_len + payload_len
+                    if len(sbuf) < size:
+                        break
+                    frame = sbuf[:size]
+                    del sbuf[:size]
+                    if frame[5] != READ_RESP:
+                        client.sendall(frame)  # the handshake: not an answer to count or damage
+                        continue
+                    k += 1
+                    if damage and k == hit:
+                        at = rnd.randrange(len(frame))
+                        if damage == "flip":
+                            frame[at] ^= 1 << rnd.randrange(8)
+                            with lock:
+                                stats["flips"] += 1
+                        else:
+                            client.sendall(frame[:at])
+                            end = damage
+                            with lock:
+                                stats["cuts" if damage == "cut" else "resets"] += 1
+                            raise StopIteration
+                    client.sendall(frame)
+                    with lock:
+                        stats["answers"] += 1
+                        if k == life:
+                            stats["clean_closes"] += 1
+    except (OSError, StopIteration):
         pass
-    for s in (client, server):
-        try:
-            s.close()
-        except OSError:
-            pass
+    if end == "reset":
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    else:
+        for s in (client, server):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+    client.close()
+    server.close()
 
 
 def handle(client):
@@ -142,8 +162,7 @@ def handle(client):
         client.close()
         return
     if mode == "mix":
-        threading.Thread(target=pump, args=(client, server, False, None), daemon=True).start()
-        mix_pump(server, client, n)
+        mix_conn(server, client, n)
         return
     cut_at = cut_points[n % len(cut_points)] if mode == "cut" else None
     t1 = threading.Thread(target=pump, args=(client, server, False, None), daemon=True)

@@ -6,8 +6,8 @@
 # connection cleanly after 1..40 answers, so the pooled client keeps opening new ones, and
 # damages one connection in 30 at a random byte of a random answer: closed there, reset there, or
 # one bit flipped. 16 reader threads (tests/tools/readers.c, 64 KiB blocks) make 100 000 remote
-# reads: every one byte-exact, 0 application errors; damaged answers end in a retry or a
-# fallback, never in a wrong byte.
+# reads (at least 85% of them through the proxy): every one byte-exact, 0 application errors;
+# damaged answers end in a retry or a fallback, never in a wrong byte.
 . "$(dirname "$0")/lib.sh"
 export SHOAL_GROUP_TIMEOUT=10s SHOAL_GROUP_HEARTBEAT=200ms SHOAL_AVOID_DURATION=1ms SHOAL_REMOTE_TIMEOUT=2s
 HERE=$(dirname "$0")
@@ -50,7 +50,9 @@ remote=$(result_field mix remote)
 [ "$(result_field mix errors)" -eq 0 ] && [ "$(result_field mix wrong)" -eq 0 ] ||
   fail "application-visible errors or wrong bytes"
 [ "$(result_field mix reads)" -ge "$READS" ] || fail "only $(result_field mix reads) reads"
-[ "$remote" -ge $((READS * 9 / 10)) ] || fail "only $remote of $READS reads went to the proxy"
+# The rest: buffer hits, reads that joined another thread's fill of the same block, and reads
+# in the moment a failed member is avoided.
+[ "$remote" -ge $((READS * 85 / 100)) ] || fail "only $remote of $READS reads went to the proxy"
 # 1 in 30 connections damaged, each kind by turns: enough of each to mean something.
 [ "$conns" -ge $((READS / 60)) ] && [ $((damaged * 30)) -ge $((conns - 30)) ] &&
   [ $((damaged * 30)) -le $((conns + 30)) ] ||
