@@ -175,6 +175,9 @@ _verdict() {
       # (a helper may be stopped with SIGTERM by the test itself, and bash may report that
       # status again after the test waited for it)
       helper:*:0 | helper:*:143 | infra:*:0 | infra:*:143) ;;
+      # (a PID a test added to PIDS and saw end: its exit status was the test's to check, and
+      # bash may report it again; only a death by a signal other than SIGTERM counts here)
+      compat:*:? | compat:*:?? | compat:*:1[01]? | compat:*:12[0-7] | compat:*:143) ;;
       *:*:137) echo "$kind $name (pid $pid) was killed by SIGKILL that the test did not send with kill9" ;;
       *:self:*) echo "$kind $name (pid $pid) ended on its own with status $rc" ;;
       *) echo "$kind $name (pid $pid) exited with status $rc after SIGTERM" ;;
@@ -261,9 +264,12 @@ cleanup() {
   # Compatibility: PIDs added to PIDS by hand are stopped like helpers, or by what they are.
   for p in "${PIDS[@]:-}"; do
     [ -n "$p" ] || continue
-    [ -n "$(_entry_of_pid "$p")" ] && continue
+    [ -n "$(_entry_of_pid "$p")" ] && continue # registered (or reaped by wait_exit)
     local kind=helper
-    if [ "$(readlink "/proc/$p/exe" 2>/dev/null)" = "$(readlink -f "$SHOAL")" ]; then
+    alive "$p" || kind=compat
+    local exe
+    exe=$(readlink "/proc/$p/exe" 2>/dev/null || true)
+    if [ -n "$exe" ] && [ "$exe" = "$(readlink -f "$SHOAL" 2>/dev/null || true)" ]; then
       case " $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) " in
         *" serve "*) kind=member ;;
         *" mount "*) kind=mount ;;
@@ -273,7 +279,7 @@ cleanup() {
     track "pid$p" "$p" "$kind"
   done
   # Stop in order: clients and helpers, then mounts, members, and the servers under them.
-  for stage in "client helper" "mount daemon" "member" "infra"; do
+  for stage in "client helper compat" "mount daemon" "member" "infra"; do
     local ids=()
     for ((i = 0; i < ${#P_PID[@]}; i++)); do
       [ "${P_STATE[$i]}" = run ] || continue
@@ -583,6 +589,9 @@ wait_exit() {
   _wait_gone "$1" "${2:-20}" || fail "process $1 did not end within ${2:-20} s"
   EXIT_RC=0
   wait "$1" || EXIT_RC=$?
+  # Reaped here, its status now the caller's: the end of the test only scans for reports.
+  track "pid$1" "$1" compat
+  P_STATE[${#P_STATE[@]} - 1]=done
 }
 
 # stop_mount NAME MOUNTPOINT — `shoal umount`, then the mount process must end with 0 and

@@ -59,20 +59,29 @@ echo "  readers: $(grep '^result' "$T/load.out" | cut -d' ' -f2-)"
 done_ops=$(awk '{for (i = 1; i < NF; i += 2) if ($i != "vanished" && $i != "files") s += $(i + 1)} END {print s + 0}' "$T/damage.txt")
 [ "$done_ops" -ge 200 ] || fail "only $done_ops damaging operations took effect"
 
-echo "== every block read again: exact; what is still damaged is caught and refilled"
-pass after1
-pass after2
-for f in fallbacks store_gets corrupt errors wrong; do
-  [ "$(result_field after2 "$f")" -eq 0 ] || fail "after2: $f is $(result_field after2 "$f"): the member still serves damaged blocks"
+echo "== every block read again until a pass is clean: exact; what is still damaged is caught"
+# A pass reads every block, but not every one through member a: after a bad answer a is avoided
+# for a moment and those reads go to the store, so a damaged file can outlive a pass. Each pass
+# removes what it meets; within four the member must serve every block clean.
+caught=$(result_field load corrupt)
+for n in 1 2 3 4; do
+  pass "after$n"
+  caught=$((caught + $(result_field "after$n" corrupt)))
+  clean=1
+  for f in fallbacks store_gets corrupt errors wrong; do
+    [ "$(result_field "after$n" "$f")" -eq 0 ] || clean=0
+  done
+  [ "$clean" -eq 0 ] || break
 done
+[ "$clean" -eq 1 ] || fail "after four passes member a still serves damaged blocks"
 
 echo "== the CORRUPT path: reported by requesters, removed and refilled by the member"
 reported=$(tail -n +$((mark + 1)) "$T/a.log" | grep -c "reported corrupt by .*: removed" || true)
 refetched=$(store_gets_since a "$mark" | wc -l)
-caught=$(($(result_field load corrupt) + $(result_field after1 corrupt)))
 removed=$(metric "$A" blockcache_checksum_errors)
 now=$(find "$T/a.cache" -type f -path '*/blocks/*' | wc -l)
-echo "  requesters caught $caught bad chunks; member a removed $reported blocks on their reports" \
+echo "  clean after $n pass(es); requesters gave up on $caught reads after two bad answers;" \
+  "member a removed $reported blocks on their reports" \
   "and $removed damaged files in all; it holds $now of its $files blocks again ($refetched" \
   "fetched from the store, the rest written back from memory)"
 [ "$caught" -ge 1 ] || fail "no requester caught a checksum error"

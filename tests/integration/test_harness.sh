@@ -102,6 +102,9 @@ echo "== summary fields are summed over every line"
 case_ summary-sum 0 'printf "shoal cat: 5 bytes; fallbacks 2; object store GETs 1 (5 bytes)\nshoal cat: 5 bytes; fallbacks 3; object store GETs 0 (0 bytes)\n" >"$T/s"; [ "$(summary_field fallbacks "$T/s")" = 5 ] || fail sum'
 echo "== a process in PIDS that dies of a signal: fail"
 case_ pids 1 'sleep 30 & PIDS+=($!); kill -KILL $!'
+echo "== a process in PIDS that exited 1, which the test waited for and checked: pass"
+case_ pids-waited 0 'bash -c "exit 1" & p=$!; PIDS+=($p); wait_exit $p; [ "$EXIT_RC" -eq 1 ] || fail rc'
+case_ pids-waited2 0 'bash -c "exit 1" & p=$!; PIDS+=($p); wait $p || true'
 echo "== skip outside CI: 77, recorded"
 : >"$T/skips"
 case_ skip 77 'skip "no frobnicator"'
