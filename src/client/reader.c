@@ -680,6 +680,7 @@ int shoal_reader_hold_block(struct shoal_reader *r, const struct shoal_object *o
         pthread_mutex_lock(&r->mu);
         struct mblock *mb;
         int rc = mblock_get_locked(r, &id, len, true, &mb);
+        bool was_valid = !rc && range_valid(mb, 0, len);
         pthread_mutex_unlock(&r->mu);
         if (rc)
                 return rc;
@@ -690,6 +691,12 @@ int shoal_reader_hold_block(struct shoal_reader *r, const struct shoal_object *o
                 pthread_mutex_unlock(&r->mu);
                 return rc;
         }
+        /* Held in memory but gone from the disk cache (removed as corrupt on a peer's report, or
+         * evicted): write it back, or the owner would serve it from memory only and fetch it
+         * from the store again once the buffer is reused. A fill just inserted it already. */
+        if (was_valid && r->cfg.sharing && r->cfg.cache && shoal_cache_enabled(r->cfg.cache) &&
+            !shoal_cache_contains(r->cfg.cache, &id))
+                shoal_cache_insert(r->cfg.cache, &id, mb->buf, len);
         hb->data = mb->buf;
         hb->len = mb->len;
         hb->id = id;

@@ -16,27 +16,26 @@ S="file://$STORE"
 META="sqlite3://$T/meta.db"
 head -c 32 /dev/urandom >"$T/secret"
 prlimit --nofile=256 "$SHOAL" serve "$S" --meta "$META" --cache-group g --group-ip 127.0.0.1 \
-  --group-secret-file "$T/secret" --cache-dir "$T/m.cache" --log-file "$T/m.log" 2>"$T/m.err" &
-PID_m=$!
-PIDS+=($PID_m)
+  --group-secret-file "$T/secret" --cache-dir "$T/m.cache" --log-file "$T/m.log" 2>>"$T/m.err" &
+track m $! member "$T/m.log" "$T/m.err"
 wait_members "$META" g 1
 grep -q "open files: 256; up to" "$T/m.log" || fail "no limits derived from 256 open files: $(grep -m1 'open files' "$T/m.log")"
 grep -m 1 "open files: 256" "$T/m.log" | sed 's/^.*server: /  /'
-POOL=$(grep -o "tcp pool 127.0.0.1:[0-9]*" "$T/m.log" | head -n 1 | cut -d: -f2)
-RPC=$(grep -o "iorpc 127.0.0.1:[0-9]*" "$T/m.log" | head -n 1 | cut -d: -f2)
+POOL=$(member_port m)
+RPC=$(member_port m iorpc)
 
 # flood NAME FIRST_SRC NSRC PER_SRC — silent connections held open (reopened when closed)
 flood() {
   rm -f "$T/stop.$1"
   $FRAMES hold "$POOL,$RPC" "$2" "$3" "$4" "$T/stop.$1" >"$T/flood.$1" 2>&1 &
-  FLOOD=$!
-  PIDS+=($FLOOD)
-  wait_for grep -q "holding" "$T/flood.$1" || fail "flood $1 did not start: $(cat "$T/flood.$1")"
-  sleep 1 # a second round of reopening: the limits are in force
+  track "flood_$1" $! helper "$T/flood.$1"
+  # Two rounds of (re)opening: the limits are in force.
+  wait_log "$T/flood.$1" "^holding" 30 2
 }
 stop_flood() {
   touch "$T/stop.$1"
-  wait "$FLOOD" || fail "flood $1 failed: $(tail -n 3 "$T/flood.$1")"
+  wait_proc "flood_$1" 30
+  [ "$EXIT_RC" -eq 0 ] || fail "flood $1 failed: $(tail -n 3 "$T/flood.$1")"
   echo "  flood $1: $(tail -n 1 "$T/flood.$1")"
 }
 
@@ -72,10 +71,5 @@ grep -q "closing unauthenticated 127.0.1.[0-9]*:[0-9]* (" "$T/m.log" ||
 if grep -E "Too many open files|pausing accepts" "$T/m.log" | head -n 3 | grep .; then
   fail "the member ran out of fds"
 fi
-kill -TERM "$PID_m"
-wait_exit "$PID_m" 30
-[ "$EXIT_RC" -eq 0 ] || fail "member exited with $EXIT_RC"
-if grep -q -E 'Sanitizer|runtime error' "$T/m.err"; then
-  fail "sanitizer report: $(grep -m 3 -E 'Sanitizer|runtime error' "$T/m.err")"
-fi
+stop_proc m # SIGTERM: exit 0, no report
 echo "PASS test_fdlimit"
