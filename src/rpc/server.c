@@ -539,7 +539,10 @@ static void disk_work(struct shoal_work *w)
         struct srv_req *r = (struct srv_req *)w;
         struct shoal_server *s = r->s;
         struct shoal_block_id id;
-        if (req_orphaned(r)) {
+        /* A CORRUPT notice is checked even when its sender has gone (a requester reports and
+         * then drops the connection that gave it a bad answer): the check is for the member's
+         * own cache, and corrupt_active bounds it. */
+        if (r->type != SHOAL_MSG_CORRUPT && req_orphaned(r)) {
                 req_finish(r);
                 return;
         }
