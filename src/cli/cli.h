@@ -67,6 +67,10 @@ enum shoal_opt {
         OPT_DURATION,
         OPT_LINGER,
         OPT_WARM,
+        OPT_READ_ONLY,
+        OPT_ALLOW_OVERWRITE,
+        OPT_ALLOW_DELETE,
+        OPT_UPLOAD_PART_SIZE,
         OPT__COUNT
 };
 

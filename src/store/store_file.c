@@ -191,7 +191,9 @@ static int dent_cmp(const void *a, const void *b)
 /* Lists folder REL ("" or ending in '/') in key order, recursing when there is no delimiter. */
 static int list_dir(struct list_ctx *c, const char *rel)
 {
-        int dfd = *rel ? open_beneath(c->fs, rel, O_RDONLY | O_DIRECTORY) : dup(c->fs->root_fd);
+        /* Never dup(root_fd) here: a dup shares the directory's read offset, so a second
+         * listing of the root would start at its end, and two at once would race. */
+        int dfd = open_beneath(c->fs, *rel ? rel : ".", O_RDONLY | O_DIRECTORY);
         if (dfd < 0)
                 return dfd == -ENOENT || dfd == -ENOTDIR ? 0 : -EIO;
         DIR *d = fdopendir(dfd);

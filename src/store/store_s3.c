@@ -1153,7 +1153,9 @@ static int s3_mpu_begin(struct shoal_store *st, const char *key, char *id, size_
 {
         struct s3_store *s = st->impl;
         char url[S3_URL_MAX];
-        if (object_url_q(s, key, "uploads", url, sizeof(url)))
+        /* "uploads=", not "uploads": libcurl signs the query as written, and S3 signs the
+         * canonical form, where every name has an '='. */
+        if (object_url_q(s, key, "uploads=", url, sizeof(url)))
                 return -EINVAL;
         struct s3_resp *r = calloc(1, sizeof(*r));
         if (!r)

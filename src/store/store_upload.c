@@ -223,8 +223,10 @@ static int mpu_begin(struct shoal_upload *u)
 }
 
 /* A CompleteMultipartUpload whose answer was lost may have worked: a retry then finds no such
- * upload (-ENOENT). The object is then judged by its size; a stranger who wrote the same key
- * with the same size in between could fool this, which is why it is only the fallback. */
+ * upload (-ENOENT) — ours or libcurl's own, which sends a request again when a reused
+ * connection dies before the answer, so even a first attempt can see it. The object is then
+ * judged by its size; a stranger who wrote the same key with the same size in between could
+ * fool this, which is why it is only the fallback. */
 static int complete_lost(struct shoal_upload *u, char *version, size_t vlen)
 {
         struct shoal_object o;
@@ -248,19 +250,18 @@ static int mpu_complete(struct shoal_upload *u, char *version, size_t vlen)
                 etags[i] = u->etags[i];
         uint64_t start = shoal_now_ns();
         unsigned attempt;
-        int rc, prev = 0;
+        int rc;
         shoal_store_deadline_set(start + st->cfg.deadline_ns);
         for (attempt = 1;; attempt++) {
                 rc = st->ops->mpu_complete(st, u->key, u->id, etags, u->nparts, u->flags, version,
                                            vlen);
-                if (rc == -ENOENT && prev && prev != -EAGAIN) {
+                if (rc == -ENOENT) {
                         rc = complete_lost(u, version, vlen);
                         break;
                 }
                 if (!rc || !shoal_store_retry_wait(st, rc, attempt))
                         break;
                 note_retry("complete", u->key, rc, attempt);
-                prev = rc;
         }
         shoal_store_deadline_set(0);
         free(etags);

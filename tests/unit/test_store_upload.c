@@ -2,7 +2,7 @@
  * version a later stat reports; nothing (no object, no hidden file, no folder) stays after an
  * abort; create-new refuses an existing name, overwrite replaces it atomically; folders are
  * made and unmade; hidden upload names are neither listed nor valid keys; delete removes the
- * object and the folders it empties. */
+ * object and the folders it empties; the root lists the same every time. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -222,6 +222,22 @@ static void test_delete(void **state)
         assert_int_equal(count_entries(f, ""), 0);
 }
 
+/* A listing of the root must not depend on the one before (the root fd's offset once leaked
+ * from one listing into the next, so the second saw nothing). */
+static void test_list_root_twice(void **state)
+{
+        struct fixture *f = *state;
+        put(f, "one", "1", SHOAL_UPLOAD_CREATE, 0);
+        put(f, "two", "2", SHOAL_UPLOAD_CREATE, 0);
+        for (int i = 0; i < 3; i++) {
+                struct shoal_object *objs;
+                size_t n;
+                assert_int_equal(shoal_store_list_objects(f->st, "", 100, &objs, &n), 0);
+                assert_int_equal(n, 2);
+                free(objs);
+        }
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -230,6 +246,7 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_create_new_and_overwrite, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_names, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_list_root_twice, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
