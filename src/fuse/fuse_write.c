@@ -53,6 +53,33 @@ static struct shoal_fuse *fs_of(fuse_req_t req)
         return fuse_req_userdata(req);
 }
 
+/* Every refusal gets its line, up to a burst per second; beyond it a loop of refused calls
+ * cannot flood the log, and the next line says how many went unlogged. */
+#define REFUSE_LINES_PER_S 50
+
+static bool refuse_log_ok(unsigned *dropped)
+{
+        static long long window;
+        static unsigned lines, skipped;
+        static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+        long long now = (long long)(shoal_now_ns() / 1000000000ULL);
+        pthread_mutex_lock(&mu);
+        if (now != window) {
+                window = now;
+                lines = 0;
+        }
+        bool ok = lines < REFUSE_LINES_PER_S;
+        if (ok) {
+                lines++;
+                *dropped = skipped;
+                skipped = 0;
+        } else {
+                skipped++;
+        }
+        pthread_mutex_unlock(&mu);
+        return ok;
+}
+
 void shoal_fuse_refuse(fuse_req_t req, uint64_t t0, int err, const char *what, const char *name,
                        const char *why)
 {
@@ -62,8 +89,14 @@ void shoal_fuse_refuse(fuse_req_t req, uint64_t t0, int err, const char *what, c
                 why = "read-only file system";
         }
         shoal_metric_inc(SHOAL_M_fuse_write_refused);
-        log_ratelimited(SHOAL_LOG_WARN, "fuse", "refused %s%s%s: %s (%s)", what, name ? " of " : "",
-                        name ? name : "", why, strerror(err));
+        unsigned dropped = 0;
+        if (refuse_log_ok(&dropped)) {
+                char more[64] = "";
+                if (dropped)
+                        snprintf(more, sizeof(more), " [%u refusals not logged before]", dropped);
+                log_warn("fuse", "refused %s%s%s: %s (%s)%s", what, name ? " of " : "",
+                         name ? name : "", why, strerror(err), more);
+        }
         shoal_fuse_reply_err(req, t0, err);
 }
 
@@ -311,7 +344,7 @@ void shoal_fuse_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
         /* What is there now: the kernel's negative entry may be older than the store. */
         struct shoal_inode_attr a = {.is_dir = true};
         rc = shoal_fuse_local_dir(f, path) ? 0 : shoal_fuse_probe(f, path, &a);
-        unsigned flags = SHOAL_UPLOAD_CREATE;
+        unsigned flags = SHOAL_UPLOAD_CREATE | SHOAL_UPLOAD_CHECKED;
         if (!rc && a.is_dir) {
                 shoal_fuse_reply_err(req, t0, EISDIR);
                 return;
@@ -443,9 +476,8 @@ void shoal_fuse_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
         int err = 0;
         if (h->state == W_DONE) {
                 err = EPERM;
-                log_ratelimited(SHOAL_LOG_WARN, "fuse",
-                                "refused write to %s: already committed by fsync or close (%s)",
-                                h->key, strerror(err));
+                log_warn("fuse", "refused write to %s: already committed by fsync or close (%s)",
+                         h->key, strerror(err));
         } else if (h->state == W_FAILED) {
                 err = h->err;
         } else if ((uint64_t)off != h->written) {

@@ -98,8 +98,6 @@
         X(object_get_dur, HIST, "Object store GET latency")                                        \
         X(object_head_requests, COUNTER, "Object store HEAD/stat requests")                        \
         X(object_list_requests, COUNTER, "Object store list requests")                             \
-        X(object_put_requests, COUNTER, "Object store PUTs")                                       \
-        X(object_put_bytes, COUNTER, "Bytes written to the object store")                          \
         X(object_put_errors, COUNTER, "Object uploads that failed (after retries)")                \
         X(object_put_retries, COUNTER, "Object store PUTs (parts included) retried")               \
         X(object_put_dur, HIST, "Object store PUT latency (one request or one part)")              \
@@ -108,7 +106,9 @@
         X(object_put_buffer_bytes, GAUGE, "Bytes of upload part buffers held")                     \
         X(object_multipart_uploads, COUNTER, "Multipart uploads started")                          \
         X(object_multipart_aborts, COUNTER, "Multipart uploads aborted after a failure")           \
-        X(object_delete_requests, COUNTER, "Object store DELETEs")
+        X(object_delete_requests, COUNTER, "Object store DELETEs")                                 \
+        X(object_put_requests, COUNTER, "Object store PUTs")                                       \
+        X(object_put_bytes, COUNTER, "Bytes written to the object store")
 
 enum shoal_metric_id {
 #define SHOAL_METRIC_ENUM(id, kind, help) SHOAL_M_##id,

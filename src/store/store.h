@@ -173,6 +173,9 @@ bool shoal_store_retry_wait(struct shoal_store *st, int err, unsigned attempt);
  * retries (the cause is logged). After an error from append the upload is dead: every further
  * append returns the same error and commit returns it too (and frees); abort is always allowed. */
 #define SHOAL_UPLOAD_CREATE 1u /* a new object only: -EEXIST when KEY exists */
+#define SHOAL_UPLOAD_CHECKED                                             \
+        2u /* with CREATE: the caller has just seen KEY absent, so begin \
+              does not ask the store again (commit still does) */
 
 struct shoal_upload;
 

@@ -449,7 +449,7 @@ int shoal_store_upload_begin(struct shoal_store *st, const char *key, unsigned f
         int rc;
         if (streamed(st)) {
                 rc = st->ops->stream_begin(st, key, flags, &u->stream);
-        } else if (flags & SHOAL_UPLOAD_CREATE) {
+        } else if ((flags & SHOAL_UPLOAD_CREATE) && !(flags & SHOAL_UPLOAD_CHECKED)) {
                 /* Early and cheap; commit asks the store again atomically where it can. */
                 struct shoal_object o;
                 rc = shoal_store_stat(st, key, &o);

@@ -35,6 +35,9 @@
   s3fault.py put --endpoint URL --bucket B --dir DIR --key K --secret S [--region R]
       Uploads every file under DIR as an object named by its path relative to DIR, signed with
       SigV4, over one keep-alive connection.
+
+  s3fault.py get --endpoint URL --bucket B --key KEY --out FILE --access K --secret S
+      Downloads object KEY into FILE (signed) and prints its ETag; exit 3 when there is none.
 """
 import argparse
 import datetime
@@ -445,6 +448,28 @@ def cmd_put(a):
     print("uploaded %d objects" % n)
 
 
+def cmd_get(a):
+    """Downloads one object to a file, signed; exit 3 when it does not exist."""
+    u = urllib.parse.urlsplit(a.endpoint)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=300)
+    path = "/%s/%s" % (a.bucket, enc(a.key, "/~"))
+    h = sign_headers("GET", u.netloc, path, "", EMPTY_SHA256, a.access, a.secret, a.region)
+    conn.request("GET", path, headers=h)
+    r = conn.getresponse()
+    if r.status == 404:
+        r.read()
+        sys.exit(3)
+    if r.status != 200:
+        sys.exit("get %s: HTTP %d %s" % (a.key, r.status, r.read()[:200]))
+    with open(a.out, "wb") as f:
+        while True:
+            b = r.read(1 << 20)
+            if not b:
+                break
+            f.write(b)
+    print(r.getheader("ETag", "").strip('"'))
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -461,8 +486,16 @@ def main():
     p.add_argument("--key", required=True)
     p.add_argument("--secret", required=True)
     p.add_argument("--region", default="us-east-1")
+    p = sub.add_parser("get")
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--bucket", required=True)
+    p.add_argument("--key", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--access", required=True)
+    p.add_argument("--secret", required=True)
+    p.add_argument("--region", default="us-east-1")
     a = ap.parse_args()
-    {"proxy": cmd_proxy, "put": cmd_put}[a.cmd](a)
+    {"proxy": cmd_proxy, "put": cmd_put, "get": cmd_get}[a.cmd](a)
 
 
 if __name__ == "__main__":
