@@ -36,6 +36,10 @@ struct shoal_fuse {
         pthread_mutex_t dirs_mu;
         char **dirs;
         size_t ndirs, dirs_cap;
+        /* Files open for writing, so that a mount that stops with some still open abandons
+         * their uploads (fuse_write.c). */
+        pthread_mutex_t writes_mu;
+        struct write_file *writes;
 };
 
 /* The first word of every file handle (fi->fh) says what it is; .stats handles are known by
@@ -103,5 +107,8 @@ void shoal_fuse_refuse(fuse_req_t req, uint64_t t0, int err, const char *what, c
 bool shoal_fuse_local_dir(struct shoal_fuse *f, const char *path);
 int shoal_fuse_local_dirs_list(struct shoal_fuse *f, const char *path, struct shoal_dirlist *l);
 void shoal_fuse_local_dirs_free(struct shoal_fuse *f);
+/* At teardown, after the loop ended: abandons the uploads of files still open for writing (the
+ * kernel sends no release when the session ends first), so that none is left half-done. */
+void shoal_fuse_writes_abandon(struct shoal_fuse *f);
 
 #endif

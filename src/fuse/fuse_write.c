@@ -46,6 +46,7 @@ struct write_file {
         pid_t tgid; /* the opener's process: its close commits */
         char key[SHOAL_KEY_MAX + 1];
         char parent[SHOAL_KEY_MAX + 1];
+        struct write_file *prev, *next; /* f->writes */
 };
 
 static struct shoal_fuse *fs_of(fuse_req_t req)
@@ -197,6 +198,7 @@ static uint64_t parent_ino(struct shoal_fuse *f, const char *parent)
 static struct write_file *handle_new(fuse_req_t req, const char *path, uint64_t ino,
                                      struct shoal_upload *up)
 {
+        struct shoal_fuse *f = fs_of(req);
         struct write_file *h = calloc(1, sizeof(*h));
         if (!h)
                 return NULL;
@@ -209,11 +211,25 @@ static struct write_file *handle_new(fuse_req_t req, const char *path, uint64_t 
         struct task_info ti;
         task_info(fuse_req_ctx(req)->pid, &ti);
         h->tgid = ti.tgid;
+        pthread_mutex_lock(&f->writes_mu);
+        h->next = f->writes;
+        if (h->next)
+                h->next->prev = h;
+        f->writes = h;
+        pthread_mutex_unlock(&f->writes_mu);
         return h;
 }
 
-static void handle_free(struct write_file *h)
+static void handle_free(struct shoal_fuse *f, struct write_file *h)
 {
+        pthread_mutex_lock(&f->writes_mu);
+        if (h->prev)
+                h->prev->next = h->next;
+        else
+                f->writes = h->next;
+        if (h->next)
+                h->next->prev = h->prev;
+        pthread_mutex_unlock(&f->writes_mu);
         pthread_mutex_destroy(&h->mu);
         free(h);
 }
@@ -400,7 +416,7 @@ void shoal_fuse_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
                 pthread_mutex_lock(&h->mu);
                 abandon(f, h, EINTR, "create was interrupted");
                 pthread_mutex_unlock(&h->mu);
-                handle_free(h);
+                handle_free(f, h);
                 shoal_itable_forget(f->it, ino, 1);
         }
         shoal_fuse_op_end(t0);
@@ -449,7 +465,7 @@ void shoal_fuse_open_write(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
                 pthread_mutex_lock(&h->mu);
                 abandon(f, h, EINTR, "open was interrupted");
                 pthread_mutex_unlock(&h->mu);
-                handle_free(h);
+                handle_free(f, h);
         }
         shoal_fuse_op_end(t0);
 }
@@ -564,8 +580,18 @@ void shoal_fuse_release_write(fuse_req_t req, struct fuse_file_info *fi, uint64_
         if (h->state == W_OPEN)
                 commit(f, h); /* nobody waits for this answer: the outcome is in the log */
         pthread_mutex_unlock(&h->mu);
-        handle_free(h);
+        handle_free(f, h);
         shoal_fuse_reply_err(req, t0, 0);
+}
+
+void shoal_fuse_writes_abandon(struct shoal_fuse *f)
+{
+        while (f->writes) {
+                struct write_file *h = f->writes;
+                if (h->state == W_OPEN)
+                        abandon(f, h, EIO, "the mount stopped while it was open");
+                handle_free(f, h);
+        }
 }
 
 /* --- attributes -------------------------------------------------------------------------- */

@@ -77,6 +77,7 @@ struct shoal_fuse *shoal_fuse_mount(const struct shoal_fuse_config *cfg, char *e
         f->gid = getgid();
         pthread_mutex_init(&f->stats_mu, NULL);
         pthread_mutex_init(&f->dirs_mu, NULL);
+        pthread_mutex_init(&f->writes_mu, NULL);
         f->it = shoal_itable_create(cfg->attr_ttl_ns);
         if (!f->it || pthread_key_create(&f->buf_key, shoal_fuse_buf_free)) {
                 snprintf(err, errlen, "out of memory");
@@ -195,6 +196,8 @@ void shoal_fuse_destroy(struct shoal_fuse *f)
                         fuse_session_unmount(f->se);
                 fuse_session_destroy(f->se);
         }
+        shoal_fuse_writes_abandon(f);
+        pthread_mutex_destroy(&f->writes_mu);
         if (f->buf_key_ok)
                 pthread_key_delete(f->buf_key);
         shoal_itable_destroy(f->it);

@@ -301,9 +301,11 @@ class Proxy(http.server.BaseHTTPRequestHandler):
                 self.end_headers()
                 return
         if kind in ("put", "complete") and headers.get("if-none-match") == "*":
+            # Without the condition itself: s3rver would answer it with 304.
             r, _ = self.upstream("HEAD", path, [(k, v) for k, v in self.headers.items()
                                                 if k.lower() not in ("content-length",
-                                                                     "content-type")],
+                                                                     "content-type",
+                                                                     "if-none-match")],
                                  None)
             if r.status == 200:
                 self.log(line + " -> 412 exists")
