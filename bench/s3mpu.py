@@ -94,8 +94,9 @@ def main():
     xml = "<CompleteMultipartUpload>%s</CompleteMultipartUpload>" % "".join(
         "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag></Part>" % (i + 1, e)
         for i, e in enumerate(etags))
-    main_client.request("POST", a.key, "uploadId=" + urllib.parse.quote(uid, safe="~"),
-                        xml.encode())
+    # A fresh connection: the first sat idle past the server's keep-alive while parts went up.
+    Client(a).request("POST", a.key, "uploadId=" + urllib.parse.quote(uid, safe="~"),
+                      xml.encode())
 
 
 if __name__ == "__main__":

@@ -61,7 +61,11 @@ measure() {
     e0=$(ticks ${EXTRA_PIDS:-} 2>/dev/null || echo 0)
     s0=$(ticks $spids 2>/dev/null || echo 0)
     t0=$(now)
-    c=$( { /usr/bin/time -f "%U %S" "$@" >/dev/null; } 2>&1 | tail -n 1)
+    if ! { /usr/bin/time -o "$D/time" -f "%U %S" "$@" >/dev/null 2>"$D/err"; }; then
+      echo "$name failed: $(tail -n 3 "$D/err")" >&2
+      exit 1
+    fi
+    c=$(tail -n 1 "$D/time")
     t1=$(now)
     e1=$(ticks ${EXTRA_PIDS:-} 2>/dev/null || echo 0)
     s1=$(ticks $spids 2>/dev/null || echo 0)
