@@ -609,25 +609,31 @@ void shoal_fuse_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
                 shoal_fuse_reply_err(req, t0, -rc);
                 return;
         }
-        bool writing = !a.is_dir && shoal_itable_is_writing(f->it, path);
+        /* A file being written, or a folder made here, is still ours: its times may be set (and
+         * are ignored: the store stamps the object). */
+        bool fresh =
+                a.is_dir ? shoal_fuse_local_dir(f, path) : shoal_itable_is_writing(f->it, path);
+        struct stat cur;
+        shoal_fuse_fill_stat(f, ino, &a, &cur);
         const int times = FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW |
                           FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME;
         const char *why = NULL;
-        if (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID))
+        /* An owner or mode equal to the one shown changes nothing, and saying so keeps `tar -x`
+         * and `cp -p` working; any other is refused. */
+        if (((to_set & FUSE_SET_ATTR_MODE) && (attr->st_mode & 07777) != (cur.st_mode & 07777)) ||
+            ((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != cur.st_uid) ||
+            ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != cur.st_gid))
                 why = "objects have no owner or mode to change";
-        else if ((to_set & FUSE_SET_ATTR_SIZE) && !(writing && (uint64_t)attr->st_size == a.size))
+        else if ((to_set & FUSE_SET_ATTR_SIZE) &&
+                 (a.is_dir || !fresh || (uint64_t)attr->st_size != a.size))
                 why = "objects cannot be truncated or extended (replace them with O_TRUNC)";
-        else if ((to_set & times) && !writing)
+        else if ((to_set & times) && !fresh)
                 why = "the times of a stored object are the store's";
         if (why) {
                 shoal_fuse_refuse(req, t0, EPERM, "setattr", path, why);
                 return;
         }
-        /* Times of a file being written are taken and ignored, as `touch` and `cp -p` need: the
-         * store stamps the object when it takes it. */
-        struct stat st;
-        shoal_fuse_fill_stat(f, ino, &a, &st);
-        fuse_reply_attr(req, &st, writing ? 0 : f->ttl_s);
+        fuse_reply_attr(req, &cur, fresh && !a.is_dir ? 0 : f->ttl_s);
         shoal_fuse_op_end(t0);
 }
 
