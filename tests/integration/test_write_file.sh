@@ -65,7 +65,7 @@ no_hidden
 grep -q "wrote big.bin: 1073741824 bytes" "$T/w.log" || fail "no log line for the write"
 rm -f "$T/big.bin"
 
-echo "== small files: shell redirection, python, touch, a new folder"
+echo "== small files: shell redirection, python, touch, new folders, tar -x, cp -p"
 echo hello >"$MNT/hello.txt" || fail "echo > new file failed"
 [ "$(cat "$STORE/hello.txt")" = hello ] || fail "hello.txt is not in the store"
 $PY -c "open('$MNT/py.bin', 'wb').write(b'x' * 300000)" || fail "python write failed"
@@ -77,6 +77,11 @@ mkdir "$MNT/newdir" || fail "mkdir failed"
 ls "$MNT" | grep -qx newdir || fail "the new folder is not listed"
 mkdir "$MNT/newdir/sub" && echo deep >"$MNT/newdir/sub/f.txt" || fail "a file in new folders"
 [ "$(cat "$STORE/newdir/sub/f.txt")" = deep ] || fail "newdir/sub/f.txt is not in the store"
+mkdir -p "$T/tsrc/sub" && echo a >"$T/tsrc/sub/f1" && tar -C "$T" -cf "$T/t.tar" tsrc
+tar -C "$MNT" -xf "$T/t.tar" || fail "tar -x into the mount failed" # sets mode, owner, times
+[ "$(cat "$STORE/tsrc/sub/f1")" = a ] || fail "tar -x: tsrc/sub/f1 is not in the store"
+cp -p "$T/t.tar" "$MNT/t.tar" || fail "cp -p into the mount failed"
+cmp -s "$T/t.tar" "$STORE/t.tar" || fail "cp -p: the store's copy differs"
 mkdir "$MNT/gone" && rmdir "$MNT/gone" || fail "mkdir + rmdir of an empty folder failed"
 ls "$MNT" | grep -qx gone && fail "a removed folder is still listed"
 expect_errno ENOTEMPTY "rmdir of a folder with files" "os.rmdir(M + '/newdir')"
