@@ -42,10 +42,10 @@ struct shoal_fuse {
         struct write_file *writes;
 };
 
-/* The first word of every file handle (fi->fh) says what it is; .stats handles are known by
- * their inode. */
+/* The first word of every file handle (fi->fh) says what it is. */
 #define SHOAL_FH_READ  0x52454144u /* "READ" */
 #define SHOAL_FH_WRITE 0x57524954u /* "WRIT" */
+#define SHOAL_FH_STATS 0x53544154u /* "STAT" */
 
 static inline uint32_t shoal_fh_kind(const struct fuse_file_info *fi)
 {

@@ -30,6 +30,7 @@ struct open_file {
 };
 
 struct stats_handle {
+        uint32_t kind; /* SHOAL_FH_STATS */
         char *text;
         size_t len;
 };
@@ -486,6 +487,7 @@ static int open_stats(struct shoal_fuse *f, struct fuse_file_info *fi)
                 shoal_metrics_snap_free(&cur);
                 return -ENOMEM;
         }
+        h->kind = SHOAL_FH_STATS;
         pthread_mutex_lock(&f->stats_mu);
         h->text = shoal_metrics_render_stats(&cur, f->have_prev ? &f->stats_prev : NULL);
         if (f->have_prev)
