@@ -43,7 +43,8 @@ struct write_file {
         int err; /* errno for writes after the upload ended badly */
         uint64_t ino;
         uint64_t written;
-        pid_t tgid; /* the opener's process: its close commits */
+        pid_t tgid;   /* the opener's process: its close commits */
+        bool flushed; /* some close reached us: the file had a descriptor */
         char key[SHOAL_KEY_MAX + 1];
         char parent[SHOAL_KEY_MAX + 1];
         struct write_file *prev, *next; /* f->writes */
@@ -543,6 +544,7 @@ void shoal_fuse_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         struct task_info ti;
         task_info(fuse_req_ctx(req)->pid, &ti);
         pthread_mutex_lock(&h->mu);
+        h->flushed = true;
         int err = 0;
         if (h->state == W_FAILED) {
                 err = EIO;
@@ -577,7 +579,11 @@ void shoal_fuse_release_write(fuse_req_t req, struct fuse_file_info *fi, uint64_
         struct shoal_fuse *f = fs_of(req);
         struct write_file *h = (struct write_file *)(uintptr_t)fi->fh;
         pthread_mutex_lock(&h->mu);
-        if (h->state == W_OPEN)
+        if (h->state == W_OPEN && !h->flushed && !h->written)
+                /* No close ever came: the file never reached a descriptor (its opener died
+                 * during open), so nobody asked for this object, not even an empty one. */
+                abandon(f, h, EIO, "its opener never had it open");
+        else if (h->state == W_OPEN)
                 commit(f, h); /* nobody waits for this answer: the outcome is in the log */
         pthread_mutex_unlock(&h->mu);
         handle_free(f, h);

@@ -143,10 +143,10 @@ print('ready', flush=True)
 time.sleep(60)" "$1" "$2"
 }
 for sig in KILL TERM; do
-  writer "killed-$sig.bin" 24 >"$T/writer.out" &
+  writer "killed-$sig.bin" 24 >"$T/writer-$sig.out" &
   wpid=$!
   PIDS+=("$wpid")
-  wait_for grep -q ready "$T/writer.out" || fail "the writer did not start"
+  wait_for grep -q ready "$T/writer-$sig.out" || fail "the writer did not start"
   kill -"$sig" "$wpid"
   wait "$wpid" 2>/dev/null || true
   wait_for grep -q "killed-$sig.bin abandoned after 25165824 bytes: the writer was killed by signal" "$T/w.log" ||
