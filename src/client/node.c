@@ -143,6 +143,10 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
                 .url = n->vol.url,
                 .endpoint = cfg->endpoint,
                 .max_downloads = cfg->max_downloads,
+                .upload_part_size = cfg->upload_part_size,
+                /* Uploads take their part buffers from a budget as large as the read
+                 * buffers' (--buffer-size bounds each). */
+                .upload_buffer_bytes = cfg->buffer_size,
         };
         n->store = shoal_store_open(&scfg, err, errlen);
         if (!n->store) {

@@ -22,6 +22,15 @@
         X(fuse_write_bytes, COUNTER, "Bytes accepted by FUSE writes")                              \
         X(fuse_read_size_1m, COUNTER, "FUSE read requests of at least 1 MiB")                      \
         X(fuse_reads, COUNTER, "FUSE read requests")                                               \
+        X(fuse_write_requests, COUNTER, "FUSE write requests")                                     \
+        X(fuse_write_files, COUNTER, "Files written through the mount and committed to the store") \
+        X(fuse_write_errors, COUNTER, "Files whose upload failed (close or fsync returned EIO)")   \
+        X(fuse_write_refused, COUNTER,                                                             \
+          "Writes, overwrites, renames, deletes refused by the model")                             \
+        X(fuse_write_aborted, COUNTER,                                                             \
+          "Files abandoned before commit (writer killed, bad offset)")                             \
+        X(fuse_write_commit_dur, HIST,                                                             \
+          "Time close or fsync waited for the store to confirm a file")                            \
         /* m: meta (object store listing and stat on behalf of the mount) */                       \
         X(meta_ops, COUNTER, "Metadata operations (list, stat)")                                   \
         X(meta_op_dur, HIST, "Metadata operation latency")                                         \
@@ -91,6 +100,15 @@
         X(object_get_dur, HIST, "Object store GET latency")                                        \
         X(object_head_requests, COUNTER, "Object store HEAD/stat requests")                        \
         X(object_list_requests, COUNTER, "Object store list requests")                             \
+        X(object_put_errors, COUNTER, "Object uploads that failed (after retries)")                \
+        X(object_put_retries, COUNTER, "Object store PUTs (parts included) retried")               \
+        X(object_put_dur, HIST, "Object store PUT latency (one request or one part)")              \
+        X(object_put_objects, COUNTER, "Objects committed to the object store")                    \
+        X(object_put_commit_dur, HIST, "Time a commit waited for the store to confirm an object")  \
+        X(object_put_buffer_bytes, GAUGE, "Bytes of upload part buffers held")                     \
+        X(object_multipart_uploads, COUNTER, "Multipart uploads started")                          \
+        X(object_multipart_aborts, COUNTER, "Multipart uploads aborted after a failure")           \
+        X(object_delete_requests, COUNTER, "Object store DELETEs")                                 \
         X(object_put_requests, COUNTER, "Object store PUTs")                                       \
         X(object_put_bytes, COUNTER, "Bytes written to the object store")
 
