@@ -292,36 +292,58 @@ static int uint_flag(const struct shoal_cli *cli, enum shoal_opt id, uint64_t ma
         return 0;
 }
 
-static char secret_buf[4096];
+/* The secret's bytes live here for the process's life (configs point into it). */
+static uint8_t secret_buf[SHOAL_SECRET_MAX + 1];
 
-static int load_secret(const struct shoal_cli *cli, const char **out)
+/* Reads the group secret [S1, S3]: the bytes of --group-secret-file, or of SHOAL_GROUP_SECRET.
+ * Every byte counts, NUL included; one line ending at the very end of the file ("\n" or
+ * "\r\n", as editors and `echo` leave it) is not part of the secret, so a file and the variable
+ * holding the same text agree. Shorter than SHOAL_SECRET_MIN or a file longer than
+ * SHOAL_SECRET_MAX bytes: one line, exit 2. */
+static int load_secret(const struct shoal_cli *cli, struct shoal_secret *out)
 {
-        *out = NULL;
+        *out = (struct shoal_secret){0};
         const char *path = cli->val[OPT_GROUP_SECRET_FILE];
+        size_t n;
         if (path) {
-                FILE *f = fopen(path, "r");
+                FILE *f = fopen(path, "rb");
                 if (!f)
                         return shoal_cli_fail(cli, "cannot read --group-secret-file %s: %s", path,
                                               strerror(errno));
-                size_t n = fread(secret_buf, 1, sizeof(secret_buf) - 1, f);
+                n = fread(secret_buf, 1, sizeof(secret_buf), f);
+                bool bad = ferror(f);
                 fclose(f);
-                while (n && (secret_buf[n - 1] == '\n' || secret_buf[n - 1] == '\r'))
+                if (bad)
+                        return shoal_cli_fail(cli, "cannot read --group-secret-file %s", path);
+                if (n > SHOAL_SECRET_MAX)
+                        return shoal_cli_fail(cli,
+                                              "--group-secret-file %s: the secret must be at most "
+                                              "%d bytes",
+                                              path, SHOAL_SECRET_MAX);
+                if (n && secret_buf[n - 1] == '\n') {
                         n--;
-                secret_buf[n] = '\0';
-                if (n < 16)
+                        if (n && secret_buf[n - 1] == '\r')
+                                n--;
+                }
+                if (n < SHOAL_SECRET_MIN)
                         return shoal_cli_fail(cli,
                                               "--group-secret-file %s: the secret must be at "
-                                              "least 16 bytes",
-                                              path);
-                *out = secret_buf;
-                return 0;
+                                              "least %d bytes (it has %zu)",
+                                              path, SHOAL_SECRET_MIN, n);
+        } else {
+                const char *env = getenv("SHOAL_GROUP_SECRET");
+                if (!env || !*env)
+                        return 0;
+                n = strlen(env);
+                if (n < SHOAL_SECRET_MIN || n > SHOAL_SECRET_MAX)
+                        return shoal_cli_fail(cli,
+                                              "SHOAL_GROUP_SECRET must be %d to %d bytes (it has "
+                                              "%zu)",
+                                              SHOAL_SECRET_MIN, SHOAL_SECRET_MAX, n);
+                memcpy(secret_buf, env, n);
         }
-        const char *env = getenv("SHOAL_GROUP_SECRET");
-        if (env && *env) {
-                if (strlen(env) < 16)
-                        return shoal_cli_fail(cli, "SHOAL_GROUP_SECRET must be at least 16 bytes");
-                *out = env;
-        }
+        out->bytes = secret_buf;
+        out->len = n;
         return 0;
 }
 

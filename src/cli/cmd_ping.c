@@ -8,20 +8,23 @@
 #include "cli/cli.h"
 #include "common/util.h"
 #include "rpc/client_conn.h"
+#include "rpc/handshake.h"
 #include "rpc/rdma.h"
 #include "rpc/wire.h"
 
 #define PINGS 5
 
-static int ping_service(const char *what, const char *addr, uint8_t service, const char *secret,
-                        struct shoal_wire_info *info)
+static int ping_service(const char *what, const char *addr, uint8_t service,
+                        const struct shoal_hs_key *key, struct shoal_wire_info *info)
 {
         uint64_t t0 = shoal_now_ns();
         uint64_t deadline = t0 + 5ULL * 1000000000ULL;
-        int fd = shoal_rpc_connect(addr, service, secret, deadline, NULL);
+        struct shoal_rpc_peer peer = {0};
+        int fd = shoal_rpc_connect(addr, service, key, deadline, &peer);
         if (fd < 0) {
                 printf("%-8s %-21s FAILED: %s\n", what, addr,
-                       fd == -EACCES ? "authentication failed (group secret?)" : strerror(-fd));
+                       fd == -EACCES ? "authentication failed (group secret? see the log)"
+                                     : strerror(-fd));
                 return 1;
         }
         double connect_ms = (double)(shoal_now_ns() - t0) / 1e6;
@@ -61,8 +64,11 @@ static int ping_service(const char *what, const char *addr, uint8_t service, con
                 printf("%-8s %-21s FAILED after connecting: %s\n", what, addr, strerror(-rc));
                 return 1;
         }
-        printf("%-8s %-21s ok: connect+handshake %.2f ms, rtt min/avg/max %.3f/%.3f/%.3f ms\n",
-               what, addr, connect_ms, min, sum / PINGS, max);
+        printf("%-8s %-21s ok: member %s%s, connect+handshake %.2f ms, rtt min/avg/max "
+               "%.3f/%.3f/%.3f ms\n",
+               what, addr, peer.member_id[0] ? peer.member_id : "?",
+               key && key->set ? " (proved the group secret)" : "", connect_ms, min, sum / PINGS,
+               max);
         return 0;
 }
 
@@ -80,18 +86,24 @@ int shoal_cmd_ping(int argc, char **argv)
         struct shoal_node_config cfg;
         if (shoal_cli_node_config(&cli, "file:///", &cfg))
                 return 2;
+        struct shoal_hs_key key;
+        if (shoal_hs_key_init(&key, &cfg.group_secret))
+                return shoal_cli_fail(&cli, "the group secret must be at least %d bytes",
+                                      SHOAL_SECRET_MIN);
         struct shoal_wire_info info;
         memset(&info, 0, sizeof(info));
-        int bad = ping_service("tcp", cli.pos[0], SHOAL_SERVICE_POOL, cfg.group_secret, &info);
-        if (bad)
+        int bad = ping_service("tcp", cli.pos[0], SHOAL_SERVICE_POOL, &key, &info);
+        if (bad) {
+                shoal_hs_key_clear(&key);
                 return 1;
+        }
         printf("%-8s volume %s, block size %u\n", "member",
                info.volume_url[0] ? info.volume_url : "?", info.block_size);
         if (info.iorpc_addr[0])
-                bad |= ping_service("iorpc", info.iorpc_addr, SHOAL_SERVICE_IORPC, cfg.group_secret,
-                                    NULL);
+                bad |= ping_service("iorpc", info.iorpc_addr, SHOAL_SERVICE_IORPC, &key, NULL);
         else
                 printf("%-8s rpc disabled on this member\n", "iorpc");
+        shoal_hs_key_clear(&key);
         if (cfg.rdma_network) {
                 char ifs[SHOAL_FAB_MAX_IFACES][32];
                 int nif = shoal_fab_parse_ifaces(cfg.rdma_network, ifs);
@@ -103,7 +115,7 @@ int shoal_cmd_ping(int argc, char **argv)
                 }
                 for (int i = 0; i < nif; i++)
                         if (shoal_rdma_ping(shoal_fab_provider(cfg.rdma_provider), ifs[i],
-                                            info.rdma_addr[i % info.n_rdma], cfg.group_secret))
+                                            info.rdma_addr[i % info.n_rdma], &cfg.group_secret))
                                 bad = 1;
         }
         return bad;

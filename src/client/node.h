@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "common/block.h"
+#include "common/secret.h"
 
 struct shoal_node_config {
         const char *storage;  /* STORAGE url */
@@ -25,7 +26,7 @@ struct shoal_node_config {
         const char *group_network; /* --group-network */
         uint16_t group_port;
         uint32_t group_weight;
-        const char *group_secret; /* the secret's bytes, NUL-terminated, or NULL */
+        struct shoal_secret group_secret; /* the secret's bytes (len 0: none) */
         bool use_iorpc;
         int iorpc_mode; /* enum shoal_iorpc_mode */
         bool cache_try_dio;

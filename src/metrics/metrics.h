@@ -59,6 +59,8 @@
         X(remotecache_get_errors, COUNTER, "Block reads from group members that failed")           \
         X(remotecache_get_dur, HIST, "Latency of block reads from group members")                  \
         X(remotecache_fallbacks, COUNTER, "Block reads sent to the store after a member failed")   \
+        X(remotecache_auth_failures, COUNTER,                                                      \
+          "Handshakes refused: a peer without the group secret (either side)")                     \
         X(remotecache_serve_requests, COUNTER, "Block reads served to group members")              \
         X(remotecache_serve_bytes, COUNTER, "Bytes served to group members")                       \
         X(remotecache_serve_errors, COUNTER, "Block reads that the server answered with an error") \

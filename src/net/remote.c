@@ -63,7 +63,7 @@ struct shoal_remote *shoal_remote_create(const struct shoal_remote_config *cfg)
                 rm->cfg.avoid_ns = 10ULL * 1000000000ULL;
         rm->cfg.avoid_ns = env_duration("SHOAL_AVOID_DURATION", rm->cfg.avoid_ns);
         rm->members = calloc(MAX_MEMBERS, sizeof(*rm->members));
-        rm->pool = shoal_pool_create(cfg->secret, cfg->idle_per_peer);
+        rm->pool = shoal_pool_create(&cfg->secret, cfg->idle_per_peer);
         if (cfg->use_iorpc || cfg->rdma) {
                 struct shoal_iorpc_config ic = {.secret = cfg->secret};
                 rm->iorpc = shoal_iorpc_create(&ic);

@@ -81,7 +81,7 @@ struct peer {
 
 struct shoal_iorpc {
         struct shoal_iorpc_config cfg;
-        char *secret;
+        struct shoal_hs_key key;
         pthread_mutex_t mu;
         pthread_cond_t cond;          /* connection set-up and the scaler sleep here */
         pthread_condattr_t cond_attr; /* CLOCK_MONOTONIC, for every waiter's condition */
@@ -293,9 +293,8 @@ static int add_conn_locked(struct shoal_iorpc *cl, struct peer *p, uint64_t dead
 {
         p->connecting = true;
         pthread_mutex_unlock(&cl->mu);
-        uint32_t max_inflight = 0;
-        int fd = shoal_rpc_connect(p->addr, SHOAL_SERVICE_IORPC, cl->secret, deadline,
-                                   &max_inflight);
+        struct shoal_rpc_peer peer = {0};
+        int fd = shoal_rpc_connect(p->addr, SHOAL_SERVICE_IORPC, &cl->key, deadline, &peer);
         struct iconn *ic = NULL;
         if (fd >= 0) {
                 ic = calloc(1, sizeof(*ic));
@@ -312,7 +311,7 @@ static int add_conn_locked(struct shoal_iorpc *cl, struct peer *p, uint64_t dead
         ic->fd = fd;
         ic->peer = p;
         ic->cl = cl;
-        ic->max_inflight = max_inflight ? max_inflight : 1;
+        ic->max_inflight = peer.max_inflight ? peer.max_inflight : 1;
         ic->refs = 2; /* the peer list and the receiver */
         pthread_mutex_init(&ic->send_mu, NULL);
         if (pthread_create(&ic->rx, NULL, rx_main, ic)) {
@@ -598,14 +597,14 @@ struct shoal_iorpc *shoal_iorpc_create(const struct shoal_iorpc_config *cfg)
         if (!cl->cfg.max_conns)
                 cl->cfg.max_conns = 16;
         cl->peers = calloc(MAX_PEERS, sizeof(*cl->peers));
-        cl->secret = cfg->secret ? strdup(cfg->secret) : NULL;
-        if (!cl->peers || (cfg->secret && !cl->secret))
+        /* Ids only need to be unique per connection; see pool_client.c. */
+        if (!cl->peers || shoal_hs_key_init(&cl->key, &cfg->secret) ||
+            shoal_random_bytes(&cl->next_id, sizeof(cl->next_id)))
                 goto out_free;
         pthread_mutex_init(&cl->mu, NULL);
         pthread_condattr_init(&cl->cond_attr);
         pthread_condattr_setclock(&cl->cond_attr, CLOCK_MONOTONIC);
         pthread_cond_init(&cl->cond, &cl->cond_attr);
-        shoal_random_bytes(&cl->next_id, sizeof(cl->next_id));
         cl->next_id >>= 1; /* never wraps to 0 in practice; 0 marks an empty abandoned slot */
         if (pthread_create(&cl->scaler, NULL, scaler_main, cl)) {
                 pthread_mutex_destroy(&cl->mu);
@@ -615,7 +614,7 @@ struct shoal_iorpc *shoal_iorpc_create(const struct shoal_iorpc_config *cfg)
         return cl;
 out_free:
         free(cl->peers);
-        free(cl->secret);
+        shoal_hs_key_clear(&cl->key);
         free(cl);
         return NULL;
 }
@@ -641,7 +640,7 @@ void shoal_iorpc_destroy(struct shoal_iorpc *cl)
         pthread_cond_destroy(&cl->cond);
         pthread_condattr_destroy(&cl->cond_attr);
         free(cl->peers);
-        free(cl->secret);
+        shoal_hs_key_clear(&cl->key);
         free(cl);
 }
 

@@ -41,6 +41,7 @@
 #include "event/loop.h"
 #include "group/group.h"
 #include "metrics/metrics.h"
+#include "rpc/handshake.h"
 #include "rpc/wire.h"
 
 #define MAX_LOOPS           8
@@ -134,8 +135,8 @@ struct conn {
                 C_READY
         } state;
         bool closed;
-        int refs; /* the loop's own reference + one per request outside the loop */
-        uint8_t nonce_c[SHOAL_WIRE_NONCE_LEN], nonce_s[SHOAL_WIRE_NONCE_LEN];
+        int refs;           /* the loop's own reference + one per request outside the loop */
+        struct shoal_hs hs; /* the handshake, until state is C_READY */
         uint8_t in[IN_MAX];
         size_t in_len;
         uint64_t frame_start; /* monotonic time the current partial frame began, 0 = none */
@@ -169,6 +170,8 @@ struct srv_loop {
 
 struct shoal_server {
         struct shoal_server_config cfg;
+        struct shoal_hs_key key; /* from cfg.secret; cfg.secret itself is not kept */
+        char member_id[SHOAL_WIRE_MEMBER_ID_MAX + 1];
         bool stopping;
         struct srv_loop loops[MAX_LOOPS];
         unsigned nloops;
@@ -698,59 +701,94 @@ static void conn_send_error(struct conn *c, uint64_t id, uint32_t status, const 
 
 /* ---- reading ------------------------------------------------------------------------------ */
 
+/* ---- handshake ---------------------------------------------------------------------------- */
+
+/* Starts the handshake of the accepted connection C on FD (rpc/handshake.h): the proofs bind the
+ * address the requester dialed, which is this socket's local address. Returns 0 or -errno (no
+ * address, no randomness): the caller closes. */
+static int conn_handshake_start(struct conn *c, int fd)
+{
+        struct shoal_server *s = c->lp->s;
+        struct sockaddr_in la;
+        socklen_t ll = sizeof(la);
+        char ip[INET_ADDRSTRLEN], local[SHOAL_HS_ADDR_MAX];
+        if (getsockname(fd, (struct sockaddr *)&la, &ll) || la.sin_family != AF_INET ||
+            !inet_ntop(AF_INET, &la.sin_addr, ip, sizeof(ip)))
+                return -EADDRNOTAVAIL;
+        snprintf(local, sizeof(local), "%s:%u", ip, ntohs(la.sin_port));
+        struct shoal_hs_config hc = {.role = SHOAL_HS_SERVER,
+                                     .key = &s->key,
+                                     .service = (uint8_t)c->service,
+                                     .addr = local,
+                                     .member_id = s->member_id,
+                                     .max_inflight = conn_max_inflight(c)};
+        int rc = shoal_hs_start(&c->hs, &hc);
+        if (rc)
+                log_ratelimited(SHOAL_LOG_ERROR, "server", "closing %s: %s", c->peer,
+                                c->hs.why ? c->hs.why : strerror(-rc));
+        return rc;
+}
+
+/* Queues the whole frame FRAME (an answer to ID) like a control frame. */
+static bool conn_send_raw(struct conn *c, uint64_t id, const uint8_t *frame, size_t len)
+{
+        struct srv_req *r = calloc(1, sizeof(*r));
+        if (!r || len > sizeof(r->out)) {
+                free(r);
+                return false;
+        }
+        r->s = c->lp->s;
+        r->c = c;
+        r->id = id;
+        r->type = frame[5];
+        r->status = SHOAL_ST__MAX; /* not OK: no payload */
+        memcpy(r->out, frame, len);
+        r->out_len = len;
+        r->t_start = shoal_now_ns();
+        if (c->sendq_tail)
+                c->sendq_tail->next = r;
+        else
+                c->sendq = r;
+        c->sendq_tail = r;
+        c->ids[c->inflight++] = id; /* conn_write forgets it when sent */
+        return true;
+}
+
+/* One frame while the session is not open. Returns false when the connection was closed. */
+static bool conn_handshake_frame(struct conn *c, const struct shoal_wire_hdr *h,
+                                 const uint8_t *body)
+{
+        enum shoal_hs_verdict v = shoal_hs_step(&c->hs, h, body);
+        if (v == SHOAL_HS_FAIL) {
+                log_ratelimited(c->hs.error == -EACCES ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "server",
+                                "peer %s failed the handshake: %s", c->peer, c->hs.why);
+                /* The reason, best effort and only in order: nothing else may be queued. */
+                if (c->hs.out_len && !c->sendq &&
+                    send(c->io.fd, c->hs.out, c->hs.out_len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+                        /* the peer learns it from the close */
+                }
+                conn_close(c);
+                return false;
+        }
+        if (c->hs.out_len && !conn_send_raw(c, h->id, c->hs.out, c->hs.out_len)) {
+                conn_close(c);
+                return false;
+        }
+        if (v == SHOAL_HS_DONE) {
+                c->state = C_READY;
+                c->deadline = 0;
+        } else {
+                c->state = C_AUTH;
+        }
+        return true;
+}
+
 /* Handles one complete, CRC-checked frame. Returns false when the connection was closed. */
 static bool conn_frame(struct conn *c, const struct shoal_wire_hdr *h, const uint8_t *body)
 {
         struct shoal_server *s = c->lp->s;
-        if (c->state == C_HELLO) {
-                struct shoal_wire_hello hello;
-                if (h->type != SHOAL_MSG_HELLO ||
-                    shoal_wire_hello_decode(body, h->body_len, &hello) ||
-                    hello.service != c->service || hello.min_version > SHOAL_WIRE_VERSION) {
-                        conn_close(c);
-                        return false;
-                }
-                memcpy(c->nonce_c, hello.nonce, sizeof(c->nonce_c));
-                shoal_random_bytes(c->nonce_s, sizeof(c->nonce_s));
-                struct shoal_wire_hello_ack ack = {.version = SHOAL_WIRE_VERSION,
-                                                   .max_inflight = conn_max_inflight(c)};
-                memcpy(ack.nonce, c->nonce_s, sizeof(ack.nonce));
-                if (s->cfg.secret)
-                        shoal_wire_proof(s->cfg.secret, strlen(s->cfg.secret), true, c->nonce_c,
-                                         c->nonce_s, ack.proof);
-                uint8_t b[128];
-                int n = shoal_wire_hello_ack_encode(b, sizeof(b), &ack);
-                if (n < 0) {
-                        conn_close(c);
-                        return false;
-                }
-                conn_send_ctrl(c, SHOAL_MSG_HELLO_ACK, s->cfg.secret ? SHOAL_WF_AUTH_REQUIRED : 0,
-                               0, h->id, b, (size_t)n);
-                c->state = s->cfg.secret ? C_AUTH : C_READY;
-                if (c->state == C_READY)
-                        c->deadline = 0;
-                return true;
-        }
-        if (c->state == C_AUTH) {
-                struct shoal_wire_auth auth;
-                uint8_t want[SHOAL_WIRE_PROOF_LEN];
-                if (h->type != SHOAL_MSG_AUTH || shoal_wire_auth_decode(body, h->body_len, &auth)) {
-                        conn_close(c);
-                        return false;
-                }
-                shoal_wire_proof(s->cfg.secret, strlen(s->cfg.secret), false, c->nonce_s,
-                                 c->nonce_c, want);
-                if (!shoal_wire_proof_eq(want, auth.proof)) {
-                        log_ratelimited(SHOAL_LOG_WARN, "server", "peer %s failed authentication",
-                                        c->peer);
-                        conn_close(c);
-                        return false;
-                }
-                conn_send_ctrl(c, SHOAL_MSG_AUTH_OK, 0, 0, h->id, NULL, 0);
-                c->state = C_READY;
-                c->deadline = 0;
-                return true;
-        }
+        if (c->state != C_READY)
+                return conn_handshake_frame(c, h, body);
 
         switch (h->type) {
         case SHOAL_MSG_READ:
@@ -1024,6 +1062,12 @@ static void accept_event(void *arg, uint32_t events)
                 char ip[INET_ADDRSTRLEN];
                 inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip));
                 snprintf(c->peer, sizeof(c->peer), "%s:%u", ip, ntohs(sa.sin_port));
+                if (conn_handshake_start(c, fd)) {
+                        close(fd);
+                        free(ids);
+                        free(c);
+                        continue;
+                }
                 if (shoal_loop_add(lp->loop, &c->io, EPOLLIN | EPOLLRDHUP)) {
                         close(fd);
                         free(ids);
@@ -1120,7 +1164,7 @@ static bool is_loopback(const char *ip)
 struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, char *err,
                                         size_t errlen)
 {
-        if (!is_loopback(cfg->listen_ip) && !cfg->secret) {
+        if (!is_loopback(cfg->listen_ip) && !shoal_secret_set(&cfg->secret)) {
                 snprintf(err, errlen,
                          "refusing to listen on %s without a group secret: set "
                          "--group-secret-file or SHOAL_GROUP_SECRET (or use --group-ip "
@@ -1133,7 +1177,19 @@ struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, c
                 snprintf(err, errlen, "out of memory");
                 return NULL;
         }
+        if (shoal_hs_key_init(&s->key, &cfg->secret) ||
+            shoal_strlcpy(s->member_id, cfg->member_id ? cfg->member_id : "",
+                          sizeof(s->member_id)) >= sizeof(s->member_id)) {
+                snprintf(err, errlen,
+                         "refusing a group secret shorter than %d bytes or a member id longer "
+                         "than %d characters",
+                         SHOAL_SECRET_MIN, SHOAL_WIRE_MEMBER_ID_MAX);
+                free(s);
+                return NULL;
+        }
         s->cfg = *cfg;
+        s->cfg.secret = (struct shoal_secret){0};
+        s->cfg.member_id = s->member_id;
         if (!s->cfg.max_inflight)
                 s->cfg.max_inflight = 2048;
         shoal_metric_gauge_set(SHOAL_M_remotecache_inflight_limit, s->cfg.max_inflight);
@@ -1229,6 +1285,7 @@ out_fail:
         shoal_workers_destroy(s->fill);
         shoal_bufpool_destroy(s->dio);
         pthread_mutex_destroy(&s->cap_mu);
+        shoal_hs_key_clear(&s->key);
         free(s);
         return NULL;
 }
@@ -1299,6 +1356,7 @@ void shoal_server_stop(struct shoal_server *s)
         }
         shoal_bufpool_destroy(s->dio);
         pthread_mutex_destroy(&s->cap_mu);
+        shoal_hs_key_clear(&s->key);
         free(s);
 }
 
