@@ -2,12 +2,14 @@
 # Metric meanings as the seeds give them [V2, V4, R4]: with only the TCP pool in use, every
 # mount_iorpc_* series and the IORPC columns of `shoal stats -l 1` (db_c pr_c wb_c and their
 # latencies) stay 0 on the member and on the reading mount while the remotecache_pool_* series
-# move; with --use-iorpc the IORPC series and columns move and the pool's stay still; the one cap
+# move; with --use-iorpc, and over RDMA (libfabric's tcp provider on lo), the IORPC series and
+# columns move and the pool's stay still; the one cap
 # of 2048 requests in process is shared: with IORPC holding all of it, a TCP-pool request waits
 # (remotecache_pool_queued) and is answered when slots free up.
 . "$(dirname "$0")/lib.sh"
 need_fuse
-export SHOAL_GROUP_TIMEOUT=3s SHOAL_GROUP_HEARTBEAT=200ms
+export SHOAL_GROUP_TIMEOUT=3s SHOAL_GROUP_HEARTBEAT=200ms FI_PROVIDER=tcp
+command -v fi_info >/dev/null && ! fi_info -p tcp >/dev/null 2>&1 && skip "libfabric has no tcp provider"
 PROMPARSE="$(dirname "$0")/promparse.py"
 # The cap test keeps 2048 cache files open in the member at once.
 ulimit -n 8192 2>/dev/null || fail "cannot raise the open-file limit to 8192"
@@ -21,7 +23,7 @@ S="file://$STORE"
 META="sqlite3://$T/meta.db"
 G=mm
 
-start_member m "$S" --meta "$META" --cache-group $G --group-ip 127.0.0.1 \
+start_member m "$S" --meta "$META" --cache-group $G --group-ip 127.0.0.1 --rdma-network lo \
   --metrics "127.0.0.1:$(free_port)"
 wait_members "$META" $G 1
 AM=$(metrics_addr m)
@@ -126,6 +128,24 @@ for g in mount_iorpc_inflight mount_iorpc_queued; do
   [ "$(val "$T/iorpc.m" $g)" = 0 ] || fail "member: $g is $(val "$T/iorpc.m" $g) at rest"
 done
 stop_mount c2 "$MNT"
+
+echo "== IORPC over RDMA: the IORPC series move, the pool series stay still"
+for f in $(seq 0 7); do
+  "$SHOAL" cat "$S" "p/f$f" --meta "$META" --cache-group $G --no-sharing --cache-size 0 \
+    --rdma-network lo --log-level error >"$T/out" || fail "RDMA read of p/f$f failed"
+  cmp -s "$T/out" "$STORE/p/f$f" || fail "p/f$f differs over RDMA"
+done
+samples "$AM" "$T/rdma.m"
+for n in mount_iorpc_processRespDur_count mount_iorpc_writeBodyDur_count \
+  mount_iorpc_decodeBodyDur_count remotecache_rdma_serve_bytes; do
+  [ "$(val "$T/rdma.m" $n)" -gt "$(val "$T/iorpc.m" $n)" ] ||
+    fail "member: $n did not move over RDMA ($(val "$T/iorpc.m" $n) -> $(val "$T/rdma.m" $n))"
+done
+for n in remotecache_pool_processRespDur_count remotecache_pool_writeBodyDur_count \
+  remotecache_pool_decodeBodyDur_count remotecache_tcp_serve_bytes; do
+  [ "$(val "$T/rdma.m" $n)" = "$(val "$T/pool.m" $n)" ] ||
+    fail "member: $n moved over RDMA ($(val "$T/pool.m" $n) -> $(val "$T/rdma.m" $n))"
+done
 
 echo "== one cap for both services: IORPC holds all 2048 slots, a pool read waits for one"
 size=$(stat -c %s "$STORE/p/f0")
