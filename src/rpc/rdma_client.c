@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "common/bufpool.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
@@ -465,12 +466,19 @@ static void peer_fail(struct rc_peer *p, const char *why)
         }
         p->nchans = 0;
         if (p->state != P_DOWN && !atomic_load(&cl->stop)) {
+                char retry[32];
+                shoal_format_duration(cl->cfg.retry_ns, retry, sizeof(retry));
                 shoal_metric_inc(SHOAL_M_rdma_failovers);
-                log_warn("rdma",
-                         "rdma to member %s %s: %s; its reads go over IORPC on TCP, RDMA "
-                         "retried in %llus",
-                         p->id, was_up ? "lost" : "failed", why,
-                         (unsigned long long)(cl->cfg.retry_ns / 1000000000ULL));
+                if (was_up)
+                        log_warn("rdma",
+                                 "rdma to member %s lost: %s; its reads go over IORPC on TCP, "
+                                 "RDMA retried in %s",
+                                 p->id, why, retry);
+                else /* the seeds' FAQ line, once per attempt that failed (rate-limited) */
+                        log_ratelimited(SHOAL_LOG_WARN, "rdma",
+                                        "Cannot establish rpc connection to member %s over RDMA: "
+                                        "%s; its reads go over IORPC on TCP, RDMA retried in %s",
+                                        p->id, why, retry);
         }
         p->state = P_DOWN;
         p->down_until = shoal_now_ns() + cl->cfg.retry_ns;
@@ -736,9 +744,10 @@ static void tick(struct shoal_rdma_client *cl)
                         if (!ch || ch->broken)
                                 continue;
                         if (ch->state != CH_READY && now > ch->deadline) {
-                                char why[128];
-                                snprintf(why, sizeof(why), "no connection to %s within %llus",
-                                         ch->addr, CONNECT_NS / 1000000000ULL);
+                                char why[128], d[32];
+                                shoal_format_duration(CONNECT_NS, d, sizeof(d));
+                                snprintf(why, sizeof(why), "no connection to %s within %s",
+                                         ch->addr, d);
                                 peer_fail(p, why);
                                 break;
                         }
@@ -914,14 +923,10 @@ struct shoal_rdma_client *shoal_rdma_client_create(const struct shoal_rdma_clien
         pthread_mutex_init(&cl->mu, NULL);
         if (!cl->cfg.retry_ns)
                 cl->cfg.retry_ns = 300ULL * 1000000000ULL;
-        const char *env = getenv("IORPC_RDMA_RETRY_DURATION");
-        uint64_t ns;
-        if (env && !shoal_parse_duration(env, &ns) && ns)
-                cl->cfg.retry_ns = ns;
-        cl->hb_ns = 1000000000ULL;
-        env = getenv("SHOAL_RDMA_HEARTBEAT");
-        if (env && !shoal_parse_duration(env, &ns) && ns)
-                cl->hb_ns = ns;
+        const struct shoal_env *env = shoal_config_env();
+        if (env->rdma_retry_ns)
+                cl->cfg.retry_ns = env->rdma_retry_ns;
+        cl->hb_ns = env->rdma_heartbeat_ns ? env->rdma_heartbeat_ns : 1000000000ULL;
         if (shoal_random_bytes(&cl->next_id, sizeof(cl->next_id))) {
                 snprintf(err, errlen, "rdma: no random bytes");
                 goto out_destroy;
