@@ -17,6 +17,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "metrics/http_parse.h"
 #include "metrics/metrics.h"
 
 #define NS_PER_MS    1000000ULL
@@ -253,7 +254,7 @@ static ssize_t read_head(int fd, char *buf, size_t cap, uint64_t deadline)
                         return -ECONNRESET;
                 got += (size_t)n;
                 buf[got] = '\0';
-                if (strstr(buf, "\r\n\r\n") || strstr(buf, "\n\n"))
+                if (shoal_http_head_complete(buf))
                         return (ssize_t)got;
                 if (got >= cap - 1)
                         return -EMSGSIZE;
@@ -273,26 +274,23 @@ static void serve_one(struct shoal_metrics_http *h, int fd)
         if (n < 0)
                 return;
 
-        /* Request line: METHOD SP TARGET SP HTTP/1.x */
-        char method[8], target[256], version[16];
-        if (sscanf(req, "%7[A-Z] %255[^ \r\n] %15[^ \r\n]", method, target, version) != 3 ||
-            strncmp(version, "HTTP/1.", 7)) {
-                respond_text(fd, deadline, 400, "Bad Request", "malformed request line\n", NULL);
-                return;
-        }
-        bool head = !strcmp(method, "HEAD");
-        if (!head && strcmp(method, "GET")) {
+        struct shoal_http_request hr;
+        switch (shoal_http_parse_request(req, &hr)) {
+        case 0:
+                break;
+        case 405:
                 respond_text(fd, deadline, 405, "Method Not Allowed", "only GET and HEAD\n",
                              "Allow: GET, HEAD\r\n");
                 return;
-        }
-        bool stats = !strcmp(target, "/stats") || !strcmp(target, "/metrics?format=stats");
-        bool prom = !stats && (!strcmp(target, "/metrics") || !strncmp(target, "/metrics?", 9));
-        if (!stats && !prom) {
+        case 404:
                 respond_text(fd, deadline, 404, "Not Found",
                              "shoal metrics: GET /metrics (Prometheus) or /stats\n", NULL);
                 return;
+        default:
+                respond_text(fd, deadline, 400, "Bad Request", "malformed request line\n", NULL);
+                return;
         }
+        bool head = hr.head, stats = hr.route == SHOAL_HTTP_ROUTE_STATS;
 
         struct shoal_metrics_snap cur;
         if (shoal_metrics_snap_take(&cur)) {

@@ -1,0 +1,28 @@
+/* The request side of the metrics endpoint's HTTP (internal to src/metrics): pure functions on
+ * the bytes a client sent, so that they can be fuzzed on their own (tests/fuzz/fuzz_http.c). */
+#ifndef SHOAL_METRICS_HTTP_PARSE_H
+#define SHOAL_METRICS_HTTP_PARSE_H
+
+#include <stdbool.h>
+
+enum shoal_http_route {
+        SHOAL_HTTP_ROUTE_METRICS = 1, /* /metrics, /metrics?...: Prometheus text */
+        SHOAL_HTTP_ROUTE_STATS = 2,   /* /stats, /metrics?format=stats: the .stats text */
+};
+
+struct shoal_http_request {
+        bool head; /* HEAD: the answer's headers only */
+        enum shoal_http_route route;
+};
+
+/* True when the NUL-terminated BUF holds a whole request head: it contains the blank line that
+ * ends it ("\r\n\r\n", or "\n\n" from lenient clients). */
+bool shoal_http_head_complete(const char *buf);
+
+/* Parses the request line "METHOD SP TARGET SP HTTP/1.x" at the start of the NUL-terminated
+ * request head HEAD. Returns 0 with *REQ filled, or the HTTP status to answer instead: 400 (a
+ * malformed request line), 405 (a method other than GET and HEAD), 404 (another target). Once a
+ * head is accepted, bytes appended to it never change the result. */
+int shoal_http_parse_request(const char *head, struct shoal_http_request *req);
+
+#endif
