@@ -19,10 +19,10 @@ struct shoal_http_request {
  * ends it ("\r\n\r\n", or "\n\n" from lenient clients). */
 bool shoal_http_head_complete(const char *buf);
 
-/* Parses the request line "METHOD SP TARGET SP HTTP/1.x" at the start of the NUL-terminated
- * request head HEAD. Returns 0 with *REQ filled, or the HTTP status to answer instead: 400 (a
- * malformed request line), 405 (a method other than GET and HEAD), 404 (another target). Once a
- * head is accepted, bytes appended to it never change the result. */
+/* Parses the request line "METHOD SP TARGET SP HTTP/1.x" followed by CR or LF at the start of
+ * the NUL-terminated request head HEAD. Returns 0 with *REQ filled, or the HTTP status to answer
+ * instead: 400 (a malformed request line), 405 (a method other than GET and HEAD), 404 (another
+ * target). Only the request line is read: what follows it never changes the result. */
 int shoal_http_parse_request(const char *head, struct shoal_http_request *req);
 
 #endif
