@@ -173,9 +173,14 @@ size_t shoal_s3_on_header(char *data, size_t size, size_t n, void *arg)
         struct shoal_s3_resp *r = arg;
         size_t len = size * n;
         if (len >= 5 && !memcmp(data, "HTTP/", 5)) {
-                /* A new status line (after a 100 Continue, say) starts a new response. */
+                /* A new status line (after a 100 Continue, say) starts a new response. The line
+                 * is not NUL-terminated: the three digits of the code are read within it. */
                 const char *sp = memchr(data, ' ', len);
-                r->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+                long status = 0;
+                for (size_t i = sp ? (size_t)(sp - data) + 1 : len, k = 0;
+                     i < len && k < 3 && isdigit((unsigned char)data[i]); i++, k++)
+                        status = status * 10 + (data[i] - '0');
+                r->status = status;
                 r->content_length = -1;
                 r->etag[0] = r->last_modified[0] = r->content_range[0] = '\0';
                 return len;
