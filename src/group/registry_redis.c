@@ -42,10 +42,12 @@ static int pct_decode(const char *s, size_t len, char *out, size_t size)
         for (size_t i = 0; i < len; i++) {
                 char c = s[i];
                 if (c == '%') {
-                        unsigned v;
-                        if (len - i < 3 || sscanf(s + i + 1, "%2x", &v) != 1 || v == 0)
+                        /* Exactly two hex digits (sscanf's %2x took "%4t", a sign or a space). */
+                        int hi = len - i < 3 ? -1 : shoal_hexval((unsigned char)s[i + 1]);
+                        int lo = hi < 0 ? -1 : shoal_hexval((unsigned char)s[i + 2]);
+                        if (lo < 0 || (hi | lo) == 0)
                                 return -EINVAL;
-                        c = (char)v;
+                        c = (char)(hi << 4 | lo);
                         i += 2;
                 }
                 if (o + 1 >= size)
