@@ -622,10 +622,11 @@ static int build_base(struct s3_store *s, const char *endpoint, char *err, size_
         } else {
                 snprintf(ep, sizeof(ep), "https://%s", endpoint);
         }
-        size_t l = strlen(ep);
-        while (l && ep[l - 1] == '/')
-                ep[--l] = '\0';
+        /* Trailing slashes go, but never into the scheme: "http://" and "//" have no host. */
         const char *host = strstr(ep, "://") + 3;
+        size_t l = strlen(ep);
+        while (ep + l > host && ep[l - 1] == '/')
+                ep[--l] = '\0';
         if (!*host || strchr(host, '?') || strchr(host, '#') || strchr(host, ' ')) {
                 snprintf(err, errlen, "invalid --endpoint %s", endpoint ? endpoint : ep);
                 return -EINVAL;
