@@ -323,8 +323,8 @@ static int64_t iso8601_ns(const char *s)
                 frac_digits++;
         }
         time_t t = timegm(&tm);
-        if (t < 0)
-                return 0;
+        if (t < 0 || t >= INT64_MAX / 1000000000LL)
+                return 0; /* before 1970 or after 2262: not a time in nanoseconds */
         return (int64_t)t * 1000000000LL + frac;
 }
 
