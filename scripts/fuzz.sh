@@ -13,7 +13,7 @@
 # into tests/fuzz/corpus/TARGET/. Both folders are git-ignored.
 #
 # Environment: SHOAL_FUZZ_BUILD (build folder, default build-fuzz), CC (default clang),
-# FUZZ_ARGS (more libFuzzer flags for every target). tests/fuzz/TARGET.options holds a target's
+# FUZZ_ARGS (more libFuzzer flags for every target), FUZZ_MERGE=0 (skip the merge, as in CI). tests/fuzz/TARGET.options holds a target's
 # own flags and tests/fuzz/TARGET.dict its dictionary, when they exist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,8 +83,10 @@ for t in "${TARGETS[@]}"; do
 
   # New inputs go to the scratch folder (the first one); the committed corpus is only read.
   rc=0
+  t0=$SECONDS
   (cd "$dir" && timeout $((SECS + 300)) "$bin" "${args[@]}" scratch "$corpus" >fuzz.log 2>&1) ||
     rc=$?
+  took=$((SECONDS - t0))
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$dir/fuzz.log" | tail -1)
   execs=${execs:-0}
   total_execs=$((total_execs + execs))
@@ -93,7 +95,7 @@ for t in "${TARGETS[@]}"; do
 
   # Keep what adds coverage beyond the committed corpus, for review.
   nnew=0
-  if [ "$rc" -eq 0 ] && [ -n "$(ls -A "$dir/scratch")" ]; then
+  if [ "$rc" -eq 0 ] && [ "${FUZZ_MERGE:-1}" != 0 ] && [ -n "$(ls -A "$dir/scratch")" ]; then
     cp -r "$corpus"/. "$dir/merged/"
     if (cd "$dir" && "$bin" -merge=1 "${extra[@]+"${extra[@]}"}" merged scratch >merge.log 2>&1); then
       mkdir -p "$NEW/$t"
@@ -112,7 +114,7 @@ for t in "${TARGETS[@]}"; do
   unset extra
 
   ncorpus=$(find "$corpus" -type f | wc -l)
-  printf '%-16s %12s execs in %4ss  corpus %5s  new %4s  crashes %s\n' "$t" "$execs" "$SECS" \
+  printf '%-16s %12s execs in %4ss  corpus %5s  new %4s  crashes %s\n' "$t" "$execs" "$took" \
     "$ncorpus" "$nnew" "$ncrash"
   if [ "$ncrash" -ne 0 ]; then
     failed+=("$t")
