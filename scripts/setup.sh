@@ -8,7 +8,15 @@ PKGS=(
   libfabric-dev libfabric-bin libfuse3-dev fuse3 liburing-dev libcurl4-openssl-dev
   libsqlite3-dev sqlite3 libhiredis-dev redis-server libssl-dev libcmocka-dev
   nginx memcached iperf3 fio wrk time iproute2 procps psmisc util-linux curl python3
+  prometheus python3-yaml
 )
+
+# Python package tests (tests/python): pytest, fsspec, numpy, pandas (reads a CSV through
+# shoal://; pyarrow is not in Debian 12, so no Parquet check), PyTorch for the DataLoader example
+# (python3-torch is large: about 600 MB installed), venv + setuptools + wheel for the offline
+# `pip install ./python --no-build-isolation`.
+PKGS+=(python3-pytest python3-fsspec python3-numpy python3-pandas python3-torch python3-venv
+  python3-setuptools python3-wheel python3-pip)
 
 # The s3:// tests run a real S3 server, s3rver, from npm, and make a TLS certificate with openssl.
 # Node may come from elsewhere (NodeSource, nvm): ask Debian for it only when node or npm is absent.
@@ -53,6 +61,7 @@ fi
 echo "setup: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q >/dev/null
-# Package scripts may try to start services (nginx, redis, memcached); tests start their own.
+# Package scripts may try to start services (nginx, redis, memcached, prometheus); tests start
+# their own, on ports of their own.
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 install_s3rver

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/daemon.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/http.h"
@@ -26,10 +28,10 @@ struct opt_def {
 
 static const struct opt_def opts[OPT__COUNT] = {
         [OPT_HELP] = {"help", 'h', false, ALL, NULL, "show this help"},
-        [OPT_META] = {"meta", 0, true, COMMON | CMD_GROUP, "URL",
+        [OPT_META] = {"meta", 0, true, COMMON | CMD_GROUP | CMD_PING, "URL",
                       "where group members meet: sqlite3:///path/meta.db (default "
                       "sqlite3:///var/lib/shoal/meta.db) or redis://host:port/db"},
-        [OPT_CACHE_GROUP] = {"cache-group", 0, true, COMMON | CMD_GROUP, "NAME",
+        [OPT_CACHE_GROUP] = {"cache-group", 0, true, COMMON | CMD_GROUP | CMD_PING, "NAME",
                              "join the cache group NAME (default: no group)"},
         [OPT_CACHE_DIR] = {"cache-dir", 0, true, COMMON, "DIRS",
                            "cache folders, colon-separated, globs allowed (default "
@@ -70,15 +72,18 @@ static const struct opt_def opts[OPT__COUNT] = {
                           "blocks to read ahead of a sequential reader (default 2)"},
         [OPT_METRICS] = {"metrics", 0, true, COMMON, "HOST:PORT",
                          "Prometheus endpoint (default 127.0.0.1:9567 or the next free port)"},
-        [OPT_LOG_FILE] = {"log-file", 0, true, ALL, "PATH", "log to PATH instead of stderr"},
+        [OPT_LOG_FILE] = {"log-file", 0, true, ALL, "PATH",
+                          "log to PATH instead of stderr (with -d the default is "
+                          "/var/log/shoal.log as root, ~/.shoal/shoal.log otherwise)"},
         [OPT_LOG_LEVEL] = {"log-level", 0, true, ALL, "LEVEL",
-                           "error, warn, info (default), debug, trace"},
+                           "error, warn, info, debug, trace (default: info for mount and serve, "
+                           "warn for the other commands)"},
         [OPT_BLOCK_SIZE] = {"block-size", 0, true, COMMON, "KiB",
                             "block size: KiB or with a unit (4M); a power of two from 64K to 64M "
                             "(default 4096)"},
         [OPT_ENDPOINT] = {"endpoint", 0, true, COMMON, "URL", "S3 endpoint for s3:// storage"},
         [OPT_BACKGROUND] = {"background", 'd', false, CMD_MOUNT | CMD_SERVE, NULL,
-                            "run in the background once ready"},
+                            "run in the background once ready, detached, logging to --log-file"},
         [OPT_OFFSET] = {"offset", 0, true, CMD_CAT, "N", "start at byte N (default 0)"},
         [OPT_LENGTH] = {"length", 0, true, CMD_CAT, "N", "read N bytes (default: to the end)"},
         [OPT_SUMMARY] = {"summary", 0, false, CMD_CAT, NULL,
@@ -102,10 +107,24 @@ static const struct opt_def opts[OPT__COUNT] = {
                         "stay idle this long after reading, printing connections per member"},
         [OPT_WARM] = {"warm", 0, false, CMD_BENCH, NULL,
                       "read every block once first so that members have them cached"},
+        [OPT_TIMEOUT] = {"timeout", 0, true, CMD_UMOUNT, "TIME",
+                         "how long to wait for the mount process to exit (default 30s)"},
+        [OPT_TRANSPORTS] = {"transports", 0, true, CMD_BENCH, "LIST",
+                            "compare transports in one run: tcp,iorpc,rdma (rdma needs "
+                            "--rdma-network)"},
         [OPT_ATTR_CACHE] = {"attr-cache", 0, true, CMD_MOUNT, "SECONDS",
                             "how long names, sizes and listings are cached (default 60)"},
         [OPT_MAX_WRITE] = {"max-write", 0, true, CMD_MOUNT, "BYTES",
                            "largest FUSE request (default 1M)"},
+        [OPT_READ_ONLY] = {"read-only", 0, false, CMD_MOUNT, NULL,
+                           "refuse every change with EROFS"},
+        [OPT_ALLOW_OVERWRITE] = {"allow-overwrite", 0, false, CMD_MOUNT, NULL,
+                                 "let open(O_TRUNC) replace an existing object"},
+        [OPT_ALLOW_DELETE] = {"allow-delete", 0, false, CMD_MOUNT, NULL,
+                              "let unlink delete objects from the store"},
+        [OPT_UPLOAD_PART_SIZE] = {"upload-part-size", 0, true, CMD_MOUNT, "SIZE",
+                                  "part size of s3:// multipart uploads, 5M to 5G (default "
+                                  "16M)"},
 };
 
 static const struct {
@@ -122,12 +141,15 @@ static const struct {
         {CMD_WARMUP, "shoal warmup MOUNTPOINT-PATH... | --storage STORAGE --prefix P [flags]",
          "Fill the group's caches."},
         {CMD_BENCH, "shoal bench STORAGE [flags]", "Read benchmark through the group."},
-        {CMD_PING, "shoal ping HOST[:PORT] [flags]", "Check each transport to a member."},
+        {CMD_PING, "shoal ping HOST[:PORT] [--meta URL --cache-group NAME] [flags]",
+         "Check each transport to a member: its TCP pool at HOST:PORT, or, without PORT, the "
+         "pool port its record in the group gives (HOST: IP, hostname or member id)."},
         {CMD_GROUP, "shoal group [--meta URL] --cache-group NAME",
          "List the members of a cache group."},
         {CMD_CAT, "shoal cat STORAGE KEY [--offset N] [--length N] [flags]",
          "Read one object through the whole read path to stdout."},
-        {CMD_UMOUNT, "shoal umount MOUNTPOINT", "Unmount a shoal mount."},
+        {CMD_UMOUNT, "shoal umount MOUNTPOINT [--timeout 30s]",
+         "Unmount a shoal mount and wait until its process has exited."},
 };
 
 void shoal_cli_usage(enum shoal_cmd cmd, const char *name, FILE *out)
@@ -242,11 +264,17 @@ int shoal_cli_parse(struct shoal_cli *cli, enum shoal_cmd cmd, const char *name,
                 }
                 cli->val[id] = val;
         }
+        /* The environment is parsed once, here, with the same verdict as a bad flag. */
+        char err[512];
+        if (shoal_config_load(err, sizeof(err)))
+                return shoal_cli_fail(cli, "%s", err);
         return 0;
 }
 
 int shoal_cli_setup_log(const struct shoal_cli *cli)
 {
+        /* Daemons tell what they do; tools whose output is data stay quiet unless asked. */
+        shoal_log_set_level((cli->cmd & (CMD_MOUNT | CMD_SERVE)) ? SHOAL_LOG_INFO : SHOAL_LOG_WARN);
         if (cli->val[OPT_LOG_LEVEL]) {
                 int lvl = shoal_log_parse_level(cli->val[OPT_LOG_LEVEL]);
                 if (lvl < 0)
@@ -262,6 +290,24 @@ int shoal_cli_setup_log(const struct shoal_cli *cli)
                         return shoal_cli_fail(cli, "cannot open --log-file %s: %s",
                                               cli->val[OPT_LOG_FILE], strerror(-rc));
         }
+        return 0;
+}
+
+int shoal_cli_background(const struct shoal_cli *cli)
+{
+        if (!cli->val[OPT_BACKGROUND])
+                return 0;
+        char path[4096];
+        int rc = shoal_daemon_log_path(cli->val[OPT_LOG_FILE], path, sizeof(path));
+        if (rc)
+                return shoal_cli_fail(cli, "cannot choose a log file for -d: %s (give --log-file)",
+                                      strerror(-rc));
+        if (!cli->val[OPT_LOG_FILE] && (rc = shoal_log_open(path)))
+                return shoal_cli_fail(cli, "cannot open the log %s: %s (give --log-file)", path,
+                                      strerror(-rc));
+        rc = shoal_daemon_start(cli->cmd_name, path);
+        if (rc)
+                return shoal_cli_fail(cli, "cannot fork into the background: %s", strerror(-rc));
         return 0;
 }
 
@@ -292,36 +338,54 @@ static int uint_flag(const struct shoal_cli *cli, enum shoal_opt id, uint64_t ma
         return 0;
 }
 
-static char secret_buf[4096];
+/* The secret's bytes live here for the process's life (configs point into it). */
+static uint8_t secret_buf[SHOAL_SECRET_MAX + 1];
 
-static int load_secret(const struct shoal_cli *cli, const char **out)
+/* Reads the group secret [S1, S3]: the bytes of --group-secret-file, or of SHOAL_GROUP_SECRET.
+ * Every byte counts, NUL included; one line ending at the very end of the file ("\n" or
+ * "\r\n", as editors and `echo` leave it) is not part of the secret, so a file and the variable
+ * holding the same text agree. Shorter than SHOAL_SECRET_MIN or a file longer than
+ * SHOAL_SECRET_MAX bytes: one line, exit 2. */
+static int load_secret(const struct shoal_cli *cli, struct shoal_secret *out)
 {
-        *out = NULL;
+        *out = (struct shoal_secret){0};
         const char *path = cli->val[OPT_GROUP_SECRET_FILE];
+        size_t n;
         if (path) {
-                FILE *f = fopen(path, "r");
+                FILE *f = fopen(path, "rb");
                 if (!f)
                         return shoal_cli_fail(cli, "cannot read --group-secret-file %s: %s", path,
                                               strerror(errno));
-                size_t n = fread(secret_buf, 1, sizeof(secret_buf) - 1, f);
+                n = fread(secret_buf, 1, sizeof(secret_buf), f);
+                bool bad = ferror(f);
                 fclose(f);
-                while (n && (secret_buf[n - 1] == '\n' || secret_buf[n - 1] == '\r'))
+                if (bad)
+                        return shoal_cli_fail(cli, "cannot read --group-secret-file %s", path);
+                if (n > SHOAL_SECRET_MAX)
+                        return shoal_cli_fail(cli,
+                                              "--group-secret-file %s: the secret must be at most "
+                                              "%d bytes",
+                                              path, SHOAL_SECRET_MAX);
+                if (n && secret_buf[n - 1] == '\n') {
                         n--;
-                secret_buf[n] = '\0';
-                if (n < 16)
+                        if (n && secret_buf[n - 1] == '\r')
+                                n--;
+                }
+                if (n < SHOAL_SECRET_MIN)
                         return shoal_cli_fail(cli,
                                               "--group-secret-file %s: the secret must be at "
-                                              "least 16 bytes",
-                                              path);
-                *out = secret_buf;
-                return 0;
+                                              "least %d bytes (it has %zu)",
+                                              path, SHOAL_SECRET_MIN, n);
+        } else {
+                /* config.c checked its length */
+                const struct shoal_env *env = shoal_config_env();
+                if (!env->group_secret)
+                        return 0;
+                n = env->group_secret_len;
+                memcpy(secret_buf, env->group_secret, n);
         }
-        const char *env = getenv("SHOAL_GROUP_SECRET");
-        if (env && *env) {
-                if (strlen(env) < 16)
-                        return shoal_cli_fail(cli, "SHOAL_GROUP_SECRET must be at least 16 bytes");
-                *out = env;
-        }
+        out->bytes = secret_buf;
+        out->len = n;
         return 0;
 }
 
@@ -330,7 +394,7 @@ static const char *default_dir(const char *system, const char *user_suffix, char
 {
         if (geteuid() == 0)
                 return system;
-        const char *home = getenv("HOME");
+        const char *home = shoal_config_env()->home;
         snprintf(buf, buflen, "%s/%s", home && *home ? home : "/tmp", user_suffix);
         return buf;
 }

@@ -21,7 +21,8 @@ static void print_summary(uint64_t bytes)
         fprintf(stderr,
                 "shoal cat: %llu bytes; buffer hits %llu; blockcache hits %llu (%llu bytes), "
                 "misses %llu, writes %llu, corrupt %llu; remote %llu (%llu bytes), fallbacks "
-                "%llu; object store GETs %llu (%llu bytes); tcp bytes %llu, iorpc bytes %llu, "
+                "%llu, auth failures %llu; object store GETs %llu (%llu bytes); tcp bytes %llu, "
+                "iorpc bytes %llu, "
                 "rdma bytes %llu\n",
                 (unsigned long long)bytes, (unsigned long long)c[SHOAL_M_buffer_hits],
                 (unsigned long long)c[SHOAL_M_blockcache_hits],
@@ -32,6 +33,7 @@ static void print_summary(uint64_t bytes)
                 (unsigned long long)c[SHOAL_M_remotecache_get_requests],
                 (unsigned long long)c[SHOAL_M_remotecache_get_bytes],
                 (unsigned long long)c[SHOAL_M_remotecache_fallbacks],
+                (unsigned long long)c[SHOAL_M_remotecache_auth_failures],
                 (unsigned long long)c[SHOAL_M_object_get_requests],
                 (unsigned long long)c[SHOAL_M_object_get_bytes],
                 (unsigned long long)c[SHOAL_M_remotecache_tcp_get_bytes],

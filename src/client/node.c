@@ -19,6 +19,68 @@
 #include "rpc/server.h"
 #include "store/store.h"
 
+/* The group agent's usage callback: the cache use this member publishes with each heartbeat. A
+ * process without a disk cache publishes a capacity of 0. */
+static void publish_usage(void *arg, uint64_t *bytes, uint64_t *capacity)
+{
+        struct shoal_cache_usage u;
+        shoal_cache_usage(arg, &u);
+        *bytes = u.bytes;
+        *capacity = u.dirs || u.dirs_failing ? u.capacity : 0;
+}
+
+int shoal_node_check_rdma(const char *network, const char *provider, char (*ifs)[32], char *err,
+                          size_t errlen)
+{
+        int n = shoal_fab_parse_ifaces(network, ifs);
+        if (n < 0) {
+                snprintf(err, errlen,
+                         "invalid --rdma-network %s: expected IF1[:IF2...] (at most %d)", network,
+                         SHOAL_FAB_MAX_IFACES);
+                return -EINVAL;
+        }
+        /* Open and close each interface on the provider: that resolves its IPv4 and asks the
+         * provider for a domain on it, which is every check that needs no peer. */
+        for (int i = 0; i < n; i++) {
+                struct shoal_fab f;
+                int rc = shoal_fab_open(&f, shoal_fab_provider(provider), ifs[i], err, errlen);
+                shoal_fab_close(&f);
+                if (rc)
+                        return rc < 0 ? rc : -ENODEV;
+        }
+        return n;
+}
+
+/* [S1] on every transport, before anything starts: without a group secret a member listens on
+ * loopback only, for the TCP pool and IORPC (IP) and for RDMA (each interface's address). The
+ * servers check again themselves. Returns 0 or -EPERM with one line in ERR. */
+static int check_listen_rule(const struct shoal_node_config *cfg, const char *ip,
+                             char rdma_if[][32], int n_rdma_if, char *err, size_t errlen)
+{
+        if (shoal_secret_set(&cfg->group_secret))
+                return 0;
+        if (strncmp(ip, "127.", 4)) {
+                snprintf(err, errlen,
+                         "refusing to listen on %s without a group secret: set "
+                         "--group-secret-file or SHOAL_GROUP_SECRET (or use --group-ip 127.0.0.1)",
+                         ip);
+                return -EPERM;
+        }
+        for (int i = 0; i < n_rdma_if; i++) {
+                char rip[64];
+                /* An interface without IPv4 is reported by the RDMA start-up itself. */
+                if (!shoal_iface_ipv4(rdma_if[i], rip, sizeof(rip)) && strncmp(rip, "127.", 4)) {
+                        snprintf(err, errlen,
+                                 "refusing to listen for RDMA on %s (%s) without a group secret: "
+                                 "set --group-secret-file or SHOAL_GROUP_SECRET (or use "
+                                 "--rdma-network lo)",
+                                 rdma_if[i], rip);
+                        return -EPERM;
+                }
+        }
+        return 0;
+}
+
 struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *err, size_t errlen,
                                     int *exit_code)
 {
@@ -61,10 +123,40 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
                 }
         }
 
+        /* [M3]: with --rdma-network every interface must come up on the provider, with or
+         * without a group, or the node does not start (a configuration problem: exit 2);
+         * without it, no libfabric at all. */
+        char rdma_if[SHOAL_FAB_MAX_IFACES][32];
+        int n_rdma_if = 0;
+        if (cfg->rdma_network) {
+                n_rdma_if = shoal_fab_parse_ifaces(cfg->rdma_network, rdma_if);
+                if (n_rdma_if < 0) {
+                        snprintf(err, errlen,
+                                 "invalid --rdma-network %s: expected IF1[:IF2...] (at most %d)",
+                                 cfg->rdma_network, SHOAL_FAB_MAX_IFACES);
+                        *exit_code = 2;
+                        goto out_free;
+                }
+        }
+        /* The listen rule first: it needs no libfabric. */
+        if (sharing && check_listen_rule(cfg, ip, rdma_if, n_rdma_if, err, errlen)) {
+                *exit_code = 2;
+                goto out_free;
+        }
+        if (n_rdma_if > 0 && shoal_node_check_rdma(cfg->rdma_network, cfg->rdma_provider, rdma_if,
+                                                   err, errlen) < 0) {
+                *exit_code = 2;
+                goto out_free;
+        }
+
         struct shoal_store_config scfg = {
                 .url = n->vol.url,
                 .endpoint = cfg->endpoint,
                 .max_downloads = cfg->max_downloads,
+                .upload_part_size = cfg->upload_part_size,
+                /* Uploads take their part buffers from a budget as large as the read
+                 * buffers' (--buffer-size bounds each). */
+                .upload_buffer_bytes = cfg->buffer_size,
         };
         n->store = shoal_store_open(&scfg, err, errlen);
         if (!n->store) {
@@ -84,20 +176,6 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
         if (!n->cache)
                 goto out_store;
 
-        /* [M3]: with --rdma-network every interface must come up, or the node does not start;
-         * without it, no libfabric at all. */
-        char rdma_if[SHOAL_FAB_MAX_IFACES][32];
-        int n_rdma_if = 0;
-        if (cfg->rdma_network) {
-                n_rdma_if = shoal_fab_parse_ifaces(cfg->rdma_network, rdma_if);
-                if (n_rdma_if < 0) {
-                        snprintf(err, errlen,
-                                 "invalid --rdma-network %s: expected IF1[:IF2...] (at most %d)",
-                                 cfg->rdma_network, SHOAL_FAB_MAX_IFACES);
-                        *exit_code = 2;
-                        goto out_cache;
-                }
-        }
         const char *rdma_prov = shoal_fab_provider(cfg->rdma_provider);
         if (cfg->cache_group && n_rdma_if > 0) {
                 struct shoal_rdma_client_config rc = {.provider = rdma_prov,
@@ -140,6 +218,18 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
                         goto out_reader;
         }
 
+        /* The member id is drawn here, not at the join, because the handshake proofs of the
+         * servers below carry it (rpc/handshake.h). */
+        char member_id[SHOAL_MEMBER_ID_LEN + 1] = "";
+        if (cfg->cache_group) {
+                unsigned char rnd[SHOAL_MEMBER_ID_LEN / 2];
+                int rc = shoal_random_bytes(rnd, sizeof(rnd));
+                if (rc) {
+                        snprintf(err, errlen, "cannot draw a member id: %s", strerror(-rc));
+                        goto out_reader;
+                }
+                shoal_hex(rnd, sizeof(rnd), member_id);
+        }
         if (sharing) {
                 struct shoal_server_config sc = {
                         .vol = &n->vol,
@@ -150,6 +240,7 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
                         .cache_try_dio = cfg->cache_try_dio,
                         .iorpc_mode = cfg->iorpc_mode,
                         .secret = cfg->group_secret,
+                        .member_id = member_id,
                         .rdma = n_rdma_if > 0,
                 };
                 n->server = shoal_server_start(&sc, err, errlen);
@@ -159,11 +250,14 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
                         goto out_reader;
                 }
                 if (n_rdma_if > 0) {
-                        n->rdma_server = shoal_rdma_server_start(n->server, rdma_prov, rdma_if,
-                                                                 (unsigned)n_rdma_if,
-                                                                 cfg->group_secret, err, errlen);
-                        if (!n->rdma_server)
+                        n->rdma_server = shoal_rdma_server_start(
+                                n->server, rdma_prov, rdma_if, (unsigned)n_rdma_if,
+                                &cfg->group_secret, member_id, err, errlen);
+                        if (!n->rdma_server) {
+                                if (strstr(err, "refusing"))
+                                        *exit_code = 2;
                                 goto out_server;
+                        }
                         char ra[SHOAL_FAB_MAX_IFACES][64];
                         unsigned nra = shoal_rdma_server_addrs(n->rdma_server, ra);
                         shoal_server_set_rdma_addrs(n->server, ra, nra);
@@ -189,6 +283,7 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
                         .group = cfg->cache_group,
                 };
                 struct shoal_member *me = &gc.self;
+                shoal_strlcpy(me->id, member_id, sizeof(me->id));
                 gethostname(me->host, sizeof(me->host) - 1);
                 me->weight = sharing ? cfg->group_weight : 0;
                 me->role = sharing ? SHOAL_ROLE_PROVIDER : SHOAL_ROLE_CONSUMER;
@@ -198,10 +293,12 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
                         shoal_server_addrs(n->server, me->tcp_addr, me->iorpc_addr);
                 if (n->rdma_server)
                         me->n_rdma = shoal_rdma_server_addrs(n->rdma_server, me->rdma_addr);
-                struct shoal_cache_usage u;
-                shoal_cache_usage(n->cache, &u);
-                me->cache_bytes = u.bytes;
-                me->cache_capacity = u.capacity;
+                /* shoal bench reads the members' CPU there */
+                if (n->metrics)
+                        shoal_strlcpy(me->metrics_addr, shoal_metrics_http_addr(n->metrics),
+                                      sizeof(me->metrics_addr));
+                gc.usage = publish_usage; /* with every heartbeat [C7] */
+                gc.usage_arg = n->cache;
                 n->group = shoal_group_start(&gc, err, errlen);
                 if (!n->group) {
                         if (strstr(err, "mismatch"))

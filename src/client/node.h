@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "common/block.h"
+#include "common/secret.h"
 
 struct shoal_node_config {
         const char *storage;  /* STORAGE url */
@@ -25,7 +26,7 @@ struct shoal_node_config {
         const char *group_network; /* --group-network */
         uint16_t group_port;
         uint32_t group_weight;
-        const char *group_secret; /* the secret's bytes, NUL-terminated, or NULL */
+        struct shoal_secret group_secret; /* the secret's bytes (len 0: none) */
         bool use_iorpc;
         int iorpc_mode; /* enum shoal_iorpc_mode */
         bool cache_try_dio;
@@ -33,7 +34,8 @@ struct shoal_node_config {
         const char *rdma_provider;
         uint64_t buffer_size; /* bytes */
         unsigned max_downloads;
-        unsigned prefetch; /* readahead blocks */
+        unsigned prefetch;         /* readahead blocks */
+        uint64_t upload_part_size; /* --upload-part-size; 0: the store's default */
         /* --metrics HOST:PORT. NULL: the endpoint listens on 127.0.0.1:9567 or the next free
          * port when serve is set (members, mounts), and not at all otherwise (short-lived
          * clients such as cat). */
@@ -59,6 +61,14 @@ struct shoal_node {
 struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *err, size_t errlen,
                                     int *exit_code);
 void shoal_node_stop(struct shoal_node *n);
+
+/* Checks --rdma-network NETWORK on PROVIDER (NULL: $FI_PROVIDER, else verbs) at start-up [M3]:
+ * splits it into IFS (SHOAL_FAB_MAX_IFACES entries) and opens each interface on the provider (the
+ * interface exists, has an IPv4 address, and the provider offers a domain on it), then closes it
+ * again. Returns the number of interfaces, or a negative errno with one line in ERR naming the
+ * interface. */
+int shoal_node_check_rdma(const char *network, const char *provider, char (*ifs)[32], char *err,
+                          size_t errlen);
 
 /* Reads the whole block INDEX of OBJ from its owner in the group into BUF (block-size bytes), as
  * a client would; the owner fills it from the store on a miss. Returns 0, -EHOSTUNREACH when the

@@ -9,6 +9,7 @@
 
 #include "cache/cache.h"
 #include "common/bufpool.h"
+#include "common/forkgate.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "group/group.h"
@@ -381,8 +382,14 @@ static void *prefetch_main(void *arg)
                 if (!mb)
                         continue;
                 pthread_mutex_unlock(&r->mu);
-                if (!ensure_range(r, mb, obj, index, 0, len, true))
-                        shoal_metric_inc(SHOAL_M_readahead_blocks);
+                /* Store calls hold process-wide locks (libcurl, OpenSSL): not across a fork of a
+                 * library user. Readahead is a hint, so a pending fork just drops it. */
+                bool taken;
+                if (shoal_fork_gate_tryenter(&taken)) {
+                        if (!ensure_range(r, mb, obj, index, 0, len, true))
+                                shoal_metric_inc(SHOAL_M_readahead_blocks);
+                        shoal_fork_gate_exit(taken);
+                }
                 pthread_mutex_lock(&r->mu);
                 mblock_put_locked(r, mb);
         }
@@ -471,6 +478,16 @@ void shoal_reader_destroy(struct shoal_reader *r)
         free(r->blocks);
         free(r->hash);
         free(r);
+}
+
+int shoal_reader_prefetch(struct shoal_reader *r, const struct shoal_object *obj, uint32_t index)
+{
+        if (!r->nthreads)
+                return -EOPNOTSUPP;
+        if (index >= shoal_block_count(obj->size, r->cfg.vol->block_size))
+                return -EINVAL;
+        prefetch_enqueue(r, obj, index);
+        return 0;
 }
 
 void shoal_reader_set_group(struct shoal_reader *r, struct shoal_group *g)
@@ -602,6 +619,7 @@ int shoal_reader_hold_block(struct shoal_reader *r, const struct shoal_object *o
         shoal_block_id_derive(r->cfg.vol, obj->key, obj->version, index, &id);
         pthread_mutex_lock(&r->mu);
         struct mblock *mb = mblock_get_locked(r, &id, len, true);
+        bool was_valid = mb && range_valid(mb, 0, len);
         pthread_mutex_unlock(&r->mu);
         if (!mb)
                 return -EBUSY;
@@ -612,6 +630,12 @@ int shoal_reader_hold_block(struct shoal_reader *r, const struct shoal_object *o
                 pthread_mutex_unlock(&r->mu);
                 return rc;
         }
+        /* Held in memory but gone from the disk cache (removed as corrupt on a peer's report, or
+         * evicted): write it back, or the owner would serve it from memory only and fetch it
+         * from the store again once the buffer is reused. A fill just inserted it already. */
+        if (was_valid && r->cfg.sharing && r->cfg.cache && shoal_cache_enabled(r->cfg.cache) &&
+            !shoal_cache_contains(r->cfg.cache, &id))
+                shoal_cache_insert(r->cfg.cache, &id, mb->buf, len);
         hb->data = mb->buf;
         hb->len = len;
         hb->id = id;

@@ -15,6 +15,7 @@ struct inode {
         struct shoal_inode_attr attr;
         uint64_t attr_expiry_ns;
         char open_version[SHOAL_VERSION_MAX + 1];
+        bool writing;
         struct shoal_dirlist *list;
         struct inode *next_by_path, *next_by_ino;
 };
@@ -22,10 +23,16 @@ struct inode {
 struct shoal_itable {
         pthread_mutex_t mu;
         uint64_t ttl_ns;
-        size_t n, nbuckets; /* nbuckets is a power of two */
+        uint64_t (*now_ns)(void); /* the clock TTLs run on (tests inject their own) */
+        size_t n, nbuckets;       /* nbuckets is a power of two */
         struct inode **by_path, **by_ino;
         struct inode *root;
 };
+
+static uint64_t monotonic_ns(void)
+{
+        return shoal_now_ns();
+}
 
 static uint64_t hash_path(const char *p)
 {
@@ -143,6 +150,7 @@ struct shoal_itable *shoal_itable_create(uint64_t ttl_ns)
                 goto out_free;
         pthread_mutex_init(&t->mu, NULL);
         t->ttl_ns = ttl_ns;
+        t->now_ns = monotonic_ns;
         t->root->ino = SHOAL_INO_ROOT;
         t->root->path_hash = hash_path("");
         t->root->attr.is_dir = true;
@@ -222,8 +230,10 @@ int shoal_itable_ref(struct shoal_itable *t, const char *path, const struct shoa
                 shoal_dirlist_put(e->list);
                 e->list = NULL;
         }
-        e->attr = *a;
-        e->attr_expiry_ns = shoal_now_ns() + t->ttl_ns;
+        if (!e->writing) { /* the writer's attributes win until the upload ends */
+                e->attr = *a;
+                e->attr_expiry_ns = t->now_ns() + t->ttl_ns;
+        }
         e->nlookup++;
         *ino = e->ino;
 out:
@@ -254,8 +264,9 @@ int shoal_itable_getattr(struct shoal_itable *t, uint64_t ino, struct shoal_inod
         struct inode *e = find_ino(t, ino);
         if (e) {
                 *a = e->attr;
-                /* Folders have no attributes of their own in an object store. */
-                *fresh = e->attr.is_dir || shoal_now_ns() < e->attr_expiry_ns;
+                /* Folders have no attributes of their own in an object store; a file being
+                 * written has the writer's. */
+                *fresh = e->attr.is_dir || e->writing || t->now_ns() < e->attr_expiry_ns;
         } else {
                 rc = -ENOENT;
         }
@@ -267,9 +278,95 @@ void shoal_itable_setattr(struct shoal_itable *t, uint64_t ino, const struct sho
 {
         pthread_mutex_lock(&t->mu);
         struct inode *e = find_ino(t, ino);
-        if (e && e->attr.is_dir == a->is_dir) {
+        if (e && e->attr.is_dir == a->is_dir && !e->writing) {
                 e->attr = *a;
-                e->attr_expiry_ns = shoal_now_ns() + t->ttl_ns;
+                e->attr_expiry_ns = t->now_ns() + t->ttl_ns;
+        }
+        pthread_mutex_unlock(&t->mu);
+}
+
+int shoal_itable_set_writing(struct shoal_itable *t, uint64_t ino, bool on)
+{
+        int rc = 0;
+        pthread_mutex_lock(&t->mu);
+        struct inode *e = find_ino(t, ino);
+        if (!e)
+                rc = on ? -ENOENT : 0;
+        else if (on && e->writing)
+                rc = -EBUSY;
+        else
+                e->writing = on;
+        pthread_mutex_unlock(&t->mu);
+        return rc;
+}
+
+int shoal_itable_ref_writing(struct shoal_itable *t, const char *path, struct shoal_inode_attr *a,
+                             uint64_t *ino)
+{
+        uint64_t h = hash_path(path);
+        int rc = -ENOENT;
+        pthread_mutex_lock(&t->mu);
+        struct inode *e = find_path(t, path, h);
+        if (e && e->writing) {
+                e->nlookup++;
+                *a = e->attr;
+                *ino = e->ino;
+                rc = 0;
+        }
+        pthread_mutex_unlock(&t->mu);
+        return rc;
+}
+
+bool shoal_itable_is_writing(struct shoal_itable *t, const char *path)
+{
+        uint64_t h = hash_path(path);
+        pthread_mutex_lock(&t->mu);
+        struct inode *e = find_path(t, path, h);
+        bool w = e && e->writing;
+        pthread_mutex_unlock(&t->mu);
+        return w;
+}
+
+bool shoal_itable_writing_under(struct shoal_itable *t, const char *prefix)
+{
+        size_t pl = strlen(prefix);
+        bool found = false;
+        pthread_mutex_lock(&t->mu);
+        for (size_t i = 0; i < t->nbuckets && !found; i++)
+                for (struct inode *e = t->by_path[i]; e && !found; e = e->next_by_path)
+                        found = e->writing &&
+                                (!pl || (!strncmp(e->path, prefix, pl) && e->path[pl] == '/'));
+        pthread_mutex_unlock(&t->mu);
+        return found;
+}
+
+void shoal_itable_write_size(struct shoal_itable *t, uint64_t ino, uint64_t size)
+{
+        pthread_mutex_lock(&t->mu);
+        struct inode *e = find_ino(t, ino);
+        if (e && e->writing) {
+                e->attr.size = size;
+                e->attr.mtime_ns = (int64_t)shoal_wall_ns();
+        }
+        pthread_mutex_unlock(&t->mu);
+}
+
+void shoal_itable_expire(struct shoal_itable *t, uint64_t ino)
+{
+        pthread_mutex_lock(&t->mu);
+        struct inode *e = find_ino(t, ino);
+        if (e)
+                e->attr_expiry_ns = 0;
+        pthread_mutex_unlock(&t->mu);
+}
+
+void shoal_itable_dirlist_drop(struct shoal_itable *t, uint64_t ino)
+{
+        pthread_mutex_lock(&t->mu);
+        struct inode *e = find_ino(t, ino);
+        if (e && e->list) {
+                shoal_dirlist_put(e->list);
+                e->list = NULL;
         }
         pthread_mutex_unlock(&t->mu);
 }
@@ -302,7 +399,7 @@ struct shoal_dirlist *shoal_itable_dirlist_get(struct shoal_itable *t, uint64_t 
         struct shoal_dirlist *l = NULL;
         pthread_mutex_lock(&t->mu);
         struct inode *e = find_ino(t, ino);
-        if (e && e->list && shoal_now_ns() < e->list->expiry_ns) {
+        if (e && e->list && t->now_ns() < e->list->expiry_ns) {
                 l = e->list;
                 shoal_dirlist_get(l);
         }
@@ -312,7 +409,7 @@ struct shoal_dirlist *shoal_itable_dirlist_get(struct shoal_itable *t, uint64_t 
 
 void shoal_itable_dirlist_set(struct shoal_itable *t, uint64_t ino, struct shoal_dirlist *l)
 {
-        l->expiry_ns = shoal_now_ns() + t->ttl_ns;
+        l->expiry_ns = t->now_ns() + t->ttl_ns;
         pthread_mutex_lock(&t->mu);
         struct inode *e = find_ino(t, ino);
         if (e && e->attr.is_dir) {
@@ -415,4 +512,11 @@ const struct shoal_dirent *shoal_dirlist_find(const struct shoal_dirlist *l, con
                         lo = mid + 1;
         }
         return NULL;
+}
+
+void shoal_itable_set_clock(struct shoal_itable *t, uint64_t (*now_ns)(void))
+{
+        pthread_mutex_lock(&t->mu);
+        t->now_ns = now_ns ? now_ns : monotonic_ns;
+        pthread_mutex_unlock(&t->mu);
 }

@@ -20,8 +20,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/config.h"
+#include "common/forkgate.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "metrics/metrics.h"
 
 #define STALE_FACTOR          10
 #define ERROR_LOG_INTERVAL_NS (30ULL * 1000000000ULL)
@@ -38,6 +41,8 @@ struct shoal_group {
         char group[SHOAL_GROUP_NAME_MAX + 1];
         uint64_t heartbeat_ns, timeout_ns;
         pthread_t thread;
+        void (*usage)(void *arg, uint64_t *bytes, uint64_t *capacity);
+        void *usage_arg;
 
         /* Agent thread only (and start/stop around it). */
         struct shoal_member self;
@@ -244,6 +249,7 @@ static int refresh(struct shoal_group *g, struct shoal_member *list, size_t n)
         struct shoal_group_view *old = g->view;
         g->view = v;
         pthread_mutex_unlock(&g->lock);
+        shoal_metric_gauge_set(SHOAL_M_group_members_alive, (int64_t)v->n);
         if (old) {
                 if (old->version != v->version)
                         log_changes(g, old, v);
@@ -271,6 +277,13 @@ static void tick(struct shoal_group *g)
         size_t n = 0;
         int ret;
 
+        if (g->usage) {
+                /* Asked here, not pushed by the cache: the record carries the use of the moment
+                 * it is written, and the data path pays nothing for it. */
+                uint64_t bytes = 0, capacity = UINT64_MAX;
+                g->usage(g->usage_arg, &bytes, &capacity);
+                shoal_group_set_usage(g, bytes, capacity);
+        }
         pthread_mutex_lock(&g->lock);
         g->self.cache_bytes = g->usage_bytes;
         g->self.cache_capacity = g->usage_capacity;
@@ -312,7 +325,13 @@ static void *agent_main(void *arg)
                         continue;
                 }
                 pthread_mutex_unlock(&g->lock);
-                tick(g);
+                /* The registry (SQLite) holds process-wide locks: not across a fork of a library
+                 * user. A pending fork skips this beat; the next one follows a beat later. */
+                bool taken;
+                if (shoal_fork_gate_tryenter(&taken)) {
+                        tick(g);
+                        shoal_fork_gate_exit(taken);
+                }
                 pthread_mutex_lock(&g->lock);
                 /* Keep the cadence, but after a slow registry call do not fire a burst. */
                 next += g->heartbeat_ns;
@@ -384,6 +403,10 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
         g->self = cfg->self;
         g->self.alive = true;
         g->self.age_ms = 0;
+        g->usage = cfg->usage;
+        g->usage_arg = cfg->usage_arg;
+        if (g->usage)
+                g->usage(g->usage_arg, &g->self.cache_bytes, &g->self.cache_capacity);
         if (!g->self.id[0]) {
                 unsigned char rnd[SHOAL_MEMBER_ID_LEN / 2];
                 ret = shoal_random_bytes(rnd, sizeof(rnd));
@@ -400,12 +423,14 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
                          SHOAL_MEMBER_ID_LEN);
                 goto out_free;
         }
-        g->heartbeat_ns = shoal_group_env_duration(
-                "SHOAL_GROUP_HEARTBEAT",
-                cfg->heartbeat_ns ? cfg->heartbeat_ns : SHOAL_GROUP_HEARTBEAT_DEFAULT);
-        g->timeout_ns = shoal_group_env_duration("SHOAL_GROUP_TIMEOUT",
-                                                 cfg->timeout_ns ? cfg->timeout_ns
-                                                                 : SHOAL_GROUP_TIMEOUT_DEFAULT);
+        /* The environment (tests, operators) wins over the caller's values. */
+        const struct shoal_env *env = shoal_config_env();
+        g->heartbeat_ns = env->group_heartbeat_ns ? env->group_heartbeat_ns
+                          : cfg->heartbeat_ns     ? cfg->heartbeat_ns
+                                                  : SHOAL_GROUP_HEARTBEAT_DEFAULT;
+        g->timeout_ns = env->group_timeout_ns ? env->group_timeout_ns
+                        : cfg->timeout_ns     ? cfg->timeout_ns
+                                              : SHOAL_GROUP_TIMEOUT_DEFAULT;
         if (g->timeout_ns < 2 * g->heartbeat_ns)
                 log_warn("group",
                          "group timeout %" PRIu64 " ms is less than two heartbeats (%" PRIu64
@@ -487,6 +512,7 @@ void shoal_group_stop(struct shoal_group *g)
         pthread_cond_signal(&g->cond);
         pthread_mutex_unlock(&g->lock);
         pthread_join(g->thread, NULL);
+        shoal_metric_gauge_set(SHOAL_M_group_members_alive, 0);
         int ret = shoal_registry_delete(g->reg, g->self.id);
         if (ret < 0)
                 log_warn("group",
@@ -511,11 +537,17 @@ const char *shoal_group_self_id(const struct shoal_group *g)
         return g->self.id;
 }
 
+unsigned shoal_group_registry_failures(const struct shoal_group *g)
+{
+        return __atomic_load_n(&g->n_errors, __ATOMIC_RELAXED);
+}
+
 int shoal_group_list_once(const char *meta_url, const char *group, uint64_t wait_ns,
                           struct shoal_member **out, size_t *n, char *err, size_t errlen)
 {
-        uint64_t timeout_ns =
-                shoal_group_env_duration("SHOAL_GROUP_TIMEOUT", SHOAL_GROUP_TIMEOUT_DEFAULT);
+        uint64_t timeout_ns = shoal_config_env()->group_timeout_ns
+                                      ? shoal_config_env()->group_timeout_ns
+                                      : SHOAL_GROUP_TIMEOUT_DEFAULT;
         struct shoal_member *first = NULL, *second = NULL;
         size_t n1 = 0, n2 = 0;
         int ret;

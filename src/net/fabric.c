@@ -5,11 +5,17 @@
 #include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "net/iface.h"
@@ -20,8 +26,8 @@ const char *shoal_fab_provider(const char *flag)
 {
         if (flag && *flag)
                 return flag;
-        const char *env = getenv("FI_PROVIDER");
-        return env && *env ? env : "verbs";
+        const char *env = shoal_config_env()->fi_provider;
+        return env ? env : "verbs";
 }
 
 int shoal_fab_parse_ifaces(const char *list, char names[SHOAL_FAB_MAX_IFACES][32])
@@ -79,23 +85,274 @@ struct sockaddr_in *shoal_fab_addr_parse(const char *addr)
         return sa;
 }
 
-/* RDMA.md rule 5: tcp names its domains after netdevs and ignores the domain hint; verbs names
- * them after the ibv device behind the netdev. Accept either for IFNAME. */
-static bool domain_matches(const char *domain, const char *ifname)
+/* ---- process set-up: environment and limits ---------------------------------------------- */
+
+/* Bytes registered with a provider that pins them (see pins_memory), all interfaces together:
+ * the kernel counts each registration against RLIMIT_MEMLOCK, twice for two interfaces. */
+static _Atomic size_t pinned_bytes;
+
+/* Before libfabric reads its parameters (at its first call; fabric.c makes every first call):
+ * the MR cache registers every cached region with remote read and write whatever was asked
+ * (verbs' vrb_mr_cache_add_region) and keeps regions registered after fi_close, so a closed
+ * or local-only region would stay open to peers. We register pools once, where a cache gains
+ * nothing, so it is turned off, overriding the environment. */
+static void set_env(void)
 {
-        if (!strcmp(domain, ifname))
+        const char *v = shoal_config_env()->fi_mr_cache_max_count;
+        if (v && strcmp(v, "0"))
+                log_warn("rdma",
+                         "FI_MR_CACHE_MAX_COUNT=%s ignored: the MR cache widens the "
+                         "access of registered memory; shoal turns it off",
+                         v);
+        setenv("FI_MR_CACHE_MAX_COUNT", "0", 1);
+}
+
+int shoal_fab_raise_limits(struct shoal_fab_limits *out)
+{
+        struct rlimit fd, ml;
+        int rc = 0;
+        /* Unknown limits are no reason to refuse anything: the kernel still enforces them. */
+        *out = (struct shoal_fab_limits){.nofile = SIZE_MAX, .memlock = SIZE_MAX};
+        if (getrlimit(RLIMIT_NOFILE, &fd) || getrlimit(RLIMIT_MEMLOCK, &ml))
+                return -errno;
+        /* The soft limit up to the hard one; a huge hard limit (containers) capped, as some
+         * libraries size tables by it. */
+        rlim_t want = fd.rlim_max == RLIM_INFINITY || fd.rlim_max > SHOAL_FAB_NOFILE_CAP
+                              ? SHOAL_FAB_NOFILE_CAP
+                              : fd.rlim_max;
+        if (fd.rlim_cur != RLIM_INFINITY && fd.rlim_cur < want) {
+                struct rlimit n = {.rlim_cur = want, .rlim_max = fd.rlim_max};
+                if (setrlimit(RLIMIT_NOFILE, &n) == 0)
+                        fd.rlim_cur = want;
+                else
+                        rc = -errno;
+        }
+        if (ml.rlim_cur != ml.rlim_max) {
+                struct rlimit n = {.rlim_cur = ml.rlim_max, .rlim_max = ml.rlim_max};
+                if (setrlimit(RLIMIT_MEMLOCK, &n) == 0)
+                        ml.rlim_cur = ml.rlim_max;
+                else
+                        rc = -errno;
+        }
+        out->nofile = fd.rlim_cur == RLIM_INFINITY ? SIZE_MAX : (size_t)fd.rlim_cur;
+        out->memlock = ml.rlim_cur == RLIM_INFINITY ? SIZE_MAX : (size_t)ml.rlim_cur;
+        out->cap_ipc_lock = shoal_fab_cap_ipc_lock();
+        return rc;
+}
+
+bool shoal_fab_cap_ipc_lock(void)
+{
+        FILE *f = fopen("/proc/self/status", "r");
+        if (!f)
+                return false;
+        char line[256];
+        unsigned long long cap = 0;
+        bool found = false;
+        while (!found && fgets(line, sizeof(line), f))
+                found = sscanf(line, "CapEff: %llx", &cap) == 1;
+        fclose(f);
+        return found && (cap >> 14 & 1); /* CAP_IPC_LOCK */
+}
+
+unsigned shoal_fab_conn_budget(const struct shoal_fab_limits *l, size_t reserve)
+{
+        if (l->nofile <= reserve)
+                return 0;
+        size_t n = (l->nofile - reserve) / SHOAL_FAB_FDS_PER_CONN;
+        return n > UINT32_MAX ? UINT32_MAX : (unsigned)n;
+}
+
+int shoal_fab_memlock_check(const struct shoal_fab_limits *l, size_t pinned, size_t len, char *msg,
+                            size_t msglen)
+{
+        if (l->cap_ipc_lock || l->memlock == SIZE_MAX)
+                return 0;
+        if (pinned <= l->memlock && len <= l->memlock - pinned)
+                return 0;
+        snprintf(msg, msglen,
+                 "registering %zu MiB more would pin %zu MiB in all, over RLIMIT_MEMLOCK (%zu "
+                 "MiB): raise it (ulimit -l unlimited; LimitMEMLOCK=infinity in a systemd unit; "
+                 "memlock in /etc/security/limits.conf) or run with CAP_IPC_LOCK",
+                 len >> 20, (pinned + len) >> 20, l->memlock >> 20);
+        return -ENOMEM;
+}
+
+static struct shoal_fab_limits limits;
+
+static void process_setup(void)
+{
+        set_env();
+        int rc = shoal_fab_raise_limits(&limits);
+        if (rc)
+                log_warn("rdma",
+                         "cannot raise the soft RLIMIT_NOFILE/RLIMIT_MEMLOCK to the hard "
+                         "limit: %s",
+                         strerror(-rc));
+        unsigned conns = shoal_fab_conn_budget(&limits, SHOAL_FAB_FD_RESERVE);
+        if (conns < SHOAL_FAB_CONNS_WANTED)
+                log_warn("rdma",
+                         "open files limit %zu allows only about %u RDMA connections (%u fds "
+                         "each, %u kept for cache files and the store): raise it (ulimit -n; "
+                         "LimitNOFILE= in a systemd unit)",
+                         limits.nofile, conns, SHOAL_FAB_FDS_PER_CONN, SHOAL_FAB_FD_RESERVE);
+        if (limits.cap_ipc_lock || limits.memlock == SIZE_MAX)
+                log_info("rdma", "open files limit %zu, locked memory unlimited%s", limits.nofile,
+                         limits.cap_ipc_lock ? " (CAP_IPC_LOCK)" : "");
+        else
+                log_info("rdma", "open files limit %zu, locked memory limit %zu MiB", limits.nofile,
+                         limits.memlock >> 20);
+}
+
+static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
+
+/* ---- choosing the domain (RDMA.md rule 5) --------------------------------------------------- */
+
+static bool ends_with(const char *s, const char *suffix)
+{
+        size_t n = strlen(s), k = strlen(suffix);
+        return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* True when ibv device DEV is IFNAME's own (SYSFS/IFNAME/device/infiniband/DEV) or, for a bond,
+ * VLAN or other upper device, that of a device below it (SYSFS/IFNAME/lower_X), DEPTH levels
+ * down at most. Mellanox RoCE LAG shows the bond's device under each slave. */
+static bool sysfs_has_dev(const char *sysfs, const char *ifname, const char *dev, int depth)
+{
+        char path[512];
+        if (strchr(ifname, '/') || strchr(dev, '/') || !strcmp(ifname, "..") || !*dev)
+                return false;
+        snprintf(path, sizeof(path), "%s/%s/device/infiniband/%s", sysfs, ifname, dev);
+        if (access(path, F_OK) == 0)
                 return true;
-        char path[128];
-        snprintf(path, sizeof(path), "/sys/class/net/%s/device/infiniband", ifname);
+        if (depth <= 0)
+                return false;
+        snprintf(path, sizeof(path), "%s/%s", sysfs, ifname);
         DIR *d = opendir(path);
         if (!d)
                 return false;
         bool found = false;
         struct dirent *de;
         while (!found && (de = readdir(d)))
-                found = de->d_name[0] != '.' && !strcmp(de->d_name, domain);
+                if (!strncmp(de->d_name, "lower_", 6))
+                        found = sysfs_has_dev(sysfs, de->d_name + 6, dev, depth - 1);
         closedir(d);
         return found;
+}
+
+static bool src_is(const struct fi_info *i, const char *ip)
+{
+        const struct sockaddr_in *sa = i->src_addr;
+        char s[INET_ADDRSTRLEN] = "";
+        if (!sa || i->src_addrlen < sizeof(*sa) || sa->sin_family != AF_INET)
+                return true; /* nothing to contradict the source we asked for */
+        return inet_ntop(AF_INET, &sa->sin_addr, s, sizeof(s)) && !strcmp(s, ip);
+}
+
+static void add_name(char *list, size_t len, const char *name)
+{
+        size_t n = strlen(list);
+        if (n + 2 < len)
+                snprintf(list + n, len - n, "%s%s", n ? ", " : "", name);
+}
+
+const struct fi_info *shoal_fab_pick(const struct fi_info *list, const char *ifname, const char *ip,
+                                     const char *sysfs, enum shoal_fab_pick_by *by, char *why,
+                                     size_t whylen)
+{
+        const struct fi_info *best = NULL;
+        enum shoal_fab_pick_by best_by = SHOAL_FAB_BY_NONE;
+        const char *first = NULL;
+        bool several = false;
+        char seen[160] = "", skipped[160] = "";
+        for (const struct fi_info *i = list; i; i = i->next) {
+                const char *name = i->domain_attr ? i->domain_attr->name : NULL;
+                if (!name || !i->ep_attr || i->ep_attr->type != FI_EP_MSG)
+                        continue;
+                /* XRC endpoints need shared receive contexts we do not use; "-dgram" domains
+                 * are UD. Neither is a plain reliable connection. */
+                if (i->ep_attr->protocol == FI_PROTO_RDMA_CM_IB_XRC || ends_with(name, "-xrc") ||
+                    ends_with(name, "-dgram")) {
+                        add_name(skipped, sizeof(skipped), name);
+                        continue;
+                }
+                if (!src_is(i, ip)) {
+                        add_name(skipped, sizeof(skipped), name);
+                        continue;
+                }
+                add_name(seen, sizeof(seen), name);
+                if (!first)
+                        first = name;
+                else if (strcmp(first, name))
+                        several = true;
+                enum shoal_fab_pick_by b = !strcmp(name, ifname) ? SHOAL_FAB_BY_NAME
+                                           : sysfs_has_dev(sysfs, ifname, name, 2)
+                                                   ? SHOAL_FAB_BY_SYSFS
+                                                   : SHOAL_FAB_BY_SOURCE;
+                if (b > best_by) {
+                        best = i;
+                        best_by = b;
+                }
+        }
+        *by = best_by;
+        if (best && (best_by != SHOAL_FAB_BY_SOURCE || !several))
+                return best;
+        if (best)
+                snprintf(why, whylen,
+                         "the provider offers several domains for %s (%s) and none is %s's by "
+                         "name or in sysfs",
+                         ip, seen, ifname);
+        else
+                snprintf(why, whylen, "the provider offers no usable domain for %s%s%s%s", ip,
+                         *skipped ? " (skipped: " : "", skipped, *skipped ? ")" : "");
+        *by = SHOAL_FAB_BY_NONE;
+        return NULL;
+}
+
+static const char *by_str(enum shoal_fab_pick_by by)
+{
+        switch (by) {
+        case SHOAL_FAB_BY_NAME:
+                return "by name";
+        case SHOAL_FAB_BY_SYSFS:
+                return "by its sysfs device";
+        case SHOAL_FAB_BY_SOURCE:
+                return "by source address";
+        default:
+                return "-";
+        }
+}
+
+/* A provider that pins registered memory (and counts it against RLIMIT_MEMLOCK): one that wants
+ * registrations of allocated memory only, as hardware providers do; tcp and sockets do not. */
+static bool pins_memory(const struct shoal_fab *f)
+{
+        return (f->mr_mode & FI_MR_ALLOCATED) && !shoal_config_env()->fi_verbs_use_odp;
+}
+
+struct fi_info *shoal_fab_hints(const char *provider)
+{
+        struct fi_info *hints = fi_allocinfo();
+        if (!hints)
+                return NULL;
+        hints->ep_attr->type = FI_EP_MSG;
+        hints->caps = FI_MSG | FI_RMA;
+        /* Every op context we post starts with a struct fi_context2. */
+        hints->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
+        hints->addr_format = FI_SOCKADDR_IN;
+        /* The answer's send must not overtake its RMA write: the requester reads the payload as
+         * soon as it sees the answer (RDMA.md). Verbs RC and tcp both keep it; asking makes a
+         * provider that does not drop out here instead of handing out early answers. */
+        hints->tx_attr->msg_order = FI_ORDER_SAW;
+        hints->rx_attr->msg_order = FI_ORDER_SAW;
+        /* Offer every mr_mode bit we honour; read back what the provider kept (rule 1). */
+        hints->domain_attr->mr_mode =
+                FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+        hints->fabric_attr->prov_name = strdup(provider);
+        if (!hints->fabric_attr->prov_name) {
+                fi_freeinfo(hints);
+                return NULL;
+        }
+        return hints;
 }
 
 int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname, char *err,
@@ -103,26 +360,20 @@ int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname
 {
         memset(f, 0, sizeof(*f));
         shoal_strlcpy(f->ifname, ifname, sizeof(f->ifname));
+        pthread_once(&setup_once, process_setup);
         int rc = shoal_iface_ipv4(ifname, f->ip, sizeof(f->ip));
         if (rc) {
                 snprintf(err, errlen, "--rdma-network %s: %s", ifname,
                          rc == -ENODEV ? "no such interface" : "it has no IPv4 address");
                 return rc;
         }
-        struct fi_info *hints = fi_allocinfo(), *list = NULL;
+        struct fi_info *hints = shoal_fab_hints(provider), *list = NULL;
         if (!hints) {
                 snprintf(err, errlen, "rdma: out of memory");
                 return -ENOMEM;
         }
-        hints->ep_attr->type = FI_EP_MSG;
-        hints->caps = FI_MSG | FI_RMA;
-        /* Every op context we post starts with a struct fi_context2. */
-        hints->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
-        hints->addr_format = FI_SOCKADDR_IN;
-        /* Offer every mr_mode bit we honour; read back what the provider kept (rule 1). */
-        hints->domain_attr->mr_mode =
-                FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-        hints->fabric_attr->prov_name = strdup(provider);
+        /* The interface's address as source: verbs binds it with rdma_cm and keeps only the
+         * device behind it (bonds and VLANs included); tcp keeps the interface's own domain. */
         rc = fi_getinfo(FAB_VERSION, f->ip, "0", FI_SOURCE, hints, &list);
         fi_freeinfo(hints);
         if (rc) {
@@ -132,42 +383,33 @@ int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname
                          ifname, provider, f->ip, fi_strerror(-rc));
                 return rc < 0 ? rc : -ENODEV;
         }
-        for (struct fi_info *i = list; i; i = i->next) {
-                if (i->domain_attr && i->domain_attr->name &&
-                    domain_matches(i->domain_attr->name, ifname)) {
-                        f->info = fi_dupinfo(i);
-                        break;
-                }
-        }
-        /* tcp may also name a domain after itself: then the source address decides. */
-        for (struct fi_info *i = list; i && !f->info; i = i->next) {
-                const struct sockaddr_in *sa = i->src_addr;
-                char ip[INET_ADDRSTRLEN] = "";
-                if (sa && i->src_addrlen >= sizeof(*sa) && sa->sin_family == AF_INET &&
-                    inet_ntop(AF_INET, &sa->sin_addr, ip, sizeof(ip)) && !strcmp(ip, f->ip) &&
-                    i->fabric_attr && i->fabric_attr->prov_name &&
-                    (!strcmp(i->fabric_attr->prov_name, "tcp") ||
-                     !strcmp(i->fabric_attr->prov_name, "sockets")))
-                        f->info = fi_dupinfo(i);
-        }
-        if (!f->info) {
-                snprintf(err, errlen,
-                         "--rdma-network %s: provider %s offers no domain for this interface "
-                         "(first domain: %s)",
-                         ifname, provider,
-                         list->domain_attr && list->domain_attr->name ? list->domain_attr->name
-                                                                      : "?");
+        enum shoal_fab_pick_by by;
+        char why[400];
+        const struct fi_info *pick =
+                shoal_fab_pick(list, ifname, f->ip, SHOAL_FAB_SYSFS_NET, &by, why, sizeof(why));
+        if (pick && !(f->info = fi_dupinfo(pick))) {
                 fi_freeinfo(list);
-                return -ENODEV;
+                snprintf(err, errlen, "rdma: out of memory");
+                return -ENOMEM;
         }
         fi_freeinfo(list);
+        if (!f->info) {
+                snprintf(err, errlen, "--rdma-network %s: provider %s: %s", ifname, provider, why);
+                return -ENODEV;
+        }
         shoal_strlcpy(f->prov, f->info->fabric_attr->prov_name, sizeof(f->prov));
         f->mr_mode = (uint64_t)f->info->domain_attr->mr_mode;
         f->key_size = f->info->domain_attr->mr_key_size;
         f->tx_size = f->info->tx_attr->size;
         f->rx_size = f->info->rx_attr->size;
         f->max_msg = f->info->ep_attr->max_msg_size;
-        f->next_key = 1;
+        if (!(f->info->tx_attr->msg_order & FI_ORDER_SAW)) {
+                snprintf(err, errlen,
+                         "--rdma-network %s: provider %s does not keep a send behind an earlier "
+                         "RMA write (FI_ORDER_SAW)",
+                         ifname, f->prov);
+                return -ENOTSUP;
+        }
         rc = fi_fabric(f->info->fabric_attr, &f->fabric, NULL);
         if (rc) {
                 snprintf(err, errlen, "--rdma-network %s: fi_fabric (%s): %s", ifname, f->prov,
@@ -187,6 +429,9 @@ int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname
                          ifname, f->prov, f->key_size, f->tx_size, f->rx_size);
                 return -ENOTSUP;
         }
+        log_info("rdma", "%s (%s): provider %s, domain %s (chosen %s), queues %zu/%zu, %s", ifname,
+                 f->ip, f->prov, f->info->domain_attr->name, by_str(by), f->tx_size, f->rx_size,
+                 pins_memory(f) ? "registrations pinned" : "nothing pinned");
         return 0;
 }
 
@@ -237,14 +482,79 @@ int shoal_fab_cq_open(struct shoal_fab *f, size_t size, struct fid_cq **cq, int 
         return rc;
 }
 
+/* The key to request: the provider's own under FI_MR_PROV_KEY (the request is ignored), else a
+ * random one of key_size bytes, so that a peer cannot guess the keys of other regions. */
+static int request_key(const struct shoal_fab *f, uint64_t *key)
+{
+        *key = 0;
+        if (f->mr_mode & FI_MR_PROV_KEY)
+                return 0;
+        if (shoal_random_bytes(key, sizeof(*key)))
+                return -EIO; /* no guessable fallback */
+        if (f->key_size < 8)
+                *key &= (1ULL << (8 * f->key_size)) - 1;
+        return 0;
+}
+
+void shoal_fab_dontfork(void *buf, size_t len)
+{
+        long pg = sysconf(_SC_PAGESIZE);
+        uintptr_t a = (uintptr_t)buf & ~((uintptr_t)pg - 1);
+        uintptr_t e = ((uintptr_t)buf + len + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+        if (len && madvise((void *)a, e - a, MADV_DONTFORK))
+                log_ratelimited(SHOAL_LOG_WARN, "rdma",
+                                "madvise(MADV_DONTFORK) of %zu bytes: %s; a fork may move "
+                                "registered pages on kernels before 5.13",
+                                len, strerror(errno));
+}
+
 int shoal_fab_mr_reg(struct shoal_fab *f, void *buf, size_t len, uint64_t access,
                      struct fid_mr **mr)
 {
-        uint64_t key = f->next_key++;
-        int rc = fi_mr_reg(f->domain, buf, len, access, 0, key, 0, mr, NULL);
-        if (rc)
+        bool pins = pins_memory(f);
+        if (pins) {
+                char msg[400];
+                int rc = shoal_fab_memlock_check(&limits, atomic_load(&pinned_bytes), len, msg,
+                                                 sizeof(msg));
+                if (rc) {
+                        log_warn("rdma", "--rdma-network %s: %s", f->ifname, msg);
+                        return rc;
+                }
+        }
+        /* Registered pages must stay where the NIC was told they are: without this a fork
+         * (libfuse runs fusermount3) makes them copy-on-write and the parent's next write moves
+         * them on kernels before 5.13. Pools are page-aligned; the child never uses them. */
+        shoal_fab_dontfork(buf, len);
+        int rc;
+        for (int tries = 0;; tries++) {
+                uint64_t key;
+                if ((rc = request_key(f, &key)))
+                        break;
+                rc = fi_mr_reg(f->domain, buf, len, access, 0, key, 0, mr, NULL);
+                if (rc != -FI_ENOKEY || tries == 3 || (f->mr_mode & FI_MR_PROV_KEY))
+                        break; /* a random key that is taken: draw another */
+        }
+        if (rc) {
                 shoal_fab_log_err(f->ifname, "fi_mr_reg", rc);
-        return rc;
+                return rc;
+        }
+        if (pins)
+                atomic_fetch_add(&pinned_bytes, len);
+        return 0;
+}
+
+void shoal_fab_mr_close(struct shoal_fab *f, struct fid_mr *mr, size_t len)
+{
+        if (!mr)
+                return;
+        fi_close(&mr->fid);
+        if (pins_memory(f))
+                atomic_fetch_sub(&pinned_bytes, len);
+}
+
+size_t shoal_fab_pinned(void)
+{
+        return atomic_load(&pinned_bytes);
 }
 
 void *shoal_fab_desc(const struct shoal_fab *f, struct fid_mr *mr)
@@ -304,8 +614,13 @@ int shoal_fab_mep_alloc(struct shoal_fab_mep *m, struct shoal_fab *f, const char
         m->eq_fd = m->cq_fd = -1;
         m->nrx = nrx;
         m->nslots = nslots;
+        /* Whole pages of its own (mmap): MADV_DONTFORK at registration then touches nothing
+         * else, and nothing of it returns to the heap with the flag set. */
         size_t memlen = (size_t)(nrx + nslots) * SHOAL_FAB_MSG_SLOT;
-        m->mem = aligned_alloc(4096, (memlen + 4095) / 4096 * 4096);
+        m->memlen = (memlen + 4095) / 4096 * 4096;
+        m->mem = mmap(NULL, m->memlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m->mem == MAP_FAILED)
+                m->mem = NULL;
         m->rx = calloc(nrx, sizeof(*m->rx));
         if (!m->mem || !m->rx)
                 return -ENOMEM;
@@ -331,10 +646,20 @@ int shoal_fab_mep_open(struct shoal_fab_mep *m, struct fi_info *info, void *ep_c
                        const char **call)
 {
         struct shoal_fab *f = m->fab;
-        size_t memlen = (size_t)(m->nrx + m->nslots) * SHOAL_FAB_MSG_SLOT;
         int rc;
+        *call = "cq size";
+        if (cq_size <= m->nrx)
+                return -EINVAL;
+        /* The queues hold what we post and the CQ all of it: verbs reserves rx_attr->size CQ
+         * entries for receives at bind time (and reserves none, with a warning, when the CQ is
+         * smaller: then sends can overrun the CQ, which kills the QP); its default receive
+         * queue (384) is larger than any CQ we would otherwise open. */
+        if (info->rx_attr)
+                info->rx_attr->size = SHOAL_MIN(info->rx_attr->size, (size_t)m->nrx);
+        if (info->tx_attr)
+                info->tx_attr->size = SHOAL_MIN(info->tx_attr->size, cq_size - m->nrx);
         *call = "fi_mr_reg";
-        if ((rc = shoal_fab_mr_reg(f, m->mem, memlen, FI_SEND | FI_RECV, &m->mr)))
+        if ((rc = shoal_fab_mr_reg(f, m->mem, m->memlen, FI_SEND | FI_RECV, &m->mr)))
                 return rc;
         *call = "fi_endpoint";
         if ((rc = fi_endpoint(f->domain, info, &m->ep, ep_ctx)))
@@ -475,9 +800,9 @@ void shoal_fab_mep_close(struct shoal_fab_mep *m, int epfd)
                 fi_close(&m->cq->fid);
         if (m->eq)
                 fi_close(&m->eq->fid);
-        if (m->mr)
-                fi_close(&m->mr->fid);
-        free(m->mem);
+        shoal_fab_mr_close(m->fab, m->mr, m->memlen);
+        if (m->mem)
+                munmap(m->mem, m->memlen);
         free(m->rx);
         m->cq = NULL;
         m->eq = NULL;

@@ -11,12 +11,13 @@
 #include <stdint.h>
 
 #include "common/block.h"
+#include "common/secret.h"
 #include "group/group.h"
 
 struct shoal_remote;
 
 struct shoal_remote_config {
-        const char *secret;             /* group secret, or NULL */
+        struct shoal_secret secret;     /* group secret (len 0: none) */
         uint64_t timeout_ns;            /* per request, connect included (default 10 s;
                                            SHOAL_REMOTE_TIMEOUT overrides) */
         uint64_t avoid_ns;              /* how long a failed member is avoided (default 10 s;

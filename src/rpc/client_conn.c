@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "metrics/metrics.h"
 
 int shoal_rpc_wait_fd(int fd, short events, uint64_t deadline)
 {
@@ -109,8 +110,50 @@ int shoal_rpc_send_frame(int fd, uint8_t type, uint16_t flags, uint64_t id, cons
         return shoal_rpc_send_all(fd, buf, SHOAL_WIRE_HDR_LEN + body_len, deadline);
 }
 
-int shoal_rpc_connect(const char *addr, uint8_t service, const char *secret, uint64_t deadline,
-                      uint32_t *max_inflight)
+/* Sends the handshake's pending frame, if any. */
+static int hs_send(int fd, struct shoal_hs *hs, uint64_t deadline)
+{
+        if (!hs->out_len)
+                return 0;
+        return shoal_rpc_send_all(fd, hs->out, hs->out_len, deadline);
+}
+
+static int handshake(int fd, const char *addr, uint8_t service, const struct shoal_hs_key *key,
+                     uint64_t deadline, struct shoal_rpc_peer *peer)
+{
+        struct shoal_hs hs;
+        struct shoal_hs_config cfg = {
+                .role = SHOAL_HS_REQUESTER, .key = key, .service = service, .addr = addr};
+        int rc = shoal_hs_start(&hs, &cfg);
+        if (rc) {
+                log_ratelimited(SHOAL_LOG_ERROR, "remote", "handshake with %s: %s", addr,
+                                hs.why ? hs.why : strerror(-rc));
+                return rc;
+        }
+        enum shoal_hs_verdict v = SHOAL_HS_MORE;
+        while (v == SHOAL_HS_MORE) {
+                if ((rc = hs_send(fd, &hs, deadline)))
+                        return rc;
+                uint8_t hdr[SHOAL_WIRE_HDR_LEN], body[256];
+                struct shoal_wire_hdr h;
+                if ((rc = shoal_rpc_recv_frame(fd, &h, hdr, body, sizeof(body), deadline)))
+                        return rc;
+                v = shoal_hs_step(&hs, &h, body);
+        }
+        if (v == SHOAL_HS_FAIL) {
+                log_ratelimited(hs.error == -EACCES ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "remote",
+                                "handshake with member %s failed: %s", addr, hs.why);
+                return hs.error;
+        }
+        if (peer) {
+                peer->max_inflight = hs.peer_max_inflight;
+                memcpy(peer->member_id, hs.peer_id, sizeof(peer->member_id));
+        }
+        return 0;
+}
+
+int shoal_rpc_connect(const char *addr, uint8_t service, const struct shoal_hs_key *key,
+                      uint64_t deadline, struct shoal_rpc_peer *peer)
 {
         char host[64];
         shoal_strlcpy(host, addr, sizeof(host));
@@ -146,64 +189,11 @@ int shoal_rpc_connect(const char *addr, uint8_t service, const char *secret, uin
                         goto out_close;
                 }
         }
-        struct shoal_wire_hello hello = {.min_version = SHOAL_WIRE_VERSION,
-                                         .max_version = SHOAL_WIRE_VERSION,
-                                         .service = service};
-        shoal_random_bytes(hello.nonce, sizeof(hello.nonce));
-        uint8_t b[256], hdr[SHOAL_WIRE_HDR_LEN];
-        int n = shoal_wire_hello_encode(b, sizeof(b), &hello);
-        if (n < 0 || (rc = shoal_rpc_send_frame(fd, SHOAL_MSG_HELLO, 0, 1, b, (size_t)n, deadline)))
-                goto out_proto;
-        struct shoal_wire_hdr h;
-        if ((rc = shoal_rpc_recv_frame(fd, &h, hdr, b, sizeof(b), deadline)))
+        rc = handshake(fd, addr, service, key, deadline, peer);
+        if (rc)
                 goto out_close;
-        if (h.type == SHOAL_MSG_ERROR) {
-                rc = -EREMOTEIO;
-                goto out_close;
-        }
-        struct shoal_wire_hello_ack ack;
-        if (h.type != SHOAL_MSG_HELLO_ACK || shoal_wire_hello_ack_decode(b, h.body_len, &ack))
-                goto out_proto;
-        if (secret) {
-                /* Mutual: the server proves it knows the secret before we prove we do. */
-                uint8_t want[SHOAL_WIRE_PROOF_LEN];
-                shoal_wire_proof(secret, strlen(secret), true, hello.nonce, ack.nonce, want);
-                if (!shoal_wire_proof_eq(want, ack.proof)) {
-                        log_ratelimited(SHOAL_LOG_WARN, "remote",
-                                        "member %s failed to prove the group secret", addr);
-                        rc = -EACCES;
-                        goto out_close;
-                }
-        }
-        if (h.flags & SHOAL_WF_AUTH_REQUIRED) {
-                if (!secret) {
-                        log_ratelimited(SHOAL_LOG_WARN, "remote",
-                                        "member %s requires the group secret; set "
-                                        "--group-secret-file or SHOAL_GROUP_SECRET",
-                                        addr);
-                        rc = -EACCES;
-                        goto out_close;
-                }
-                struct shoal_wire_auth auth;
-                shoal_wire_proof(secret, strlen(secret), false, ack.nonce, hello.nonce, auth.proof);
-                n = shoal_wire_auth_encode(b, sizeof(b), &auth);
-                if (n < 0 ||
-                    (rc = shoal_rpc_send_frame(fd, SHOAL_MSG_AUTH, 0, 2, b, (size_t)n, deadline)))
-                        goto out_proto;
-                if ((rc = shoal_rpc_recv_frame(fd, &h, hdr, b, sizeof(b), deadline)))
-                        goto out_close;
-                if (h.type != SHOAL_MSG_AUTH_OK) {
-                        rc = -EACCES;
-                        goto out_close;
-                }
-        }
-        if (max_inflight)
-                *max_inflight = ack.max_inflight;
         return fd;
 
-out_proto:
-        if (!rc)
-                rc = -EPROTO;
 out_close:
         close(fd);
         return rc;
@@ -268,4 +258,15 @@ int shoal_rpc_verify_payload(const struct shoal_volume *vol, const struct shoal_
                         return -EBADMSG;
         }
         return 0;
+}
+
+int shoal_rpc_decode_answer(uint8_t service, const uint8_t *body, size_t len,
+                            struct shoal_wire_read_resp *resp)
+{
+        uint64_t t0 = shoal_now_ns();
+        int rc = shoal_wire_read_resp_decode(body, len, resp);
+        shoal_metric_observe(service == SHOAL_SERVICE_POOL ? SHOAL_M_remotecache_pool_decodeBodyDur
+                                                           : SHOAL_M_mount_iorpc_decodeBodyDur,
+                             shoal_now_ns() - t0);
+        return rc;
 }

@@ -6,17 +6,25 @@
 #include <stdint.h>
 
 #include "common/block.h"
+#include "rpc/handshake.h"
 #include "rpc/wire.h"
 
 #define SHOAL_SERVICE_POOL  1
 #define SHOAL_SERVICE_IORPC 2
 
-/* Connects to ADDR ("ip:port") and runs the handshake (HELLO, and AUTH when the member requires
- * the group SECRET; the member must prove the secret first). Returns a non-blocking fd or -errno
- * (-ETIMEDOUT past DEADLINE, -EACCES on an authentication failure, -EPROTO on a bad answer).
- * *MAX_INFLIGHT (may be NULL) receives the member's per-connection request limit. */
-int shoal_rpc_connect(const char *addr, uint8_t service, const char *secret, uint64_t deadline,
-                      uint32_t *max_inflight);
+/* What the handshake told the requester about the member. */
+struct shoal_rpc_peer {
+        uint32_t max_inflight;                        /* its per-connection request limit */
+        char member_id[SHOAL_WIRE_MEMBER_ID_MAX + 1]; /* its member id (may be empty) */
+};
+
+/* Connects to ADDR ("ip:port") and runs the handshake of rpc/handshake.h with KEY (NULL or unset:
+ * no secret; then only a member without one is accepted). Returns a non-blocking fd or -errno:
+ * -ETIMEDOUT past DEADLINE, -EACCES when either side did not prove the group secret (the reason
+ * is logged), -ENOPROTOOPT when the member does not offer SERVICE, -EPROTO on a bad answer, or
+ * the CSPRNG's error. *PEER (may be NULL) receives what the member announced. */
+int shoal_rpc_connect(const char *addr, uint8_t service, const struct shoal_hs_key *key,
+                      uint64_t deadline, struct shoal_rpc_peer *peer);
 
 /* Blocking socket I/O on non-blocking fds, with a monotonic DEADLINE. Return 0 or -errno
  * (-ETIMEDOUT past the deadline, -ECONNRESET when the peer went away). */
@@ -40,6 +48,11 @@ int shoal_rpc_status_errno(uint32_t status);
 int shoal_rpc_check_answer(const struct shoal_volume *vol, const struct shoal_object *obj,
                            uint32_t index, uint32_t off, uint32_t len,
                            const struct shoal_wire_hdr *h, const struct shoal_wire_read_resp *resp);
+/* Decodes the READ_RESP body of LEN bytes at BODY into *RESP (shoal_wire_read_resp_decode),
+ * timing it in SERVICE's decode histogram: mount_iorpc_decodeBodyDur for IORPC (on TCP or RDMA),
+ * remotecache_pool_decodeBodyDur for the TCP pool [V2]. Returns 0 or < 0 as the decoder does. */
+int shoal_rpc_decode_answer(uint8_t service, const uint8_t *body, size_t len,
+                            struct shoal_wire_read_resp *resp);
 int shoal_rpc_verify_payload(const struct shoal_volume *vol, const struct shoal_object *obj,
                              uint32_t index, uint32_t off, uint32_t len, const void *dst,
                              const struct shoal_wire_read_resp *resp);

@@ -7,11 +7,14 @@
 #include <stdint.h>
 
 #include "common/block.h"
+#include "common/secret.h"
 #include "rpc/wire.h"
 
 struct shoal_pool;
 
-struct shoal_pool *shoal_pool_create(const char *secret, unsigned idle_per_peer);
+/* SECRET (NULL or empty: none) is used only to derive the handshake key; NULL when it is shorter
+ * than SHOAL_SECRET_MIN bytes, or out of memory or randomness. */
+struct shoal_pool *shoal_pool_create(const struct shoal_secret *secret, unsigned idle_per_peer);
 void shoal_pool_destroy(struct shoal_pool *p);
 /* Reads [OFF, OFF+LEN) of block INDEX of OBJ from the member whose TCP pool is at ADDR into DST.
  * A pooled connection found dead is replaced once; a checksum mismatch is reported to the member
@@ -29,7 +32,7 @@ int shoal_pool_info(struct shoal_pool *p, const char *addr, struct shoal_wire_in
 struct shoal_iorpc;
 
 struct shoal_iorpc_config {
-        const char *secret;
+        struct shoal_secret secret;  /* group secret (len 0: none); only its key is kept */
         uint64_t grow_period_ns;     /* default 1 s; SHOAL_IORPC_SCALE_PERIOD overrides */
         uint64_t shrink_period_ns;   /* default 60 x grow period */
         uint64_t grow_bytes_per_s;   /* 300 MiB/s on TCP [R5] */

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
@@ -81,7 +82,7 @@ struct peer {
 
 struct shoal_iorpc {
         struct shoal_iorpc_config cfg;
-        char *secret;
+        struct shoal_hs_key key;
         pthread_mutex_t mu;
         pthread_cond_t cond;          /* connection set-up and the scaler sleep here */
         pthread_condattr_t cond_attr; /* CLOCK_MONOTONIC, for every waiter's condition */
@@ -293,9 +294,8 @@ static int add_conn_locked(struct shoal_iorpc *cl, struct peer *p, uint64_t dead
 {
         p->connecting = true;
         pthread_mutex_unlock(&cl->mu);
-        uint32_t max_inflight = 0;
-        int fd = shoal_rpc_connect(p->addr, SHOAL_SERVICE_IORPC, cl->secret, deadline,
-                                   &max_inflight);
+        struct shoal_rpc_peer peer = {0};
+        int fd = shoal_rpc_connect(p->addr, SHOAL_SERVICE_IORPC, &cl->key, deadline, &peer);
         struct iconn *ic = NULL;
         if (fd >= 0) {
                 ic = calloc(1, sizeof(*ic));
@@ -312,7 +312,7 @@ static int add_conn_locked(struct shoal_iorpc *cl, struct peer *p, uint64_t dead
         ic->fd = fd;
         ic->peer = p;
         ic->cl = cl;
-        ic->max_inflight = max_inflight ? max_inflight : 1;
+        ic->max_inflight = peer.max_inflight ? peer.max_inflight : 1;
         ic->refs = 2; /* the peer list and the receiver */
         pthread_mutex_init(&ic->send_mu, NULL);
         if (pthread_create(&ic->rx, NULL, rx_main, ic)) {
@@ -437,7 +437,7 @@ static int request_once(struct shoal_iorpc *cl, const char *addr, const struct s
         *conn_fault = rc == -ECONNRESET || rc == -EPROTO;
         if (!rc) {
                 struct shoal_wire_read_resp resp;
-                if (shoal_wire_read_resp_decode(w->body, w->h.body_len, &resp) ||
+                if (shoal_rpc_decode_answer(SHOAL_SERVICE_IORPC, w->body, w->h.body_len, &resp) ||
                     shoal_rpc_check_answer(vol, obj, index, off, len, &w->h, &resp)) {
                         rc = -EPROTO;
                         iconn_break_locked(ic);
@@ -581,10 +581,8 @@ struct shoal_iorpc *shoal_iorpc_create(const struct shoal_iorpc_config *cfg)
         cl->cfg = *cfg;
         if (!cl->cfg.grow_period_ns)
                 cl->cfg.grow_period_ns = 1000000000ULL;
-        const char *env = getenv("SHOAL_IORPC_SCALE_PERIOD");
-        uint64_t ns;
-        if (env && !shoal_parse_duration(env, &ns) && ns)
-                cl->cfg.grow_period_ns = ns;
+        if (shoal_config_env()->iorpc_scale_period_ns)
+                cl->cfg.grow_period_ns = shoal_config_env()->iorpc_scale_period_ns;
         if (!cl->cfg.shrink_period_ns)
                 cl->cfg.shrink_period_ns = 60 * cl->cfg.grow_period_ns;
         if (!cl->cfg.grow_bytes_per_s)
@@ -598,14 +596,14 @@ struct shoal_iorpc *shoal_iorpc_create(const struct shoal_iorpc_config *cfg)
         if (!cl->cfg.max_conns)
                 cl->cfg.max_conns = 16;
         cl->peers = calloc(MAX_PEERS, sizeof(*cl->peers));
-        cl->secret = cfg->secret ? strdup(cfg->secret) : NULL;
-        if (!cl->peers || (cfg->secret && !cl->secret))
+        /* Ids only need to be unique per connection; see pool_client.c. */
+        if (!cl->peers || shoal_hs_key_init(&cl->key, &cfg->secret) ||
+            shoal_random_bytes(&cl->next_id, sizeof(cl->next_id)))
                 goto out_free;
         pthread_mutex_init(&cl->mu, NULL);
         pthread_condattr_init(&cl->cond_attr);
         pthread_condattr_setclock(&cl->cond_attr, CLOCK_MONOTONIC);
         pthread_cond_init(&cl->cond, &cl->cond_attr);
-        shoal_random_bytes(&cl->next_id, sizeof(cl->next_id));
         cl->next_id >>= 1; /* never wraps to 0 in practice; 0 marks an empty abandoned slot */
         if (pthread_create(&cl->scaler, NULL, scaler_main, cl)) {
                 pthread_mutex_destroy(&cl->mu);
@@ -615,7 +613,7 @@ struct shoal_iorpc *shoal_iorpc_create(const struct shoal_iorpc_config *cfg)
         return cl;
 out_free:
         free(cl->peers);
-        free(cl->secret);
+        shoal_hs_key_clear(&cl->key);
         free(cl);
         return NULL;
 }
@@ -641,7 +639,7 @@ void shoal_iorpc_destroy(struct shoal_iorpc *cl)
         pthread_cond_destroy(&cl->cond);
         pthread_condattr_destroy(&cl->cond_attr);
         free(cl->peers);
-        free(cl->secret);
+        shoal_hs_key_clear(&cl->key);
         free(cl);
 }
 

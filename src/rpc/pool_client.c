@@ -41,26 +41,27 @@ struct shoal_pool {
         struct peer *peers;
         unsigned npeers;
         unsigned idle_per_peer;
-        char *secret;
+        struct shoal_hs_key key;
         uint64_t next_id;
 };
 
-struct shoal_pool *shoal_pool_create(const char *secret, unsigned idle_per_peer)
+struct shoal_pool *shoal_pool_create(const struct shoal_secret *secret, unsigned idle_per_peer)
 {
         struct shoal_pool *p = calloc(1, sizeof(*p));
         if (!p)
                 return NULL;
         p->peers = calloc(MAX_PEERS, sizeof(*p->peers));
-        p->secret = secret ? strdup(secret) : NULL;
-        if (!p->peers || (secret && !p->secret)) {
+        /* Ids need only be unique per connection; a random start keeps them apart across
+         * restarts in logs and captures. */
+        if (!p->peers || shoal_hs_key_init(&p->key, secret) ||
+            shoal_random_bytes(&p->next_id, sizeof(p->next_id))) {
+                shoal_hs_key_clear(&p->key);
                 free(p->peers);
-                free(p->secret);
                 free(p);
                 return NULL;
         }
         p->idle_per_peer = idle_per_peer ? idle_per_peer : 64;
         pthread_mutex_init(&p->mu, NULL);
-        shoal_random_bytes(&p->next_id, sizeof(p->next_id));
         return p;
 }
 
@@ -80,7 +81,7 @@ void shoal_pool_destroy(struct shoal_pool *p)
         }
         pthread_mutex_destroy(&p->mu);
         free(p->peers);
-        free(p->secret);
+        shoal_hs_key_clear(&p->key);
         free(p);
 }
 
@@ -114,7 +115,7 @@ static struct pconn *pool_get(struct shoal_pool *rm, const char *addr, bool *poo
                 return pc;
         }
         *pooled = false;
-        int fd = shoal_rpc_connect(addr, SHOAL_SERVICE_POOL, rm->secret, deadline, NULL);
+        int fd = shoal_rpc_connect(addr, SHOAL_SERVICE_POOL, &rm->key, deadline, NULL);
         if (fd < 0) {
                 *err = fd;
                 return NULL;
@@ -197,7 +198,8 @@ static int read_once(struct shoal_pool *p, int fd, const struct shoal_volume *vo
                 return shoal_rpc_status_errno(h.status);
         }
         struct shoal_wire_read_resp resp;
-        if (h.type != SHOAL_MSG_READ_RESP || shoal_wire_read_resp_decode(b, h.body_len, &resp) ||
+        if (h.type != SHOAL_MSG_READ_RESP ||
+            shoal_rpc_decode_answer(SHOAL_SERVICE_POOL, b, h.body_len, &resp) ||
             shoal_rpc_check_answer(vol, obj, index, off, len, &h, &resp))
                 return -EPROTO;
         rc = shoal_rpc_recv_all(fd, dst, len, deadline);

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "common/block.h"
+#include "common/secret.h"
 #include "net/fabric.h"
 
 struct shoal_server;
@@ -23,11 +24,14 @@ struct shoal_rdma_server;
 
 /* Listens for RDMA on each of the N_IF interfaces IFACES through PROVIDER (port chosen by the
  * system), registering the server's answer buffers once per interface; requests run through
- * SRV's request engine (shoal_server_submit_rdma). SECRET gates every connection as on TCP.
- * Returns the server, or NULL with one line in ERR [M3]. */
+ * SRV's request engine (shoal_server_submit_rdma). SECRET (NULL or empty: none) gates every
+ * connection as on TCP, with MEMBER_ID in the proofs (rpc/handshake.h); without a secret only
+ * loopback interfaces are accepted [S1]. Returns the server, or NULL with one line in ERR
+ * [M3] (starting "refusing" for a missing or short secret). */
 struct shoal_rdma_server *shoal_rdma_server_start(struct shoal_server *srv, const char *provider,
                                                   char ifaces[][32], unsigned n_if,
-                                                  const char *secret, char *err, size_t errlen);
+                                                  const struct shoal_secret *secret,
+                                                  const char *member_id, char *err, size_t errlen);
 /* The listening addresses "ip:port", one per interface; returns their count. */
 unsigned shoal_rdma_server_addrs(const struct shoal_rdma_server *rs,
                                  char addrs[SHOAL_FAB_MAX_IFACES][64]);
@@ -43,10 +47,10 @@ struct shoal_rdma_client_config {
         const char *provider;
         char (*ifaces)[32];
         unsigned n_if;
-        const char *secret;
-        size_t bounce_size; /* largest request (the volume's block size) */
-        uint64_t retry_ns;  /* RDMA retried this long after a failure (default 5 min;
-                               IORPC_RDMA_RETRY_DURATION overrides) [M4] */
+        struct shoal_secret secret; /* group secret (len 0: none); only its key is kept */
+        size_t bounce_size;         /* largest request (the volume's block size) */
+        uint64_t retry_ns;          /* RDMA retried this long after a failure (default 5 min;
+                                       IORPC_RDMA_RETRY_DURATION overrides) [M4] */
 };
 
 /* Opens every interface and a registered bounce pool. NULL with one line in ERR [M3]. */
@@ -73,6 +77,7 @@ int shoal_rdma_read(struct shoal_rdma_client *c, const char *member_id, const ch
 /* `shoal ping --rdma-network IF`: connects from IF to ADDR over PROVIDER, handshakes, measures
  * PING round trips and checks an RMA write of a test pattern into a registered buffer. Prints one
  * line; returns 0 or a negative errno. */
-int shoal_rdma_ping(const char *provider, const char *ifname, const char *addr, const char *secret);
+int shoal_rdma_ping(const char *provider, const char *ifname, const char *addr,
+                    const struct shoal_secret *secret);
 
 #endif

@@ -30,10 +30,12 @@
 #include <unistd.h>
 
 #include "common/bufpool.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
 #include "rpc/client_conn.h"
+#include "rpc/handshake.h"
 #include "rpc/wire.h"
 
 #define SERVICE_RDMA 3
@@ -111,7 +113,7 @@ struct rc_chan {
         bool broken;
         uint64_t deadline, last_rx, last_ping, broken_at;
         bool ping_out;
-        uint8_t nonce[SHOAL_WIRE_NONCE_LEN];
+        struct shoal_hs hs; /* until CH_READY */
         char addr[64];
         struct rc_chan *next; /* the dying list */
 };
@@ -140,7 +142,7 @@ struct rc_peer {
 struct shoal_rdma_client {
         struct shoal_rdma_client_config cfg;
         char ifaces[SHOAL_FAB_MAX_IFACES][32];
-        char *secret;
+        struct shoal_hs_key key;
         struct rc_rail rails[SHOAL_FAB_MAX_IFACES];
         unsigned nrails;
         pthread_mutex_t mu; /* regions, submit queue */
@@ -464,12 +466,19 @@ static void peer_fail(struct rc_peer *p, const char *why)
         }
         p->nchans = 0;
         if (p->state != P_DOWN && !atomic_load(&cl->stop)) {
+                char retry[32];
+                shoal_format_duration(cl->cfg.retry_ns, retry, sizeof(retry));
                 shoal_metric_inc(SHOAL_M_rdma_failovers);
-                log_warn("rdma",
-                         "rdma to member %s %s: %s; its reads go over IORPC on TCP, RDMA "
-                         "retried in %llus",
-                         p->id, was_up ? "lost" : "failed", why,
-                         (unsigned long long)(cl->cfg.retry_ns / 1000000000ULL));
+                if (was_up)
+                        log_warn("rdma",
+                                 "rdma to member %s lost: %s; its reads go over IORPC on TCP, "
+                                 "RDMA retried in %s",
+                                 p->id, why, retry);
+                else /* the seeds' FAQ line, once per attempt that failed (rate-limited) */
+                        log_ratelimited(SHOAL_LOG_WARN, "rdma",
+                                        "Cannot establish rpc connection to member %s over RDMA: "
+                                        "%s; its reads go over IORPC on TCP, RDMA retried in %s",
+                                        p->id, why, retry);
         }
         p->state = P_DOWN;
         p->down_until = shoal_now_ns() + cl->cfg.retry_ns;
@@ -546,16 +555,34 @@ static void on_submit(struct shoal_rdma_client *cl, struct rreq *r)
 
 /* ---- handshake and answers ------------------------------------------------------------------ */
 
-static void chan_send_hello(struct rc_chan *ch)
+/* Sends the handshake's pending frame (message id ID) from a free slot. */
+static int chan_send_hs(struct rc_chan *ch, uint64_t id)
 {
         struct rc_slot *sl = slot_get(ch);
-        struct shoal_wire_hello hello = {.min_version = SHOAL_WIRE_VERSION,
-                                         .max_version = SHOAL_WIRE_VERSION,
-                                         .service = SERVICE_RDMA};
-        shoal_random_bytes(hello.nonce, sizeof(hello.nonce));
-        memcpy(ch->nonce, hello.nonce, sizeof(ch->nonce));
-        int n = shoal_wire_hello_encode((uint8_t *)sl->sbuf + SHOAL_WIRE_HDR_LEN, 128, &hello);
-        if (n < 0 || send_slot(ch, sl, SHOAL_MSG_HELLO, 0, new_id(ch->cl), (size_t)n)) {
+        if (!sl)
+                return -ENOBUFS;
+        sl->id = id;
+        memcpy(sl->sbuf, ch->hs.out, ch->hs.out_len);
+        int rc = shoal_fab_mep_send(&ch->m, sl->sbuf, ch->hs.out_len, &sl->sop);
+        if (rc) {
+                sl->send_done = sl->answered = true;
+                slot_put(ch, sl);
+        }
+        return rc;
+}
+
+static void chan_send_hello(struct rc_chan *ch)
+{
+        /* The proofs bind the address we dialed (rpc/handshake.h). */
+        struct shoal_hs_config hc = {.role = SHOAL_HS_REQUESTER,
+                                     .key = &ch->cl->key,
+                                     .service = SERVICE_RDMA,
+                                     .addr = ch->addr};
+        if (shoal_hs_start(&ch->hs, &hc)) {
+                peer_fail(ch->peer, ch->hs.why);
+                return;
+        }
+        if (chan_send_hs(ch, SHOAL_HS_HELLO_ID)) {
                 peer_fail(ch->peer, "cannot send HELLO");
                 return;
         }
@@ -578,52 +605,24 @@ static void chan_ready(struct rc_chan *ch)
         peer_dispatch(p);
 }
 
-/* A handshake answer on SL. Returns false on failure. */
+/* A handshake answer (rpc/handshake.c decides). Returns false on failure. */
 static bool on_handshake(struct rc_chan *ch, const struct shoal_wire_hdr *h, const uint8_t *body)
 {
-        const char *secret = ch->cl->secret;
-        if (h->type == SHOAL_MSG_ERROR)
+        enum shoal_hs_verdict v = shoal_hs_step(&ch->hs, h, body);
+        if (v == SHOAL_HS_FAIL) {
+                log_ratelimited(ch->hs.error == -EACCES ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "rdma",
+                                "handshake with member %s failed: %s", ch->addr, ch->hs.why);
                 return false;
-        if (ch->state == CH_HELLO) {
-                struct shoal_wire_hello_ack ack;
-                if (h->type != SHOAL_MSG_HELLO_ACK ||
-                    shoal_wire_hello_ack_decode(body, h->body_len, &ack))
-                        return false;
-                if (secret) {
-                        uint8_t want[SHOAL_WIRE_PROOF_LEN];
-                        shoal_wire_proof(secret, strlen(secret), true, ch->nonce, ack.nonce, want);
-                        if (!shoal_wire_proof_eq(want, ack.proof)) {
-                                log_ratelimited(SHOAL_LOG_WARN, "rdma",
-                                                "member %s failed to prove the group secret",
-                                                ch->addr);
-                                return false;
-                        }
-                }
-                /* One slot stays free for the heartbeat. */
-                ch->credits = SHOAL_MIN(ack.max_inflight, ch->m.nslots - 2);
-                if (ch->credits < 1)
-                        return false;
-                if (!(h->flags & SHOAL_WF_AUTH_REQUIRED)) {
-                        chan_ready(ch);
-                        return true;
-                }
-                if (!secret) {
-                        log_ratelimited(SHOAL_LOG_WARN, "rdma",
-                                        "member %s requires the group secret; set "
-                                        "--group-secret-file or SHOAL_GROUP_SECRET",
-                                        ch->addr);
-                        return false;
-                }
-                struct rc_slot *sl = slot_get(ch);
-                struct shoal_wire_auth auth;
-                shoal_wire_proof(secret, strlen(secret), false, ack.nonce, ch->nonce, auth.proof);
-                int n = shoal_wire_auth_encode((uint8_t *)sl->sbuf + SHOAL_WIRE_HDR_LEN, 64, &auth);
-                if (n < 0 || send_slot(ch, sl, SHOAL_MSG_AUTH, 0, new_id(ch->cl), (size_t)n))
+        }
+        if (v == SHOAL_HS_MORE) {
+                if (chan_send_hs(ch, SHOAL_HS_AUTH_ID))
                         return false;
                 ch->state = CH_AUTH;
                 return true;
         }
-        if (h->type != SHOAL_MSG_AUTH_OK)
+        /* One slot stays free for the heartbeat. */
+        ch->credits = SHOAL_MIN(ch->hs.peer_max_inflight, ch->m.nslots - 2);
+        if (ch->credits < 1)
                 return false;
         chan_ready(ch);
         return true;
@@ -745,9 +744,10 @@ static void tick(struct shoal_rdma_client *cl)
                         if (!ch || ch->broken)
                                 continue;
                         if (ch->state != CH_READY && now > ch->deadline) {
-                                char why[128];
-                                snprintf(why, sizeof(why), "no connection to %s within %llus",
-                                         ch->addr, CONNECT_NS / 1000000000ULL);
+                                char why[128], d[32];
+                                shoal_format_duration(CONNECT_NS, d, sizeof(d));
+                                snprintf(why, sizeof(why), "no connection to %s within %s",
+                                         ch->addr, d);
                                 peer_fail(p, why);
                                 break;
                         }
@@ -923,18 +923,18 @@ struct shoal_rdma_client *shoal_rdma_client_create(const struct shoal_rdma_clien
         pthread_mutex_init(&cl->mu, NULL);
         if (!cl->cfg.retry_ns)
                 cl->cfg.retry_ns = 300ULL * 1000000000ULL;
-        const char *env = getenv("IORPC_RDMA_RETRY_DURATION");
-        uint64_t ns;
-        if (env && !shoal_parse_duration(env, &ns) && ns)
-                cl->cfg.retry_ns = ns;
-        cl->hb_ns = 1000000000ULL;
-        env = getenv("SHOAL_RDMA_HEARTBEAT");
-        if (env && !shoal_parse_duration(env, &ns) && ns)
-                cl->hb_ns = ns;
-        shoal_random_bytes(&cl->next_id, sizeof(cl->next_id));
+        const struct shoal_env *env = shoal_config_env();
+        if (env->rdma_retry_ns)
+                cl->cfg.retry_ns = env->rdma_retry_ns;
+        cl->hb_ns = env->rdma_heartbeat_ns ? env->rdma_heartbeat_ns : 1000000000ULL;
+        if (shoal_random_bytes(&cl->next_id, sizeof(cl->next_id))) {
+                snprintf(err, errlen, "rdma: no random bytes");
+                goto out_destroy;
+        }
         cl->next_id >>= 1;
-        if (cfg->secret && !(cl->secret = strdup(cfg->secret))) {
-                snprintf(err, errlen, "rdma: out of memory");
+        if (shoal_hs_key_init(&cl->key, &cfg->secret)) {
+                snprintf(err, errlen, "rdma: refusing a group secret shorter than %d bytes",
+                         SHOAL_SECRET_MIN);
                 goto out_destroy;
         }
         cl->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -1000,7 +1000,7 @@ void shoal_rdma_client_destroy(struct shoal_rdma_client *cl)
         if (cl->evfd >= 0)
                 close(cl->evfd);
         pthread_mutex_destroy(&cl->mu);
-        free(cl->secret);
+        shoal_hs_key_clear(&cl->key);
         free(cl);
 }
 
@@ -1084,7 +1084,7 @@ int shoal_rdma_read(struct shoal_rdma_client *cl, const char *member_id, const c
                 goto out_bounce;
         }
         struct shoal_wire_read_resp resp;
-        if (shoal_wire_read_resp_decode(r->resp, r->h.body_len, &resp) ||
+        if (shoal_rpc_decode_answer(SHOAL_SERVICE_IORPC, r->resp, r->h.body_len, &resp) ||
             shoal_rpc_check_answer(vol, obj, index, off, len, &r->h, &resp)) {
                 rc = -ENOTCONN; /* a member that answers wrongly: let TCP carry it */
                 goto out_bounce;
@@ -1104,7 +1104,8 @@ out_free:
         return rc;
 }
 
-int shoal_rdma_ping(const char *provider, const char *ifname, const char *addr, const char *secret)
+int shoal_rdma_ping(const char *provider, const char *ifname, const char *addr,
+                    const struct shoal_secret *secret)
 {
         char ifs[1][32];
         char err[256];
@@ -1114,7 +1115,8 @@ int shoal_rdma_ping(const char *provider, const char *ifname, const char *addr, 
         struct shoal_rdma_client_config cfg = {.provider = provider,
                                                .ifaces = ifs,
                                                .n_if = 1,
-                                               .secret = secret,
+                                               .secret =
+                                                       secret ? *secret : (struct shoal_secret){0},
                                                .bounce_size = 65536,
                                                .retry_ns = 1000000000ULL};
         uint64_t t0 = shoal_now_ns();

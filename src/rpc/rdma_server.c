@@ -31,6 +31,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
+#include "rpc/handshake.h"
 #include "rpc/server.h"
 #include "rpc/wire.h"
 
@@ -87,14 +88,15 @@ struct rs_conn {
         uint64_t broken_at;
         int refs; /* requests inside the engine */
         uint64_t deadline, last_rx;
-        uint8_t nonce_c[SHOAL_WIRE_NONCE_LEN], nonce_s[SHOAL_WIRE_NONCE_LEN];
+        struct shoal_hs hs; /* until CS_READY */
         char peer[64];
         struct rs_conn *next;
 };
 
 struct shoal_rdma_server {
         struct shoal_server *srv;
-        char *secret;
+        struct shoal_hs_key key;
+        char member_id[SHOAL_WIRE_MEMBER_ID_MAX + 1];
         struct rs_rail rails[SHOAL_FAB_MAX_IFACES];
         unsigned nrails;
         void *dio_base;
@@ -265,61 +267,30 @@ static void ping_write_test(struct rs_conn *c, struct rs_slot *sl, const uint8_t
         sl->pending++;
 }
 
+/* A handshake frame (rpc/handshake.c decides). Returns false when the connection must close. */
 static bool handshake(struct rs_conn *c, const struct shoal_wire_hdr *h, const uint8_t *body)
 {
-        const char *secret = c->rs->secret;
-        struct rs_slot *sl = slot_get(c);
-        if (!sl)
-                return false;
-        if (c->state == CS_HELLO) {
-                struct shoal_wire_hello hello;
-                if (h->type != SHOAL_MSG_HELLO ||
-                    shoal_wire_hello_decode(body, h->body_len, &hello) ||
-                    hello.min_version > SHOAL_WIRE_VERSION) {
+        enum shoal_hs_verdict v = shoal_hs_step(&c->hs, h, body);
+        if (v == SHOAL_HS_FAIL)
+                log_ratelimited(c->hs.error == -EACCES ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "rdma",
+                                "peer %s failed the handshake: %s", c->peer, c->hs.why);
+        if (c->hs.out_len) {
+                struct rs_slot *sl = slot_get(c);
+                if (!sl)
+                        return false;
+                memcpy(sl->sbuf, c->hs.out, c->hs.out_len);
+                if (shoal_fab_mep_send(&c->m, sl->sbuf, c->hs.out_len, &sl->sop)) {
+                        conn_break(c, "cannot send");
                         slot_put(c, sl);
                         return false;
                 }
-                if (hello.service != SERVICE_RDMA) {
-                        send_error(c, sl, h->id, SHOAL_ST_RPC_DISABLED, "rpc disabled");
-                        return false;
-                }
-                memcpy(c->nonce_c, hello.nonce, sizeof(c->nonce_c));
-                shoal_random_bytes(c->nonce_s, sizeof(c->nonce_s));
-                struct shoal_wire_hello_ack ack = {.version = SHOAL_WIRE_VERSION,
-                                                   .max_inflight = c->max_inflight};
-                memcpy(ack.nonce, c->nonce_s, sizeof(ack.nonce));
-                if (secret)
-                        shoal_wire_proof(secret, strlen(secret), true, c->nonce_c, c->nonce_s,
-                                         ack.proof);
-                uint8_t b[128];
-                int n = shoal_wire_hello_ack_encode(b, sizeof(b), &ack);
-                if (n < 0 ||
-                    send_frame(c, sl, SHOAL_MSG_HELLO_ACK, secret ? SHOAL_WF_AUTH_REQUIRED : 0, 0,
-                               h->id, b, (size_t)n)) {
-                        slot_put(c, sl);
-                        return false;
-                }
-                c->state = secret ? CS_AUTH : CS_READY;
-                return true;
+                sl->pending++;
         }
-        struct shoal_wire_auth auth;
-        uint8_t want[SHOAL_WIRE_PROOF_LEN];
-        if (h->type != SHOAL_MSG_AUTH || shoal_wire_auth_decode(body, h->body_len, &auth)) {
-                slot_put(c, sl);
-                return false;
-        }
-        shoal_wire_proof(secret, strlen(secret), false, c->nonce_s, c->nonce_c, want);
-        if (!shoal_wire_proof_eq(want, auth.proof)) {
-                log_ratelimited(SHOAL_LOG_WARN, "rdma", "peer %s failed authentication", c->peer);
-                send_error(c, sl, h->id, SHOAL_ST_AUTH_FAILED, "auth failed");
-                return false;
-        }
-        if (send_frame(c, sl, SHOAL_MSG_AUTH_OK, 0, 0, h->id, NULL, 0)) {
-                slot_put(c, sl);
-                return false;
-        }
-        c->state = CS_READY;
-        return true;
+        if (v == SHOAL_HS_DONE)
+                c->state = CS_READY;
+        else if (v == SHOAL_HS_MORE)
+                c->state = CS_AUTH;
+        return v != SHOAL_HS_FAIL;
 }
 
 /* One received message. Returns false when the connection must close. */
@@ -407,6 +378,7 @@ static void on_completion(struct rs_conn *c, struct shoal_fab_op *op, size_t len
                 shoal_metric_add(SHOAL_M_rdma_write_bytes, sl->a->len);
                 shoal_metric_inc(SHOAL_M_rdma_write_ops);
                 shoal_metric_observe(SHOAL_M_rdma_write_dur, now - sl->t_write);
+                shoal_metric_observe(SHOAL_M_mount_iorpc_writeBodyDur, now - sl->t_write);
                 shoal_metric_add(SHOAL_M_rdma_if0_bytes + c->rail->index, sl->a->len);
                 shoal_metric_add(SHOAL_M_remotecache_rdma_serve_bytes, sl->a->len);
                 shoal_metric_add(SHOAL_M_remotecache_serve_bytes, sl->a->len);
@@ -459,6 +431,15 @@ static void conn_poll_eq(struct rs_conn *c)
                         c->state = CS_HELLO;
                         c->deadline = shoal_now_ns() + HANDSHAKE_NS;
                         c->last_rx = shoal_now_ns();
+                        /* The proofs bind the listener's address: the one the requester dialed. */
+                        struct shoal_hs_config hc = {.role = SHOAL_HS_SERVER,
+                                                     .key = &c->rs->key,
+                                                     .service = SERVICE_RDMA,
+                                                     .addr = c->rail->addr,
+                                                     .member_id = c->rs->member_id,
+                                                     .max_inflight = c->max_inflight};
+                        if (shoal_hs_start(&c->hs, &hc))
+                                conn_break(c, c->hs.why);
                 } else if (event == FI_SHUTDOWN) {
                         conn_break(c, "peer shut down");
                 }
@@ -682,7 +663,8 @@ static void *progress_main(void *arg)
 
 struct shoal_rdma_server *shoal_rdma_server_start(struct shoal_server *srv, const char *provider,
                                                   char ifaces[][32], unsigned n_if,
-                                                  const char *secret, char *err, size_t errlen)
+                                                  const struct shoal_secret *secret,
+                                                  const char *member_id, char *err, size_t errlen)
 {
         struct shoal_rdma_server *rs = calloc(1, sizeof(*rs));
         if (!rs) {
@@ -692,8 +674,11 @@ struct shoal_rdma_server *shoal_rdma_server_start(struct shoal_server *srv, cons
         rs->srv = srv;
         rs->epfd = rs->evfd = -1;
         pthread_mutex_init(&rs->mu, NULL);
-        if (secret && !(rs->secret = strdup(secret))) {
-                snprintf(err, errlen, "rdma: out of memory");
+        if (shoal_hs_key_init(&rs->key, secret) ||
+            shoal_strlcpy(rs->member_id, member_id ? member_id : "", sizeof(rs->member_id)) >=
+                    sizeof(rs->member_id)) {
+                snprintf(err, errlen, "rdma: refusing a group secret shorter than %d bytes",
+                         SHOAL_SECRET_MIN);
                 goto out_stop;
         }
         rs->dio_base = shoal_server_dio_region(srv, &rs->dio_len);
@@ -712,6 +697,15 @@ struct shoal_rdma_server *shoal_rdma_server_start(struct shoal_server *srv, cons
                 int rc = shoal_fab_open(&r->fab, provider, ifaces[i], err, errlen);
                 if (rc)
                         goto out_stop;
+                /* [S1] on every transport: without a secret, loopback only. */
+                if (!rs->key.set && strncmp(r->fab.ip, "127.", 4)) {
+                        snprintf(err, errlen,
+                                 "refusing to listen for RDMA on %s (%s) without a group secret: "
+                                 "set --group-secret-file or SHOAL_GROUP_SECRET (or use "
+                                 "--rdma-network lo)",
+                                 ifaces[i], r->fab.ip);
+                        goto out_stop;
+                }
                 rc = shoal_fab_mr_reg(&r->fab, rs->dio_base, rs->dio_len, FI_WRITE | FI_SEND,
                                       &r->dio_mr);
                 if (rc) {
@@ -793,6 +787,6 @@ void shoal_rdma_server_stop(struct shoal_rdma_server *rs)
         if (rs->evfd >= 0)
                 close(rs->evfd);
         pthread_mutex_destroy(&rs->mu);
-        free(rs->secret);
+        shoal_hs_key_clear(&rs->key);
         free(rs);
 }

@@ -10,7 +10,11 @@
  * connection and answers a cache hit with sendfile(2) from the cache file (or O_DIRECT + send with
  * --cache-try-dio); IORPC multiplexes up to max_inflight requests per connection and reads by
  * --iorpc-mode. At most max_inflight requests are processed at once in the whole server; the rest
- * wait in a FIFO for a slot [R4]. */
+ * wait in a FIFO for a slot [R4].
+ *
+ * Metrics keep the seeds' meanings [V2]: a request's stages (decode, process, write body) and
+ * its slot (inflight, queued) are counted under mount_iorpc_* when it came over IORPC (TCP or
+ * RDMA) and under remotecache_pool_* when it came over the TCP pool; the cap is one for both. */
 #include "rpc/server.h"
 
 #include <arpa/inet.h>
@@ -37,6 +41,7 @@
 #include "event/loop.h"
 #include "group/group.h"
 #include "metrics/metrics.h"
+#include "rpc/handshake.h"
 #include "rpc/wire.h"
 
 #define MAX_LOOPS           8
@@ -52,6 +57,30 @@
 
 struct srv_loop;
 struct conn;
+
+/* The series one service's requests are counted in. */
+struct svc_metrics {
+        enum shoal_metric_id process, write_body, decode, inflight, queued, inflight_max,
+                queued_max;
+};
+
+enum {
+        SVC_M_POOL,
+        SVC_M_IORPC,
+        SVC_M__COUNT
+};
+
+static const struct svc_metrics svc_metrics[SVC_M__COUNT] = {
+        [SVC_M_POOL] = {SHOAL_M_remotecache_pool_processRespDur,
+                        SHOAL_M_remotecache_pool_writeBodyDur,
+                        SHOAL_M_remotecache_pool_decodeBodyDur, SHOAL_M_remotecache_pool_inflight,
+                        SHOAL_M_remotecache_pool_queued, SHOAL_M_remotecache_pool_inflight_max,
+                        SHOAL_M_remotecache_pool_queued_max},
+        [SVC_M_IORPC] = {SHOAL_M_mount_iorpc_processRespDur, SHOAL_M_mount_iorpc_writeBodyDur,
+                         SHOAL_M_mount_iorpc_decodeBodyDur, SHOAL_M_mount_iorpc_inflight,
+                         SHOAL_M_mount_iorpc_queued, SHOAL_M_mount_iorpc_inflight_max,
+                         SHOAL_M_mount_iorpc_queued_max},
+};
 
 enum req_src {
         SRC_NONE,
@@ -87,6 +116,7 @@ struct srv_req {
         uint64_t pay_piped; /* SRC_SPLICE: bytes moved from the file into the pipe */
         uint64_t t_write;
         bool counted; /* holds a server-wide processing slot */
+        int svc;      /* SVC_M_POOL or SVC_M_IORPC (RDMA requests are IORPC) */
         struct srv_req *next;
         /* RDMA requests (c == NULL): answered through this callback instead of a connection */
         shoal_server_answer_fn ext_fn;
@@ -105,8 +135,8 @@ struct conn {
                 C_READY
         } state;
         bool closed;
-        int refs; /* the loop's own reference + one per request outside the loop */
-        uint8_t nonce_c[SHOAL_WIRE_NONCE_LEN], nonce_s[SHOAL_WIRE_NONCE_LEN];
+        int refs;           /* the loop's own reference + one per request outside the loop */
+        struct shoal_hs hs; /* the handshake, until state is C_READY */
         uint8_t in[IN_MAX];
         size_t in_len;
         uint64_t frame_start; /* monotonic time the current partial frame began, 0 = none */
@@ -140,6 +170,8 @@ struct srv_loop {
 
 struct shoal_server {
         struct shoal_server_config cfg;
+        struct shoal_hs_key key; /* from cfg.secret; cfg.secret itself is not kept */
+        char member_id[SHOAL_WIRE_MEMBER_ID_MAX + 1];
         bool stopping;
         struct srv_loop loops[MAX_LOOPS];
         unsigned nloops;
@@ -149,9 +181,10 @@ struct shoal_server {
         char rdma_addr[4][64];
         unsigned n_rdma;
         struct shoal_group *_Atomic group;
-        pthread_mutex_t cap_mu;
-        unsigned active, active_max;
-        unsigned queued, queued_max;
+        pthread_mutex_t cap_mu;  /* guards the slot counts and the wait queue */
+        unsigned active, queued; /* both services: the cap applies to their sum */
+        unsigned svc_active[SVC_M__COUNT], svc_active_max[SVC_M__COUNT];
+        unsigned svc_queued[SVC_M__COUNT], svc_queued_max[SVC_M__COUNT];
         struct srv_req *waitq, *waitq_tail;
         unsigned nconns;
         bool iorpc_on;
@@ -188,20 +221,50 @@ static void req_release_resources(struct srv_req *r)
                 shoal_reader_release(r->s->cfg.reader, &r->hb);
 }
 
-/* Gives back the processing slot; the next waiting request takes it. */
-static void slot_release(struct shoal_server *s)
+/* Slot bookkeeping of one service's gauges; under cap_mu. */
+static void svc_slot_take(struct shoal_server *s, int svc)
 {
+        const struct svc_metrics *m = &svc_metrics[svc];
+        shoal_metric_gauge_add(m->inflight, 1);
+        if (++s->svc_active[svc] > s->svc_active_max[svc]) {
+                s->svc_active_max[svc] = s->svc_active[svc];
+                shoal_metric_gauge_set(m->inflight_max, s->svc_active_max[svc]);
+        }
+}
+
+static void svc_slot_give(struct shoal_server *s, int svc)
+{
+        s->svc_active[svc]--;
+        shoal_metric_gauge_add(svc_metrics[svc].inflight, -1);
+}
+
+static void svc_queue_add(struct shoal_server *s, int svc, int delta)
+{
+        const struct svc_metrics *m = &svc_metrics[svc];
+        s->svc_queued[svc] = (unsigned)((int)s->svc_queued[svc] + delta);
+        shoal_metric_gauge_add(m->queued, delta);
+        if (s->svc_queued[svc] > s->svc_queued_max[svc]) {
+                s->svc_queued_max[svc] = s->svc_queued[svc];
+                shoal_metric_gauge_set(m->queued_max, s->svc_queued_max[svc]);
+        }
+}
+
+/* Gives back R's processing slot; the next waiting request (of either service) takes it. */
+static void slot_release(struct srv_req *r)
+{
+        struct shoal_server *s = r->s;
         pthread_mutex_lock(&s->cap_mu);
+        svc_slot_give(s, r->svc);
         struct srv_req *next = s->stopping ? NULL : s->waitq;
         if (next) {
                 s->waitq = next->next;
                 if (!s->waitq)
                         s->waitq_tail = NULL;
                 s->queued--;
-                shoal_metric_gauge_add(SHOAL_M_mount_iorpc_queued, -1);
+                svc_queue_add(s, next->svc, -1);
+                svc_slot_take(s, next->svc);
         } else {
                 s->active--;
-                shoal_metric_gauge_add(SHOAL_M_mount_iorpc_inflight, -1);
         }
         pthread_mutex_unlock(&s->cap_mu);
         if (next)
@@ -212,7 +275,7 @@ static void req_free(struct srv_req *r)
 {
         req_release_resources(r);
         if (r->counted)
-                slot_release(r->s);
+                slot_release(r);
         free(r);
 }
 
@@ -294,7 +357,7 @@ static void req_done_on_loop(void *arg)
                 return;
         }
         req_build_answer(r);
-        shoal_metric_observe(SHOAL_M_mount_iorpc_processRespDur, shoal_now_ns() - r->t_start);
+        shoal_metric_observe(svc_metrics[r->svc].process, shoal_now_ns() - r->t_start);
         r->next = NULL;
         if (c->sendq_tail)
                 c->sendq_tail->next = r;
@@ -438,11 +501,7 @@ static void req_dispatch(struct srv_req *r)
         bool run = s->active < s->cfg.max_inflight;
         if (run) {
                 s->active++;
-                shoal_metric_gauge_add(SHOAL_M_mount_iorpc_inflight, 1);
-                if (s->active > s->active_max) {
-                        s->active_max = s->active;
-                        shoal_metric_gauge_set(SHOAL_M_mount_iorpc_inflight_max, s->active_max);
-                }
+                svc_slot_take(s, r->svc);
         } else {
                 r->next = NULL;
                 if (s->waitq_tail)
@@ -450,11 +509,8 @@ static void req_dispatch(struct srv_req *r)
                 else
                         s->waitq = r;
                 s->waitq_tail = r;
-                shoal_metric_gauge_add(SHOAL_M_mount_iorpc_queued, 1);
-                if (++s->queued > s->queued_max) {
-                        s->queued_max = s->queued;
-                        shoal_metric_gauge_set(SHOAL_M_mount_iorpc_queued_max, s->queued_max);
-                }
+                s->queued++;
+                svc_queue_add(s, r->svc, 1);
         }
         pthread_mutex_unlock(&s->cap_mu);
         if (run)
@@ -563,7 +619,7 @@ static bool conn_write(struct conn *c)
                 uint64_t now = shoal_now_ns();
                 if (r->type == SHOAL_MSG_READ) {
                         /* Control frames (handshake, pong, info) are not requests served. */
-                        shoal_metric_observe(SHOAL_M_mount_iorpc_writeBodyDur, now - r->t_write);
+                        shoal_metric_observe(svc_metrics[r->svc].write_body, now - r->t_write);
                         shoal_metric_observe(SHOAL_M_remotecache_serve_dur, now - r->t_start);
                         if (r->status == SHOAL_ST_OK) {
                                 shoal_metric_inc(SHOAL_M_remotecache_serve_requests);
@@ -620,6 +676,7 @@ static bool conn_send_ctrl(struct conn *c, uint8_t type, uint16_t flags, uint32_
                 return false;
         r->s = c->lp->s;
         r->c = c;
+        r->svc = c->service == SERVICE_POOL ? SVC_M_POOL : SVC_M_IORPC;
         r->id = id;
         r->type = type;
         r->status = SHOAL_ST__MAX; /* not OK: no payload */
@@ -644,59 +701,94 @@ static void conn_send_error(struct conn *c, uint64_t id, uint32_t status, const 
 
 /* ---- reading ------------------------------------------------------------------------------ */
 
+/* ---- handshake ---------------------------------------------------------------------------- */
+
+/* Starts the handshake of the accepted connection C on FD (rpc/handshake.h): the proofs bind the
+ * address the requester dialed, which is this socket's local address. Returns 0 or -errno (no
+ * address, no randomness): the caller closes. */
+static int conn_handshake_start(struct conn *c, int fd)
+{
+        struct shoal_server *s = c->lp->s;
+        struct sockaddr_in la;
+        socklen_t ll = sizeof(la);
+        char ip[INET_ADDRSTRLEN], local[SHOAL_HS_ADDR_MAX];
+        if (getsockname(fd, (struct sockaddr *)&la, &ll) || la.sin_family != AF_INET ||
+            !inet_ntop(AF_INET, &la.sin_addr, ip, sizeof(ip)))
+                return -EADDRNOTAVAIL;
+        snprintf(local, sizeof(local), "%s:%u", ip, ntohs(la.sin_port));
+        struct shoal_hs_config hc = {.role = SHOAL_HS_SERVER,
+                                     .key = &s->key,
+                                     .service = (uint8_t)c->service,
+                                     .addr = local,
+                                     .member_id = s->member_id,
+                                     .max_inflight = conn_max_inflight(c)};
+        int rc = shoal_hs_start(&c->hs, &hc);
+        if (rc)
+                log_ratelimited(SHOAL_LOG_ERROR, "server", "closing %s: %s", c->peer,
+                                c->hs.why ? c->hs.why : strerror(-rc));
+        return rc;
+}
+
+/* Queues the whole frame FRAME (an answer to ID) like a control frame. */
+static bool conn_send_raw(struct conn *c, uint64_t id, const uint8_t *frame, size_t len)
+{
+        struct srv_req *r = calloc(1, sizeof(*r));
+        if (!r || len > sizeof(r->out)) {
+                free(r);
+                return false;
+        }
+        r->s = c->lp->s;
+        r->c = c;
+        r->id = id;
+        r->type = frame[5];
+        r->status = SHOAL_ST__MAX; /* not OK: no payload */
+        memcpy(r->out, frame, len);
+        r->out_len = len;
+        r->t_start = shoal_now_ns();
+        if (c->sendq_tail)
+                c->sendq_tail->next = r;
+        else
+                c->sendq = r;
+        c->sendq_tail = r;
+        c->ids[c->inflight++] = id; /* conn_write forgets it when sent */
+        return true;
+}
+
+/* One frame while the session is not open. Returns false when the connection was closed. */
+static bool conn_handshake_frame(struct conn *c, const struct shoal_wire_hdr *h,
+                                 const uint8_t *body)
+{
+        enum shoal_hs_verdict v = shoal_hs_step(&c->hs, h, body);
+        if (v == SHOAL_HS_FAIL) {
+                log_ratelimited(c->hs.error == -EACCES ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "server",
+                                "peer %s failed the handshake: %s", c->peer, c->hs.why);
+                /* The reason, best effort and only in order: nothing else may be queued. */
+                if (c->hs.out_len && !c->sendq &&
+                    send(c->io.fd, c->hs.out, c->hs.out_len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+                        /* the peer learns it from the close */
+                }
+                conn_close(c);
+                return false;
+        }
+        if (c->hs.out_len && !conn_send_raw(c, h->id, c->hs.out, c->hs.out_len)) {
+                conn_close(c);
+                return false;
+        }
+        if (v == SHOAL_HS_DONE) {
+                c->state = C_READY;
+                c->deadline = 0;
+        } else {
+                c->state = C_AUTH;
+        }
+        return true;
+}
+
 /* Handles one complete, CRC-checked frame. Returns false when the connection was closed. */
 static bool conn_frame(struct conn *c, const struct shoal_wire_hdr *h, const uint8_t *body)
 {
         struct shoal_server *s = c->lp->s;
-        if (c->state == C_HELLO) {
-                struct shoal_wire_hello hello;
-                if (h->type != SHOAL_MSG_HELLO ||
-                    shoal_wire_hello_decode(body, h->body_len, &hello) ||
-                    hello.service != c->service || hello.min_version > SHOAL_WIRE_VERSION) {
-                        conn_close(c);
-                        return false;
-                }
-                memcpy(c->nonce_c, hello.nonce, sizeof(c->nonce_c));
-                shoal_random_bytes(c->nonce_s, sizeof(c->nonce_s));
-                struct shoal_wire_hello_ack ack = {.version = SHOAL_WIRE_VERSION,
-                                                   .max_inflight = conn_max_inflight(c)};
-                memcpy(ack.nonce, c->nonce_s, sizeof(ack.nonce));
-                if (s->cfg.secret)
-                        shoal_wire_proof(s->cfg.secret, strlen(s->cfg.secret), true, c->nonce_c,
-                                         c->nonce_s, ack.proof);
-                uint8_t b[128];
-                int n = shoal_wire_hello_ack_encode(b, sizeof(b), &ack);
-                if (n < 0) {
-                        conn_close(c);
-                        return false;
-                }
-                conn_send_ctrl(c, SHOAL_MSG_HELLO_ACK, s->cfg.secret ? SHOAL_WF_AUTH_REQUIRED : 0,
-                               0, h->id, b, (size_t)n);
-                c->state = s->cfg.secret ? C_AUTH : C_READY;
-                if (c->state == C_READY)
-                        c->deadline = 0;
-                return true;
-        }
-        if (c->state == C_AUTH) {
-                struct shoal_wire_auth auth;
-                uint8_t want[SHOAL_WIRE_PROOF_LEN];
-                if (h->type != SHOAL_MSG_AUTH || shoal_wire_auth_decode(body, h->body_len, &auth)) {
-                        conn_close(c);
-                        return false;
-                }
-                shoal_wire_proof(s->cfg.secret, strlen(s->cfg.secret), false, c->nonce_s,
-                                 c->nonce_c, want);
-                if (!shoal_wire_proof_eq(want, auth.proof)) {
-                        log_ratelimited(SHOAL_LOG_WARN, "server", "peer %s failed authentication",
-                                        c->peer);
-                        conn_close(c);
-                        return false;
-                }
-                conn_send_ctrl(c, SHOAL_MSG_AUTH_OK, 0, 0, h->id, NULL, 0);
-                c->state = C_READY;
-                c->deadline = 0;
-                return true;
-        }
+        if (c->state != C_READY)
+                return conn_handshake_frame(c, h, body);
 
         switch (h->type) {
         case SHOAL_MSG_READ:
@@ -711,10 +803,11 @@ static bool conn_frame(struct conn *c, const struct shoal_wire_hdr *h, const uin
                                 return false;
                         }
                 }
+                int svc = c->service == SERVICE_POOL ? SVC_M_POOL : SVC_M_IORPC;
                 uint64_t t0 = shoal_now_ns();
                 struct shoal_wire_read rd;
                 int rc = shoal_wire_read_decode(body, h->body_len, &rd);
-                shoal_metric_observe(SHOAL_M_mount_iorpc_decodeBodyDur, shoal_now_ns() - t0);
+                shoal_metric_observe(svc_metrics[svc].decode, shoal_now_ns() - t0);
                 if (rc) {
                         if (is_read)
                                 conn_send_error(c, h->id, SHOAL_ST_BAD_REQUEST,
@@ -742,6 +835,7 @@ static bool conn_frame(struct conn *c, const struct shoal_wire_hdr *h, const uin
                 }
                 r->s = s;
                 r->c = c;
+                r->svc = svc;
                 r->id = h->id;
                 r->type = h->type;
                 r->flags = h->flags;
@@ -957,6 +1051,12 @@ static void accept_event(void *arg, uint32_t events)
                 char ip[INET_ADDRSTRLEN];
                 inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip));
                 snprintf(c->peer, sizeof(c->peer), "%s:%u", ip, ntohs(sa.sin_port));
+                if (conn_handshake_start(c, fd)) {
+                        close(fd);
+                        free(ids);
+                        free(c);
+                        continue;
+                }
                 if (shoal_loop_add(lp->loop, &c->io, EPOLLIN | EPOLLRDHUP)) {
                         close(fd);
                         free(ids);
@@ -1006,7 +1106,23 @@ static void *loop_main(void *arg)
         return NULL;
 }
 
-static int bind_listener(const char *ip, uint16_t *port, char *err, size_t errlen)
+/* SO_REUSEPORT lets another process of the same user bind a port we listen on and take half of
+ * its connections: before the first listener on a fixed port (--group-port), a probe without it
+ * must be able to bind there. */
+static int port_free(const struct sockaddr_in *sa)
+{
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        int one = 1, rc = 0;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, (const struct sockaddr *)sa, sizeof(*sa)))
+                rc = -errno;
+        close(fd);
+        return rc;
+}
+
+static int bind_listener(const char *ip, uint16_t *port, bool first, char *err, size_t errlen)
 {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0) {
@@ -1022,8 +1138,10 @@ static int bind_listener(const char *ip, uint16_t *port, char *err, size_t errle
                 close(fd);
                 return -1;
         }
-        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 1024)) {
-                snprintf(err, errlen, "cannot listen on %s:%u: %s", ip, *port, strerror(errno));
+        int rc = first && *port ? port_free(&sa) : 0;
+        if (rc || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 1024)) {
+                snprintf(err, errlen, "cannot listen on %s:%u: %s", ip, *port,
+                         strerror(rc ? -rc : errno));
                 close(fd);
                 return -1;
         }
@@ -1053,7 +1171,7 @@ static bool is_loopback(const char *ip)
 struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, char *err,
                                         size_t errlen)
 {
-        if (!is_loopback(cfg->listen_ip) && !cfg->secret) {
+        if (!is_loopback(cfg->listen_ip) && !shoal_secret_set(&cfg->secret)) {
                 snprintf(err, errlen,
                          "refusing to listen on %s without a group secret: set "
                          "--group-secret-file or SHOAL_GROUP_SECRET (or use --group-ip "
@@ -1066,9 +1184,22 @@ struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, c
                 snprintf(err, errlen, "out of memory");
                 return NULL;
         }
+        if (shoal_hs_key_init(&s->key, &cfg->secret) ||
+            shoal_strlcpy(s->member_id, cfg->member_id ? cfg->member_id : "",
+                          sizeof(s->member_id)) >= sizeof(s->member_id)) {
+                snprintf(err, errlen,
+                         "refusing a group secret shorter than %d bytes or a member id longer "
+                         "than %d characters",
+                         SHOAL_SECRET_MIN, SHOAL_WIRE_MEMBER_ID_MAX);
+                free(s);
+                return NULL;
+        }
         s->cfg = *cfg;
+        s->cfg.secret = (struct shoal_secret){0};
+        s->cfg.member_id = s->member_id;
         if (!s->cfg.max_inflight)
                 s->cfg.max_inflight = 2048;
+        shoal_metric_gauge_set(SHOAL_M_remotecache_inflight_limit, s->cfg.max_inflight);
         unsigned threads = cfg->threads;
         if (!threads) {
                 long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1111,13 +1242,13 @@ struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, c
                         goto out_fail;
                 }
                 s->nloops++;
-                int fd = bind_listener(cfg->listen_ip, &pool_port, err, errlen);
+                int fd = bind_listener(cfg->listen_ip, &pool_port, i == 0, err, errlen);
                 if (fd < 0)
                         goto out_fail;
                 lp->lis[0].io.fd = fd;
                 shoal_loop_add(lp->loop, &lp->lis[0].io, EPOLLIN);
                 if (s->iorpc_on) {
-                        fd = bind_listener(cfg->listen_ip, &rpc_port, err, errlen);
+                        fd = bind_listener(cfg->listen_ip, &rpc_port, i == 0, err, errlen);
                         if (fd < 0)
                                 goto out_fail;
                         lp->lis[1].io.fd = fd;
@@ -1161,6 +1292,7 @@ out_fail:
         shoal_workers_destroy(s->fill);
         shoal_bufpool_destroy(s->dio);
         pthread_mutex_destroy(&s->cap_mu);
+        shoal_hs_key_clear(&s->key);
         free(s);
         return NULL;
 }
@@ -1198,11 +1330,13 @@ void shoal_server_stop(struct shoal_server *s)
         s->stopping = true;
         struct srv_req *waiting = s->waitq;
         s->waitq = s->waitq_tail = NULL;
+        s->queued = 0;
+        for (int k = 0; k < SVC_M__COUNT; k++)
+                svc_queue_add(s, k, -(int)s->svc_queued[k]);
         pthread_mutex_unlock(&s->cap_mu);
         while (waiting) {
                 struct srv_req *next = waiting->next;
                 waiting->counted = false;
-                shoal_metric_gauge_add(SHOAL_M_mount_iorpc_queued, -1);
                 if (waiting->c) {
                         conn_put(waiting->c);
                         req_free(waiting);
@@ -1229,6 +1363,7 @@ void shoal_server_stop(struct shoal_server *s)
         }
         shoal_bufpool_destroy(s->dio);
         pthread_mutex_destroy(&s->cap_mu);
+        shoal_hs_key_clear(&s->key);
         free(s);
 }
 
@@ -1263,7 +1398,7 @@ static void ext_finish(struct srv_req *r)
         }
         if (r->status != SHOAL_ST_OK || r->src != SRC_BUF || !r->out_len)
                 req_build_answer(r);
-        shoal_metric_observe(SHOAL_M_mount_iorpc_processRespDur, shoal_now_ns() - r->t_start);
+        shoal_metric_observe(svc_metrics[r->svc].process, shoal_now_ns() - r->t_start);
         r->ans.frame = r->out;
         r->ans.frame_len = r->out_len;
         r->ans.status = r->status;
@@ -1280,7 +1415,7 @@ int shoal_server_submit_rdma(struct shoal_server *s, uint64_t id, uint16_t flags
         uint64_t t0 = shoal_now_ns();
         struct shoal_wire_read rd;
         int rc = shoal_wire_read_decode(body, body_len, &rd);
-        shoal_metric_observe(SHOAL_M_mount_iorpc_decodeBodyDur, shoal_now_ns() - t0);
+        shoal_metric_observe(SHOAL_M_mount_iorpc_decodeBodyDur, shoal_now_ns() - t0); /* RDMA */
         if (rc) {
                 *status = SHOAL_ST_BAD_REQUEST;
                 snprintf(why, whylen, "malformed read request");
@@ -1299,6 +1434,7 @@ int shoal_server_submit_rdma(struct shoal_server *s, uint64_t id, uint16_t flags
                 return -ENOMEM;
         }
         r->s = s;
+        r->svc = SVC_M_IORPC;
         r->id = id;
         r->type = SHOAL_MSG_READ;
         r->flags = flags;

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "common/block.h"
+#include "common/secret.h"
 
 enum shoal_iorpc_mode {
         SHOAL_IORPC_DIO = 0,
@@ -35,7 +36,9 @@ struct shoal_server_config {
         uint16_t tcp_port;           /* TCP pool port; 0 = chosen by the system */
         bool cache_try_dio;          /* TCP pool answers by O_DIRECT read + send */
         int iorpc_mode;              /* enum shoal_iorpc_mode */
-        const char *secret;          /* group secret, or NULL (loopback only) */
+        struct shoal_secret secret;  /* group secret (len 0: none, loopback only); only the
+                                        key derived from it is kept */
+        const char *member_id;       /* this member's id, bound into the handshake proofs */
         unsigned threads;            /* event-loop threads (0: one per core, at most 8) */
         unsigned max_inflight;       /* per server (IORPC), default 2048 [R4] */
         bool rdma;                   /* RDMA is on: splice falls back to dio [M7] */
@@ -43,8 +46,8 @@ struct shoal_server_config {
 
 struct shoal_server;
 
-/* Binds and starts serving. Refuses (-EPERM, with a line in ERR) to listen beyond loopback without
- * a secret [S1]. NULL on failure. */
+/* Binds and starts serving. Refuses (with a line in ERR starting "refusing") to listen beyond
+ * loopback without a secret [S1], and a secret shorter than SHOAL_SECRET_MIN. NULL on failure. */
 struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, char *err,
                                         size_t errlen);
 /* Tells the server the group (for ownership checks); may be called once after start. */

@@ -1,13 +1,8 @@
 #include "rpc/wire.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/crypto.h>
-#include <openssl/sha.h>
 
 #include "common/crc32c.h"
 
@@ -15,7 +10,8 @@
  * optional fields), so a decoded message re-encodes to the same bytes; the fuzz target relies on
  * it. docs/iorpc-protocol.md has the byte-by-byte layouts. */
 #define HELLO_LEN       (3 + SHOAL_WIRE_NONCE_LEN)
-#define HELLO_ACK_LEN   (1 + SHOAL_WIRE_NONCE_LEN + SHOAL_WIRE_PROOF_LEN + 4)
+#define HELLO_ACK_FIXED (1 + SHOAL_WIRE_NONCE_LEN + 4 + 1)
+#define HELLO_ACK_MAX   (HELLO_ACK_FIXED + SHOAL_WIRE_MEMBER_ID_MAX)
 #define AUTH_LEN        SHOAL_WIRE_PROOF_LEN
 #define READ_FIXED      52
 #define READ_MAX        (READ_FIXED + SHOAL_KEY_MAX + SHOAL_VERSION_MAX)
@@ -149,11 +145,10 @@ uint32_t shoal_wire_body_max(uint8_t type)
         case SHOAL_MSG_HELLO:
                 return HELLO_LEN;
         case SHOAL_MSG_HELLO_ACK:
-                return HELLO_ACK_LEN;
+                return HELLO_ACK_MAX;
         case SHOAL_MSG_AUTH:
-                return AUTH_LEN;
         case SHOAL_MSG_AUTH_OK:
-                return 0;
+                return AUTH_LEN;
         case SHOAL_MSG_READ:
         case SHOAL_MSG_CORRUPT:
                 return READ_MAX;
@@ -357,15 +352,32 @@ int shoal_wire_hello_decode(const uint8_t *body, size_t len, struct shoal_wire_h
         return 0;
 }
 
+/* A member id as the group makes them (group/registry.c): [0-9A-Za-z._-], at most 32. */
+static bool member_id_valid(const char *s, size_t len)
+{
+        if (len > SHOAL_WIRE_MEMBER_ID_MAX)
+                return false;
+        for (size_t i = 0; i < len; i++) {
+                char c = s[i];
+                if (!((c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                      c == '.' || c == '_' || c == '-'))
+                        return false;
+        }
+        return true;
+}
+
 int shoal_wire_hello_ack_encode(uint8_t *out, size_t outlen, const struct shoal_wire_hello_ack *m)
 {
-        if (outlen < HELLO_ACK_LEN || m->version < 1 || m->max_inflight < 1)
+        size_t idlen = strnlen(m->member_id, sizeof(m->member_id));
+        if (m->version < 1 || m->max_inflight < 1 || !member_id_valid(m->member_id, idlen) ||
+            outlen < HELLO_ACK_FIXED + idlen)
                 return -EMSGSIZE;
         out[0] = m->version;
         memcpy(out + 1, m->nonce, SHOAL_WIRE_NONCE_LEN);
-        memcpy(out + 1 + SHOAL_WIRE_NONCE_LEN, m->proof, SHOAL_WIRE_PROOF_LEN);
-        put32(out + 1 + SHOAL_WIRE_NONCE_LEN + SHOAL_WIRE_PROOF_LEN, m->max_inflight);
-        return HELLO_ACK_LEN;
+        put32(out + 1 + SHOAL_WIRE_NONCE_LEN, m->max_inflight);
+        out[HELLO_ACK_FIXED - 1] = (uint8_t)idlen;
+        memcpy(out + HELLO_ACK_FIXED, m->member_id, idlen);
+        return (int)(HELLO_ACK_FIXED + idlen);
 }
 
 int shoal_wire_hello_ack_decode(const uint8_t *body, size_t len, struct shoal_wire_hello_ack *m)
@@ -374,10 +386,16 @@ int shoal_wire_hello_ack_decode(const uint8_t *body, size_t len, struct shoal_wi
         memset(m, 0, sizeof(*m));
         m->version = rd8(&r);
         rdbytes(&r, m->nonce, SHOAL_WIRE_NONCE_LEN);
-        rdbytes(&r, m->proof, SHOAL_WIRE_PROOF_LEN);
         m->max_inflight = rd32(&r);
-        if (rd_end(&r) || m->version < 1 || m->max_inflight < 1)
+        uint8_t idlen = rd8(&r);
+        const uint8_t *id = take(&r, idlen);
+        if (rd_end(&r) || m->version < 1 || m->max_inflight < 1 ||
+            !member_id_valid((const char *)id, idlen)) {
+                memset(m, 0, sizeof(*m));
                 return -EPROTO;
+        }
+        if (idlen)
+                memcpy(m->member_id, id, idlen);
         return 0;
 }
 
@@ -664,50 +682,6 @@ int shoal_wire_error_decode(const uint8_t *body, size_t len, char *reason, size_
                 memcpy(reason, body, n);
         reason[n] = '\0';
         return 0;
-}
-
-/* ---- proofs ---- */
-
-void shoal_wire_proof(const void *secret, size_t secret_len, bool server,
-                      const uint8_t nonce_a[SHOAL_WIRE_NONCE_LEN],
-                      const uint8_t nonce_b[SHOAL_WIRE_NONCE_LEN],
-                      uint8_t out[SHOAL_WIRE_PROOF_LEN])
-{
-        static const uint8_t empty_key[1];
-        const char *label = server ? "shoal-server" : "shoal-client";
-        uint8_t msg[12 + 2 * SHOAL_WIRE_NONCE_LEN];
-        _Static_assert(sizeof("shoal-server") - 1 == 12 && sizeof("shoal-client") - 1 == 12,
-                       "label length");
-        memcpy(msg, label, 12);
-        memcpy(msg + 12, nonce_a, SHOAL_WIRE_NONCE_LEN);
-        memcpy(msg + 12 + SHOAL_WIRE_NONCE_LEN, nonce_b, SHOAL_WIRE_NONCE_LEN);
-        unsigned int md_len = 0;
-        /* HMAC() treats a NULL key as "reuse the previous one"; give it a real, empty key. */
-        if (!secret || secret_len == 0) {
-                secret = empty_key;
-                secret_len = 0;
-        }
-        /* HMAC hashes keys longer than a block itself, so pre-hashing one too long for HMAC()'s
-         * int length gives the same proof. */
-        uint8_t long_key[SHA256_DIGEST_LENGTH];
-        if (secret_len > INT_MAX) {
-                if (!SHA256(secret, secret_len, long_key))
-                        abort();
-                secret = long_key;
-                secret_len = sizeof(long_key);
-        }
-        if (!HMAC(EVP_sha256(), secret, (int)secret_len, msg, sizeof(msg), out, &md_len) ||
-            md_len != SHOAL_WIRE_PROOF_LEN)
-                /* Only a broken libcrypto or no memory gets here. Any fixed fallback value would
-                 * be a proof an attacker could send, so there is no safe way to go on. */
-                abort();
-        OPENSSL_cleanse(long_key, sizeof(long_key));
-}
-
-bool shoal_wire_proof_eq(const uint8_t a[SHOAL_WIRE_PROOF_LEN],
-                         const uint8_t b[SHOAL_WIRE_PROOF_LEN])
-{
-        return CRYPTO_memcmp(a, b, SHOAL_WIRE_PROOF_LEN) == 0;
 }
 
 int shoal_wire_msg_decode(const uint8_t *msg, size_t len, struct shoal_wire_hdr *h)

@@ -5,7 +5,7 @@
  *
  *   off size field
  *    0   4   magic        "SHL1" (0x53 0x48 0x4c 0x31 on the wire)
- *    4   1   version      1
+ *    4   1   version      SHOAL_WIRE_VERSION (2)
  *    5   1   type         enum shoal_msg_type
  *    6   2   flags        SHOAL_WF_*
  *    8   4   status       0 or enum shoal_status (answers)
@@ -31,18 +31,19 @@
 
 #include "common/block.h"
 
-#define SHOAL_WIRE_MAGIC       0x314c4853u /* "SHL1" read as little-endian u32 */
-#define SHOAL_WIRE_VERSION     1
-#define SHOAL_WIRE_HDR_LEN     32
-#define SHOAL_WIRE_PAYLOAD_MAX SHOAL_BLOCK_SIZE_MAX
-#define SHOAL_WIRE_NONCE_LEN   32
-#define SHOAL_WIRE_PROOF_LEN   32 /* HMAC-SHA256 */
+#define SHOAL_WIRE_MAGIC         0x314c4853u /* "SHL1" read as little-endian u32 */
+#define SHOAL_WIRE_VERSION       2 /* 2: proofs in AUTH and AUTH_OK, member id in HELLO_ACK */
+#define SHOAL_WIRE_HDR_LEN       32
+#define SHOAL_WIRE_PAYLOAD_MAX   SHOAL_BLOCK_SIZE_MAX
+#define SHOAL_WIRE_NONCE_LEN     32
+#define SHOAL_WIRE_PROOF_LEN     32 /* HMAC-SHA256 */
+#define SHOAL_WIRE_MEMBER_ID_MAX 32 /* = SHOAL_MEMBER_ID_LEN of group/group.h */
 
 enum shoal_msg_type {
         SHOAL_MSG_HELLO = 1,      /* requester -> server, first frame: versions, nonce */
-        SHOAL_MSG_HELLO_ACK = 2,  /* server -> requester: version, nonce, server proof */
+        SHOAL_MSG_HELLO_ACK = 2,  /* server -> requester: version, nonce, member id */
         SHOAL_MSG_AUTH = 3,       /* requester -> server: requester proof */
-        SHOAL_MSG_AUTH_OK = 4,    /* server -> requester: session open */
+        SHOAL_MSG_AUTH_OK = 4,    /* server -> requester: server proof; session open */
         SHOAL_MSG_READ = 16,      /* read a chunk-aligned range of a block */
         SHOAL_MSG_READ_RESP = 17, /* answer: chunk CRCs in the body, data as payload */
         SHOAL_MSG_ERROR = 18,     /* answer with status != 0; body: reason text */
@@ -124,7 +125,7 @@ int shoal_wire_frame_need(const uint8_t *in, size_t have, uint32_t body_max,
  * *H, or -EPROTO. */
 int shoal_wire_msg_decode(const uint8_t *msg, size_t len, struct shoal_wire_hdr *h);
 
-/* HELLO / HELLO_ACK / AUTH bodies. */
+/* HELLO / HELLO_ACK / AUTH / AUTH_OK bodies. The proofs themselves are rpc/handshake.c's. */
 struct shoal_wire_hello {
         uint8_t min_version, max_version;
         uint8_t service; /* 1 = TCP pool, 2 = IORPC, 3 = IORPC over RDMA */
@@ -133,9 +134,11 @@ struct shoal_wire_hello {
 struct shoal_wire_hello_ack {
         uint8_t version;
         uint8_t nonce[SHOAL_WIRE_NONCE_LEN];
-        uint8_t proof[SHOAL_WIRE_PROOF_LEN]; /* zeros when the server has no secret */
-        uint32_t max_inflight;               /* requests the server takes on this connection */
+        uint32_t max_inflight; /* requests the server takes on this connection */
+        /* the server's member id: 0..SHOAL_WIRE_MEMBER_ID_MAX of [0-9A-Za-z._-], NUL-terminated */
+        char member_id[SHOAL_WIRE_MEMBER_ID_MAX + 1];
 };
+/* AUTH carries the requester's proof, AUTH_OK the server's. */
 struct shoal_wire_auth {
         uint8_t proof[SHOAL_WIRE_PROOF_LEN];
 };
@@ -185,6 +188,7 @@ int shoal_wire_hello_encode(uint8_t *out, size_t outlen, const struct shoal_wire
 int shoal_wire_hello_decode(const uint8_t *body, size_t len, struct shoal_wire_hello *m);
 int shoal_wire_hello_ack_encode(uint8_t *out, size_t outlen, const struct shoal_wire_hello_ack *m);
 int shoal_wire_hello_ack_decode(const uint8_t *body, size_t len, struct shoal_wire_hello_ack *m);
+/* AUTH and AUTH_OK share this body. */
 int shoal_wire_auth_encode(uint8_t *out, size_t outlen, const struct shoal_wire_auth *m);
 int shoal_wire_auth_decode(const uint8_t *body, size_t len, struct shoal_wire_auth *m);
 int shoal_wire_read_encode(uint8_t *out, size_t outlen, const struct shoal_wire_read *m);
@@ -200,16 +204,5 @@ int shoal_wire_info_decode(const uint8_t *body, size_t len, struct shoal_wire_in
  * NUL-terminated, truncated to REASONLEN - 1 bytes (REASONLEN 0: -EMSGSIZE). */
 int shoal_wire_error_encode(uint8_t *out, size_t outlen, const char *reason);
 int shoal_wire_error_decode(const uint8_t *body, size_t len, char *reason, size_t reasonlen);
-
-/* Mutual challenge-response proofs: HMAC-SHA256(secret, label || nonce_a || nonce_b), with label
- * "shoal-server" (server proof: nonce_a = requester nonce, nonce_b = server nonce) or
- * "shoal-client" (requester proof: nonce_a = server nonce, nonce_b = requester nonce). */
-void shoal_wire_proof(const void *secret, size_t secret_len, bool server,
-                      const uint8_t nonce_a[SHOAL_WIRE_NONCE_LEN],
-                      const uint8_t nonce_b[SHOAL_WIRE_NONCE_LEN],
-                      uint8_t out[SHOAL_WIRE_PROOF_LEN]);
-/* Constant-time comparison of two proofs. */
-bool shoal_wire_proof_eq(const uint8_t a[SHOAL_WIRE_PROOF_LEN],
-                         const uint8_t b[SHOAL_WIRE_PROOF_LEN]);
 
 #endif

@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
+#include "store/store_internal.h"
 
 struct store_lock {
         pthread_mutex_t mu;
@@ -22,38 +24,27 @@ uint64_t shoal_store_deadline_ns(void)
         return call_deadline;
 }
 
-/* Test and operator knobs: SHOAL_STORE_DEADLINE (a duration) and SHOAL_STORE_ATTEMPTS override
- * the defaults, not values the caller set. */
-static int env_overrides(struct shoal_store_config *cfg, char *err, size_t errlen)
+void shoal_store_deadline_set(uint64_t deadline_ns)
 {
-        const char *d = getenv("SHOAL_STORE_DEADLINE");
-        const char *a = getenv("SHOAL_STORE_ATTEMPTS");
-        if (d && *d && !cfg->deadline_ns) {
-                uint64_t ns;
-                if (shoal_parse_duration(d, &ns) || !ns) {
-                        snprintf(err, errlen,
-                                 "invalid SHOAL_STORE_DEADLINE %s: expected a duration like 30s",
-                                 d);
-                        return -EINVAL;
-                }
-                cfg->deadline_ns = ns;
-        }
-        if (a && *a && !cfg->max_attempts) {
-                uint64_t n;
-                if (shoal_parse_u64(a, 1000, &n) || !n) {
-                        snprintf(err, errlen, "invalid SHOAL_STORE_ATTEMPTS %s: expected 1..1000",
-                                 a);
-                        return -EINVAL;
-                }
-                cfg->max_attempts = (unsigned)n;
-        }
-        return 0;
+        call_deadline = deadline_ns;
+}
+
+/* Test and operator knobs: SHOAL_STORE_DEADLINE and SHOAL_STORE_ATTEMPTS override the defaults,
+ * not values the caller set. */
+static void env_overrides(struct shoal_store_config *cfg)
+{
+        const struct shoal_env *env = shoal_config_env();
+        if (env->store_deadline_ns && !cfg->deadline_ns)
+                cfg->deadline_ns = env->store_deadline_ns;
+        if (env->store_attempts && !cfg->max_attempts)
+                cfg->max_attempts = env->store_attempts;
 }
 
 /* A retryable error that outlasted the attempts or the deadline is the end of the road: the
  * caller gets -EIO, never an -EAGAIN or -ETIMEDOUT that it might take for "try again" (a FUSE
  * read would spin on it), and the cause goes to the log. */
-static int give_up(int rc, const char *what, const char *key, unsigned attempts, uint64_t start)
+int shoal_store_give_up(int rc, const char *what, const char *key, unsigned attempts,
+                        uint64_t start)
 {
         if (!rc || !shoal_store_err_retryable(rc))
                 return rc;
@@ -88,17 +79,32 @@ struct shoal_store *shoal_store_open(const struct shoal_store_config *cfg, char 
                 goto out_free;
         }
         st->cfg = *cfg;
-        if (env_overrides(&st->cfg, err, errlen))
-                goto out_free;
+        env_overrides(&st->cfg);
         if (!st->cfg.max_attempts)
                 st->cfg.max_attempts = 5;
         if (!st->cfg.deadline_ns)
                 st->cfg.deadline_ns = 60ULL * 1000000000ULL;
         if (!st->cfg.backoff_base_ns)
                 st->cfg.backoff_base_ns = 100ULL * 1000000ULL;
+        if (!st->cfg.upload_part_size)
+                st->cfg.upload_part_size = SHOAL_STORE_PART_SIZE_DEFAULT;
+        if (st->cfg.upload_part_size < SHOAL_STORE_PART_SIZE_MIN ||
+            st->cfg.upload_part_size > SHOAL_STORE_PART_SIZE_MAX) {
+                snprintf(err, errlen, "upload part size %llu: expected 5 MiB to 5 GiB",
+                         (unsigned long long)st->cfg.upload_part_size);
+                goto out_free;
+        }
+        if (!st->cfg.upload_buffer_bytes)
+                st->cfg.upload_buffer_bytes = 300ULL << 20;
+        if (!st->cfg.upload_concurrency)
+                st->cfg.upload_concurrency = 4;
         pthread_mutex_init(&lk->mu, NULL);
         pthread_cond_init(&lk->cond, NULL);
         st->lock = lk;
+        if (shoal_store_uploads_init(st)) {
+                snprintf(err, errlen, "out of memory");
+                goto out_destroy;
+        }
 
         const char *url = cfg->url ? cfg->url : "";
         int rc;
@@ -118,6 +124,7 @@ struct shoal_store *shoal_store_open(const struct shoal_store_config *cfg, char 
         return st;
 
 out_destroy:
+        shoal_store_uploads_stop(st);
         pthread_mutex_destroy(&lk->mu);
         pthread_cond_destroy(&lk->cond);
 out_free:
@@ -130,6 +137,7 @@ void shoal_store_close(struct shoal_store *st)
 {
         if (!st)
                 return;
+        shoal_store_uploads_stop(st);
         if (st->ops && st->ops->close)
                 st->ops->close(st);
         struct store_lock *lk = st->lock;
@@ -207,7 +215,7 @@ int shoal_store_stat(struct shoal_store *st, const char *key, struct shoal_objec
                 shoal_sleep_ns(d);
         }
         call_deadline = 0;
-        return give_up(rc, "stat", key, attempt, start);
+        return shoal_store_give_up(rc, "stat", key, attempt, start);
 }
 
 int shoal_store_read(struct shoal_store *st, const char *key, const char *version, uint64_t off,
@@ -241,7 +249,7 @@ int shoal_store_read(struct shoal_store *st, const char *key, const char *versio
         }
         call_deadline = 0;
         slot_release(st);
-        rc = give_up(rc, "read", key, attempt, start);
+        rc = shoal_store_give_up(rc, "read", key, attempt, start);
         if (rc)
                 shoal_metric_inc(SHOAL_M_object_get_errors);
         return rc;
@@ -305,4 +313,29 @@ int shoal_store_list_objects(struct shoal_store *st, const char *prefix, size_t 
         *out = l.objs;
         *n = l.n;
         return 0;
+}
+
+int shoal_store_delete(struct shoal_store *st, const char *key)
+{
+        if (!shoal_key_valid(key, strnlen(key, SHOAL_KEY_MAX + 1)))
+                return -EINVAL;
+        if (!st->ops->remove)
+                return -EOPNOTSUPP;
+        uint64_t start = shoal_now_ns();
+        uint64_t deadline = start + st->cfg.deadline_ns;
+        int rc;
+        unsigned attempt;
+        call_deadline = deadline;
+        for (attempt = 1;; attempt++) {
+                shoal_metric_inc(SHOAL_M_object_delete_requests);
+                rc = st->ops->remove(st, key);
+                uint64_t d;
+                if (!rc || !retry_after(st, rc, attempt, deadline, &d))
+                        break;
+                shoal_sleep_ns(d);
+        }
+        call_deadline = 0;
+        if (!rc)
+                log_info("store", "deleted %s", key);
+        return shoal_store_give_up(rc, "delete", key, attempt, start);
 }

@@ -92,7 +92,9 @@ static void decode_bodies(const uint8_t *body, size_t len)
                 CHECK(!shoal_wire_hello_ack_decode(out, len, &ack2));
                 CHECK(ack.version == ack2.version && ack.max_inflight == ack2.max_inflight);
                 CHECK(!memcmp(ack.nonce, ack2.nonce, sizeof(ack.nonce)));
-                CHECK(!memcmp(ack.proof, ack2.proof, sizeof(ack.proof)));
+                CHECK(!strcmp(ack.member_id, ack2.member_id));
+                CHECK(strlen(ack.member_id) <= SHOAL_WIRE_MEMBER_ID_MAX);
+                CHECK(strcspn(ack.member_id, "/ \\:") == strlen(ack.member_id));
                 CHECK(len <= shoal_wire_body_max(SHOAL_MSG_HELLO_ACK));
         }
 
@@ -185,7 +187,8 @@ static void decode_frame(const uint8_t *data, size_t size)
                 (void)shoal_wire_hello_ack_decode(body, blen, &m);
                 break;
         }
-        case SHOAL_MSG_AUTH: {
+        case SHOAL_MSG_AUTH:
+        case SHOAL_MSG_AUTH_OK: {
                 struct shoal_wire_auth m;
                 (void)shoal_wire_auth_decode(body, blen, &m);
                 break;
@@ -345,12 +348,16 @@ static void encode_fields(const uint8_t *data, size_t size)
         ack.version = (uint8_t)(m.obj_size & 3);
         ack.max_inflight = (uint32_t)(m.obj_size >> 8) & 0xfff;
         memcpy(ack.nonce, hello.nonce, 32);
+        /* The member id from the key bytes: any text, the encoder decides what is valid. */
+        size_t idn = m.key_len < sizeof(ack.member_id) ? m.key_len : sizeof(ack.member_id) - 1;
+        memcpy(ack.member_id, key, idn);
         n = shoal_wire_hello_ack_encode(out, sizeof(out), &ack);
-        CHECK(n == -EMSGSIZE || n == (int)shoal_wire_body_max(SHOAL_MSG_HELLO_ACK));
+        CHECK(n == -EMSGSIZE ||
+              (n >= 38 && (uint32_t)n <= shoal_wire_body_max(SHOAL_MSG_HELLO_ACK)));
         if (n > 0) {
                 CHECK(!shoal_wire_hello_ack_decode(out, (size_t)n, &ack2));
                 CHECK(ack.version == ack2.version && ack.max_inflight == ack2.max_inflight &&
-                      !memcmp(ack.nonce, ack2.nonce, 32));
+                      !memcmp(ack.nonce, ack2.nonce, 32) && !strcmp(ack.member_id, ack2.member_id));
         }
 }
 

@@ -42,7 +42,10 @@ def crc32c(data, crc=0):
     return crc ^ 0xFFFFFFFF
 
 
-def header(type_, body, flags=0, status=0, payload_len=0, msg_id=1, body_len=None, version=1,
+VERSION = 2
+
+
+def header(type_, body, flags=0, status=0, payload_len=0, msg_id=1, body_len=None, version=VERSION,
            magic=MAGIC):
     if body_len is None:
         body_len = len(body)
@@ -56,12 +59,13 @@ def frame(type_, body=b"", **kw):
     return header(type_, body, **kw) + body
 
 
-def hello(service, lo=1, hi=1):
+def hello(service, lo=VERSION, hi=VERSION):
     return bytes([lo, hi, service]) + bytes(range(1, 33))
 
 
-def hello_ack(max_inflight, proof=bytes(range(100, 132))):
-    return bytes([1]) + bytes(range(200, 232)) + proof + struct.pack("<I", max_inflight)
+def hello_ack(max_inflight, member_id=b"4f1c2a9e0b7d6c5e4f3a2b1c0d9e8f7a"):
+    return (bytes([VERSION]) + bytes(range(200, 232)) + struct.pack("<I", max_inflight) +
+            bytes([len(member_id)]) + member_id)
 
 
 def read(key=b"dir/obj.bin", version=b'"etag-1"', obj_size=10 * MiB + 100000, block_size=4 * MiB,
@@ -90,11 +94,12 @@ def seeds():
     rd = read()
     yield "valid_hello_tcp_pool", frame(HELLO, hello(1))
     yield "valid_hello_iorpc", frame(HELLO, hello(2, 1, 3))
+    yield "valid_hello_version1_only", frame(HELLO, hello(2, 1, 1))
     yield "valid_hello_rdma", frame(HELLO, hello(3))
     yield "valid_hello_ack_auth", frame(HELLO_ACK, hello_ack(2048), flags=WF_AUTH_REQUIRED)
-    yield "valid_hello_ack_noauth", frame(HELLO_ACK, hello_ack(1, bytes(32)))
+    yield "valid_hello_ack_noauth", frame(HELLO_ACK, hello_ack(1, b""))
     yield "valid_auth", frame(AUTH, bytes(range(32, 64)), msg_id=2)
-    yield "valid_auth_ok", frame(AUTH_OK, msg_id=2)
+    yield "valid_auth_ok", frame(AUTH_OK, bytes(range(64, 96)), msg_id=2)
     yield "valid_read", frame(READ, rd, msg_id=100, flags=WF_FILL)
     yield "valid_read_rdma", frame(READ, read(rdma_addr=0x7F0012345000, rdma_key=0x1234),
                                    flags=WF_RDMA_TARGET | WF_FILL, msg_id=2**63)
@@ -119,6 +124,9 @@ def seeds():
     bad[40] ^= 0x04
     yield "bad_crc_body_bit", bytes(bad)
     yield "bad_magic", frame(READ, rd, magic=b"SHL2")
+    yield "bad_version1_hello", frame(HELLO, hello(2, 1, 1), version=1)
+    yield "bad_hello_ack_id_slash", frame(HELLO_ACK, hello_ack(8, b"a/b"))
+    yield "bad_auth_ok_empty", frame(AUTH_OK, msg_id=2)
     yield "bad_type", frame(5, b"")
     yield "bad_truncated_read", frame(READ, rd)[: 32 + 40]
     yield "bad_key_nul", frame(READ, read(key=b"dir\x00obj"))

@@ -4,9 +4,20 @@
   frames.py hostile HOST:PORT            run the table of malformed and hostile frames
   frames.py flood HOST:PORT N KEY VERSION SIZE BLOCKSIZE
                                          pipeline N reads over IORPC connections, check all answered
+  frames.py flood-hold HOST:PORT N KEY VERSION SIZE BLOCKSIZE LENGTH GO_FILE
+                                         the same with reads of LENGTH bytes, but no answer is
+                                         read until GO_FILE exists ("sent N, holding" once sent)
+  frames.py auth HOST:PORT SERVICE SECRET_FILE WRONG_SECRET_FILE DEADLINE_S
+                                         the handshake against a member with a secret: the right
+                                         secret works; a replay, a wrong secret, a proof made for
+                                         another address, frames instead of AUTH and silence get
+                                         no answer beyond HELLO_ACK and a close
 
-Every case opens its own connection and expects an ERROR answer or a close within a second.
+Every hostile case opens its own connection and expects an ERROR answer or a close within a
+second. The handshake here is written from docs/iorpc-protocol.md §4, apart from the C code.
 """
+import hashlib
+import hmac
 import os
 import socket
 import struct
@@ -33,7 +44,10 @@ def crc32c(data, crc=0):
     return crc ^ 0xFFFFFFFF
 
 
-def frame(type_, body=b"", id_=1, flags=0, status=0, payload_len=0, version=1, magic=MAGIC,
+VERSION = 2
+
+
+def frame(type_, body=b"", id_=1, flags=0, status=0, payload_len=0, version=VERSION, magic=MAGIC,
           body_len=None, bad_crc=False):
     bl = len(body) if body_len is None else body_len
     head = magic + struct.pack("<BBHIIIQ", version, type_, flags, status, bl, payload_len, id_)
@@ -44,7 +58,7 @@ def frame(type_, body=b"", id_=1, flags=0, status=0, payload_len=0, version=1, m
 
 
 def hello(service=2):
-    return frame(HELLO, struct.pack("<BBB", 1, 1, service) + os.urandom(32), id_=1)
+    return frame(HELLO, struct.pack("<BBB", VERSION, VERSION, service) + os.urandom(32), id_=1)
 
 
 def read_body(key=b"k", version=b"v", size=4096, bs=4 << 20, index=0, off=0, length=4096):
@@ -69,11 +83,17 @@ def recv_exact(s, n):
     return buf
 
 
-def read_frame(s):
+def read_frame_flags(s):
+    """(type, flags, status, id, body, payload) of the next frame on S."""
     h = recv_exact(s, 32)
     _, ver, typ, flags, status, bl, pl, id_, crc = struct.unpack("<4sBBHIIIQI", h)
     body = recv_exact(s, bl)
     payload = recv_exact(s, pl) if pl else b""
+    return typ, flags, status, id_, body, payload
+
+
+def read_frame(s):
+    typ, _, status, id_, body, payload = read_frame_flags(s)
     return typ, status, id_, body, payload
 
 
@@ -117,14 +137,17 @@ def cases():
     pre("unknown type 99", frame(99))
     pre("READ before HELLO", frame(READ, good, flags=FILL))
     pre("HELLO with huge body_len", frame(HELLO, b"", body_len=big))
-    pre("HELLO body too long", frame(HELLO, bytes([1, 1, SERVICE]) + b"\0" * 100))
-    pre("HELLO bad crc", frame(HELLO, bytes([1, 1, SERVICE]) + os.urandom(32), bad_crc=True))
-    pre("HELLO wrong service", frame(HELLO, b"\x01\x01\x07" + os.urandom(32)))
+    pre("HELLO body too long", frame(HELLO, bytes([VERSION, VERSION, SERVICE]) + b"\0" * 100))
+    pre("HELLO bad crc", frame(HELLO, bytes([VERSION, VERSION, SERVICE]) + os.urandom(32), bad_crc=True))
+    pre("HELLO wrong service", frame(HELLO, b"\x02\x02\x07" + os.urandom(32)))
+    pre("HELLO other service", frame(HELLO, bytes([VERSION, VERSION, 3 - SERVICE]) + os.urandom(32)))
+    pre("HELLO version 1 frame", frame(HELLO, b"\x01\x01" + bytes([SERVICE]) + os.urandom(32),
+                                       version=1))
     pre("HELLO version range 5..6", frame(HELLO, b"\x05\x06\x02" + os.urandom(32)))
-    pre("HELLO header stalls", frame(HELLO, bytes([1, 1, SERVICE]) + os.urandom(32))[:20])
-    pre("HELLO body stalls", frame(HELLO, bytes([1, 1, SERVICE]) + os.urandom(32))[:50])
+    pre("HELLO header stalls", frame(HELLO, bytes([VERSION, VERSION, SERVICE]) + os.urandom(32))[:20])
+    pre("HELLO body stalls", frame(HELLO, bytes([VERSION, VERSION, SERVICE]) + os.urandom(32))[:50])
     pre("AUTH_OK from requester", frame(AUTH_OK))
-    pre("payload on HELLO", frame(HELLO, bytes([1, 1, SERVICE]) + os.urandom(32), payload_len=100))
+    pre("payload on HELLO", frame(HELLO, bytes([VERSION, VERSION, SERVICE]) + os.urandom(32), payload_len=100))
     post("READ bad crc", frame(READ, good, flags=FILL, bad_crc=True))
     post("READ body_len past max", frame(READ, good, body_len=1 << 30))
     post("READ payload_len set", frame(READ, good, payload_len=4096))
@@ -148,7 +171,7 @@ def cases():
     post("READ unknown flag", frame(READ, good, flags=1 << 9))
     post("READ missing object", frame(READ, read_body(key=b"no/such/object"), flags=FILL))
     post("READ_RESP from requester", frame(READ_RESP, b"\0" * 28, payload_len=0))
-    post("HELLO_ACK from requester", frame(HELLO_ACK, b"\0" * 69))
+    post("HELLO_ACK from requester", frame(HELLO_ACK, b"\0" * 38))
     post("second HELLO", hello(SERVICE))
     post("ERROR from requester", frame(ERROR, b"x", status=5))
     post("INFO_RESP from requester", frame(INFO_RESP, b"\0" * 8))
@@ -187,8 +210,150 @@ def run_hostile(addr, service=2):
     return 1 if bad else 0
 
 
-def run_flood(addr, n, key, version, size, bs):
-    n, size, bs = int(n), int(size), int(bs)
+def read_secret(path):
+    """The secret's bytes as shoal reads them: one trailing "\\n" or "\\r\\n" is not part of it."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data.endswith(b"\n"):
+        data = data[:-1]
+        if data.endswith(b"\r"):
+            data = data[:-1]
+    return data
+
+
+def group_key(secret):
+    return hmac.new(secret, b"shoal group key v2", hashlib.sha256).digest()
+
+
+def proof(key, server, addr, hello_body, ack_body):
+    label = b"shoal v2 server proof\0" if server else b"shoal v2 requester proof\0"
+    a = addr.encode()
+    return hmac.new(key, label + bytes([len(a)]) + a + hello_body + ack_body,
+                    hashlib.sha256).digest()
+
+
+class Refused(Exception):
+    pass
+
+
+def start_session(addr, service, key, proof_addr=None, hello_frame=None):
+    """HELLO, HELLO_ACK, AUTH with KEY over PROOF_ADDR (default: ADDR). Returns the socket, the
+    HELLO frame, the AUTH frame and the HELLO_ACK body; raises Refused on an ERROR or a close."""
+    s = connect(addr)
+    hello_frame = hello_frame or hello(service)
+    s.sendall(hello_frame)
+    try:
+        typ, flags, status, id_, ack, _ = read_frame_flags(s)
+    except (ConnectionError, OSError):
+        raise Refused("closed after HELLO")
+    if typ != HELLO_ACK or id_ != 1 or not flags & 1:
+        raise Refused("answer %d (flags %d) to HELLO" % (typ, flags))
+    auth = proof(key, False, proof_addr or addr, hello_frame[32:], ack)
+    auth_frame = frame(AUTH, auth, id_=2)
+    s.sendall(auth_frame)
+    return s, hello_frame, auth_frame, ack
+
+
+def refused(s, seconds=2.0):
+    """True when S gets nothing but an ERROR(AUTH_FAILED) and a close within SECONDS."""
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            s.settimeout(max(0.01, deadline - time.monotonic()))
+            typ, status, _, _, _ = read_frame(s)
+            if typ != ERROR or status != 8:
+                return False
+        return False
+    except socket.timeout:
+        return False
+    except (ConnectionError, OSError):
+        return True
+
+
+def run_auth(addr, service, secret_file, wrong_file, deadline_s):
+    service, deadline_s = int(service), float(deadline_s)
+    key = group_key(read_secret(secret_file))
+    wrong = group_key(read_secret(wrong_file))
+    bad = 0
+
+    def report(name, ok, extra=""):
+        nonlocal bad
+        print("%-40s %s%s" % (name, "ok" if ok else "FAIL", extra))
+        bad += not ok
+
+    # 1. The right secret: the member proves itself, then answers a PING.
+    s, hello1, auth1, ack1 = start_session(addr, service, key)
+    typ, status, id_, body, _ = read_frame(s)
+    ok = typ == AUTH_OK and id_ == 2 and body == proof(key, True, addr, hello1[32:], ack1)
+    s.sendall(frame(PING, b"12345678", id_=3))
+    typ, _, id_, body, _ = read_frame(s)
+    ok = ok and typ == PONG and body == b"12345678"
+    s.close()
+    report("right secret: AUTH_OK with a valid proof", ok)
+
+    # 2. The same HELLO and AUTH replayed on a new connection: the member's nonce is new.
+    s = connect(addr)
+    s.sendall(hello1)
+    typ, _, _, ack2, _ = read_frame(s)
+    s.sendall(auth1 + frame(PING, b"replay", id_=3))
+    report("replayed HELLO+AUTH refused", typ == HELLO_ACK and ack2[1:33] != ack1[1:33] and refused(s))
+    s.close()
+
+    # 3. Another secret.
+    s, _, _, _ = start_session(addr, service, wrong)
+    s.sendall(frame(PING, b"wrong", id_=3))
+    report("wrong secret refused", refused(s))
+    s.close()
+
+    # 4. The right secret, but a proof made for another address (what a relay produces).
+    host = addr.rsplit(":", 1)[0]
+    s, _, _, _ = start_session(addr, service, key, proof_addr=host + ":1")
+    report("proof for another address refused", refused(s))
+    s.close()
+
+    # 5. Requests instead of AUTH: nothing but a close.
+    for name, data in (("READ", frame(READ, read_body(), id_=5, flags=FILL)),
+                       ("PING", frame(PING, b"p", id_=5)), ("INFO", frame(INFO, id_=5)),
+                       ("AUTH_OK", frame(AUTH_OK, bytes(32), id_=2))):
+        s = connect(addr)
+        s.sendall(hello(service))
+        typ, _, _, _, _ = read_frame(s)
+        s.sendall(data)
+        report("%s instead of AUTH: closed, 0 bytes" % name, typ == HELLO_ACK and refused(s, 1.0)
+               and not_answered(s))
+        s.close()
+
+    # 6. Silence after HELLO_ACK, and silence from the start: closed by the handshake deadline.
+    for name, send_hello in (("silent after HELLO", True), ("silent from the start", False)):
+        s = connect(addr)
+        t0 = time.monotonic()
+        if send_hello:
+            s.sendall(hello(service))
+            read_frame(s)
+        s.settimeout(deadline_s + 5)
+        try:
+            gone = s.recv(1) == b""
+        except OSError:
+            gone = True
+        took = time.monotonic() - t0
+        report("%s: closed within %.0f s" % (name, deadline_s), gone and took <= deadline_s + 1.5,
+               " (after %.1f s)" % took)
+        s.close()
+    print("%d failed" % bad)
+    return 1 if bad else 0
+
+
+def not_answered(s):
+    """True when nothing more can be read from S (it is closed)."""
+    try:
+        s.settimeout(0.2)
+        return s.recv(1) == b""
+    except (ConnectionError, OSError):
+        return True
+
+
+def run_flood(addr, n, key, version, size, bs, length=65536, go_file=None):
+    n, size, bs, length = int(n), int(size), int(bs), int(length)
     per_conn = 1000
     conns = []
     sent = 0
@@ -202,11 +367,17 @@ def run_flood(addr, n, key, version, size, bs):
         for i in range(k):
             idx = (sent + i) % nblocks
             blen = min(bs, size - idx * bs)
-            body = read_body(key.encode(), version.encode(), size, bs, idx, 0, min(65536, blen))
+            body = read_body(key.encode(), version.encode(), size, bs, idx, 0, min(length, blen))
             out += frame(READ, body, id_=sent + i + 1, flags=FILL)
         s.sendall(out)
         conns.append((s, k))
         sent += k
+    if go_file:
+        # Hold every answer unread (the server can finish only what fits in socket buffers)
+        # until the test has looked at the server.
+        print("sent %d, holding" % n, flush=True)
+        while not os.path.exists(go_file):
+            time.sleep(0.05)
     answered = errors = 0
     for s, k in conns:
         for _ in range(k):
@@ -249,7 +420,11 @@ if __name__ == "__main__":
         print("%d half-open connections, %d closed by the server within %.1f s" %
               (len(socks), closed, time.monotonic() - t0))
         sys.exit(0 if closed == len(socks) else 1)
+    if len(sys.argv) == 7 and sys.argv[1] == "auth":
+        sys.exit(run_auth(*sys.argv[2:]))
     if len(sys.argv) == 8 and sys.argv[1] == "flood":
+        sys.exit(run_flood(*sys.argv[2:]))
+    if len(sys.argv) == 10 and sys.argv[1] == "flood-hold":
         sys.exit(run_flood(*sys.argv[2:]))
     print(__doc__)
     sys.exit(2)

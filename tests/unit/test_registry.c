@@ -24,15 +24,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "group/group.h"
 #include "group/group_internal.h"
+#include "unit_skip.h"
 
 #define MS               1000000ULL
 #define HEARTBEAT_NS     (100 * MS)
 #define TIMEOUT_NS       (500 * MS)
-#define REDIS_SERVER     "/usr/bin/redis-server"
 #define REDIS_PASSWORD   "s3cr|t pw"
 #define REDIS_PASSWORD_Q "s3cr%7Ct%20pw" /* the same, percent-encoded for the URL */
 
@@ -79,6 +80,7 @@ static void fill_member(struct shoal_member *m, const char *id, unsigned seed)
         m->beat = 1000ULL * seed;
         m->updated_ms = -(int64_t)seed;
         m->started_ms = INT64_MAX - seed;
+        snprintf(m->metrics_addr, sizeof(m->metrics_addr), "127.0.0.1:%u", 9567 + seed);
 }
 
 static void assert_member_equal(const struct shoal_member *a, const struct shoal_member *b)
@@ -99,6 +101,7 @@ static void assert_member_equal(const struct shoal_member *a, const struct shoal
         assert_true(a->beat == b->beat);
         assert_true(a->updated_ms == b->updated_ms);
         assert_true(a->started_ms == b->started_ms);
+        assert_string_equal(a->metrics_addr, b->metrics_addr);
 }
 
 static const struct shoal_member *find(const struct shoal_member *v, size_t n, const char *id)
@@ -208,6 +211,7 @@ static void test_codec_roundtrip(void **state)
         for (unsigned i = 0; i < SHOAL_RDMA_ADDRS; i++)
                 memset(a.rdma_addr[i], 1 + (int)i, sizeof(a.rdma_addr[i]) - 1);
         memset(a.volume_url, '|', sizeof(a.volume_url) - 1);
+        memset(a.metrics_addr, '%', sizeof(a.metrics_addr) - 1);
         a.n_rdma = SHOAL_RDMA_ADDRS;
         a.weight = UINT32_MAX;
         a.block_size = UINT32_MAX;
@@ -224,6 +228,14 @@ static void test_codec_roundtrip(void **state)
         len = shoal_member_encode(&a, buf, sizeof(buf));
         strcat(buf, "|future|fields");
         assert_int_equal(shoal_member_decode(buf, strlen(buf), &b), 0);
+        assert_member_equal(&a, &b);
+
+        /* A record of a version without the metrics address reads with it empty. */
+        fill_member(&a, "old", 4);
+        len = shoal_member_encode(&a, buf, sizeof(buf));
+        *strrchr(buf, '|') = '\0';
+        assert_int_equal(shoal_member_decode(buf, strlen(buf), &b), 0);
+        a.metrics_addr[0] = '\0';
         assert_member_equal(&a, &b);
 }
 
@@ -761,8 +773,10 @@ static void test_env_overrides_heartbeat(void **state)
         cfg.heartbeat_ns = 3600 * 1000 * MS;
         cfg.timeout_ns = 7200 * 1000 * MS;
         setenv("SHOAL_GROUP_HEARTBEAT", "50ms", 1);
+        assert_int_equal(shoal_config_load(err, sizeof(err)), 0); /* the CLI loads it once */
         struct shoal_group *g = shoal_group_start(&cfg, err, sizeof(err));
         unsetenv("SHOAL_GROUP_HEARTBEAT");
+        assert_int_equal(shoal_config_load(err, sizeof(err)), 0);
         if (!g)
                 fail_msg("start: %s", err);
         struct shoal_registry *r = shoal_registry_open(url, "env", err, sizeof(err));
@@ -823,6 +837,29 @@ static bool redis_answers(void)
         return ok;
 }
 
+/* redis-server as found on PATH (Debian puts it in /usr/bin, others elsewhere), or "" when absent.
+ */
+static char redis_server[4096];
+
+static void find_redis_server(void)
+{
+        const char *path = getenv("PATH");
+        redis_server[0] = '\0';
+        while (path && *path) {
+                const char *end = strchr(path, ':');
+                size_t n = end ? (size_t)(end - path) : strlen(path);
+                char cand[sizeof(redis_server)];
+                if (n > 0 && n < sizeof(cand) - 16) {
+                        snprintf(cand, sizeof(cand), "%.*s/redis-server", (int)n, path);
+                        if (access(cand, X_OK) == 0) {
+                                snprintf(redis_server, sizeof(redis_server), "%s", cand);
+                                return;
+                        }
+                }
+                path = end ? end + 1 : NULL;
+        }
+}
+
 static int redis_start(void)
 {
         char port[16];
@@ -839,7 +876,7 @@ static int redis_start(void)
                         dup2(fd, 1);
                         dup2(fd, 2);
                 }
-                execl(REDIS_SERVER, "redis-server", "--port", port, "--bind", "127.0.0.1", "--save",
+                execl(redis_server, "redis-server", "--port", port, "--bind", "127.0.0.1", "--save",
                       "", "--appendonly", "no", "--dir", tmpdir, "--requirepass", REDIS_PASSWORD,
                       "--daemonize", "no", (char *)NULL);
                 _exit(127);
@@ -861,7 +898,8 @@ static void redis_stop(void)
 
 static int redis_setup(void **state)
 {
-        if (access(REDIS_SERVER, X_OK) != 0)
+        find_redis_server();
+        if (!redis_server[0])
                 return 0; /* each test skips */
         redis_port = free_port();
         if (redis_port < 0 || redis_start() < 0) {
@@ -882,7 +920,7 @@ static int redis_teardown(void **state)
 static void need_redis(void)
 {
         if (redis_pid <= 0)
-                skip();
+                SHOAL_UNIT_SKIP("no redis-server on PATH");
 }
 
 /* A direct client on database 3, for checks behind the registry's back. */
@@ -1038,7 +1076,12 @@ static void test_redis_outage(void **state)
         struct shoal_group *b = start_agent(redis_url, "outage");
         assert_true(WAIT_UNTIL(view_size(a) == 2 && view_size(b) == 2, 2000));
         redis_stop();
-        shoal_sleep_ns(TIMEOUT_NS + 300 * MS);
+        /* Both agents go on beating against a dead registry for more than a timeout's worth of
+         * heartbeats: a view judged by silence alone would have dropped everyone by then. */
+        unsigned fails = 2 * ((unsigned)(TIMEOUT_NS / HEARTBEAT_NS) + 3); /* two per heartbeat */
+        assert_true(WAIT_UNTIL(shoal_group_registry_failures(a) >= fails &&
+                                       shoal_group_registry_failures(b) >= fails,
+                               20000));
         assert_int_equal(view_size(a), 2);
         assert_true(view_has(b, shoal_group_self_id(b)));
         assert_int_equal(redis_start(), 0);
@@ -1059,7 +1102,8 @@ static int global_setup(void)
                 return -1;
         unsetenv("SHOAL_GROUP_TIMEOUT");
         unsetenv("SHOAL_GROUP_HEARTBEAT");
-        return 0;
+        char err[256];
+        return shoal_config_load(err, sizeof(err)) ? -1 : 0;
 }
 
 int main(void)

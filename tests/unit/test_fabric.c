@@ -1,0 +1,496 @@
+/* The libfabric wrapper (src/net/fabric.c), issue 14 findings 2, 7, 8, 9, 10:
+ * - domain choice over scripted fi_getinfo answers and a scripted sysfs tree: verbs domains with
+ *   and without a sysfs device link, bonds and VLANs (links through lower_*), -xrc and -dgram
+ *   domains, a provider that did not filter by address, the mlx5_1 / mlx5_10 prefix trap;
+ * - the real tcp provider on lo: FI_ORDER_SAW kept, MR cache off as libfabric sees it, random
+ *   keys, MADV_DONTFORK (a forked child does not have registered pages), queue sizes cut to
+ *   what the CQ holds;
+ * - RLIMIT_NOFILE / RLIMIT_MEMLOCK raised, the fd budget, the memlock check and its message. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "net/fabric.h"
+
+static char sysfs[256];
+
+/* ---- scripted fi_getinfo answers --------------------------------------------------------------
+ */
+
+/* Appends an entry of provider PROV for domain DOM to *LIST: endpoint type TYPE, protocol PROTO,
+ * source address SRC_IP (NULL: none). */
+static void add(struct fi_info **list, const char *prov, const char *dom, enum fi_ep_type type,
+                uint32_t proto, const char *src_ip)
+{
+        struct fi_info *i = fi_allocinfo();
+        assert_non_null(i);
+        i->fabric_attr->prov_name = strdup(prov);
+        i->domain_attr->name = strdup(dom);
+        i->ep_attr->type = type;
+        i->ep_attr->protocol = proto;
+        if (src_ip) {
+                struct sockaddr_in *sa = calloc(1, sizeof(*sa));
+                assert_non_null(sa);
+                sa->sin_family = AF_INET;
+                assert_int_equal(inet_pton(AF_INET, src_ip, &sa->sin_addr), 1);
+                i->src_addr = sa;
+                i->src_addrlen = sizeof(*sa);
+        }
+        struct fi_info **pp = list;
+        while (*pp)
+                pp = &(*pp)->next;
+        *pp = i;
+}
+
+#define IP "10.9.8.7"
+
+/* The domain picked for IFNAME from LIST ("" when refused), and how. */
+static const char *pick(struct fi_info *list, const char *ifname, enum shoal_fab_pick_by *by,
+                        char *why, size_t whylen)
+{
+        why[0] = '\0';
+        const struct fi_info *i = shoal_fab_pick(list, ifname, IP, sysfs, by, why, whylen);
+        if (!i) {
+                assert_int_equal(*by, SHOAL_FAB_BY_NONE);
+                assert_true(why[0] != '\0');
+                return "";
+        }
+        return i->domain_attr->name;
+}
+
+static void mkdirs(const char *rel)
+{
+        char path[512], *p;
+        snprintf(path, sizeof(path), "%s/%s", sysfs, rel);
+        for (p = path + strlen(sysfs) + 1; (p = strchr(p, '/')); p++) {
+                *p = '\0';
+                mkdir(path, 0755);
+                *p = '/';
+        }
+        assert_true(mkdir(path, 0755) == 0 || errno == EEXIST);
+}
+
+static void link_lower(const char *upper, const char *lower)
+{
+        char path[512], target[64];
+        snprintf(path, sizeof(path), "%s/%s/lower_%s", sysfs, upper, lower);
+        snprintf(target, sizeof(target), "../%s", lower);
+        assert_int_equal(symlink(target, path), 0);
+}
+
+/* A /sys/class/net as the kernel shows it for: ib0 on mlx5_0; bond0 over eth2 and eth3 with
+ * RoCE LAG (each slave shows mlx5_bond_0); eth0.100, a VLAN of eth0 on mlx5_1; ens1 on mlx5_1
+ * too (the prefix trap); bond1 with no device links at all (no bonding module here, or a
+ * driver that shows none); lo. */
+static int setup(void **state)
+{
+        snprintf(sysfs, sizeof(sysfs), "/tmp/shoal-fabric-XXXXXX");
+        if (!mkdtemp(sysfs))
+                return -1;
+        mkdirs("ib0/device/infiniband/mlx5_0");
+        mkdirs("eth2/device/infiniband/mlx5_bond_0");
+        mkdirs("eth3/device/infiniband/mlx5_bond_0");
+        mkdirs("bond0");
+        link_lower("bond0", "eth2");
+        link_lower("bond0", "eth3");
+        mkdirs("eth0/device/infiniband/mlx5_1");
+        mkdirs("eth0.100");
+        link_lower("eth0.100", "eth0");
+        mkdirs("ens1/device/infiniband/mlx5_1");
+        mkdirs("bond1");
+        mkdirs("lo");
+        return 0;
+}
+
+static int teardown(void **state)
+{
+        char cmd[300];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", sysfs);
+        return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_pick_verbs_sysfs(void **state)
+{
+        struct fi_info *l = NULL;
+        enum shoal_fab_pick_by by;
+        char why[400];
+        /* verbs lists the XRC flavour of the same device too. */
+        add(&l, "verbs", "mlx5_0-xrc", FI_EP_MSG, FI_PROTO_RDMA_CM_IB_XRC, IP);
+        add(&l, "verbs", "mlx5_0", FI_EP_MSG, FI_PROTO_RDMA_CM_IB_RC, IP);
+        assert_string_equal(pick(l, "ib0", &by, why, sizeof(why)), "mlx5_0");
+        assert_int_equal(by, SHOAL_FAB_BY_SYSFS);
+        fi_freeinfo(l);
+}
+
+static void test_pick_bond_and_vlan(void **state)
+{
+        struct fi_info *l = NULL;
+        enum shoal_fab_pick_by by;
+        char why[400];
+        /* An unfiltered list: the bond's device is found through its slaves. */
+        add(&l, "verbs", "mlx5_0", FI_EP_MSG, FI_PROTO_RDMA_CM_IB_RC, IP);
+        add(&l, "verbs", "mlx5_bond_0", FI_EP_MSG, FI_PROTO_RDMA_CM_IB_RC, IP);
+        assert_string_equal(pick(l, "bond0", &by, why, sizeof(why)), "mlx5_bond_0");
+        assert_int_equal(by, SHOAL_FAB_BY_SYSFS);
+        fi_freeinfo(l);
+
+        l = NULL;
+        add(&l, "verbs", "mlx5_1", FI_EP_MSG, FI_PROTO_RDMA_CM_IB_RC, IP);
+        assert_string_equal(pick(l, "eth0.100", &by, why, sizeof(why)), "mlx5_1");
+        assert_int_equal(by, SHOAL_FAB_BY_SYSFS);
+        fi_freeinfo(l);
+}
+
+/* The old code refused these: no /sys/class/net/IF/device/infiniband. verbs filtered its list by
+ * the device rdma_cm bound the address to, so the one domain left is the interface's. */
+static void test_pick_no_sysfs_link(void **state)
+{
+        struct fi_info *l = NULL;
+        enum shoal_fab_pick_by by;
+        char why[400];
+        add(&l, "verbs", "mlx5_bond_0-xrc", FI_EP_MSG, FI_PROTO_RDMA_CM_IB_XRC, IP);
+        add(&l, "verbs", "mlx5_bond_0", FI_EP_MSG, FI_PROTO_RDMA_CM_IB_RC, IP);
+        assert_string_equal(pick(l, "bond1", &by, why, sizeof(why)), "mlx5_bond_0");
+        assert_int_equal(by, SHOAL_FAB_BY_SOURCE);
+        /* Not even a folder for the interface. */
+        assert_string_equal(pick(l, "vlan7", &by, why, sizeof(why)), "mlx5_bond_0");
+        assert_int_equal(by, SHOAL_FAB_BY_SOURCE);
+        fi_freeinfo(l);
+}
+
+/* Several devices and nothing that ties one to the interface: the provider did not filter by
+ * the address; guessing could put traffic on the wrong port. */
+static void test_pick_ambiguous(void **state)
+{
+        struct fi_info *l = NULL;
+        enum shoal_fab_pick_by by;
+        char why[400];
+        add(&l, "verbs", "mlx5_0", FI_EP_MSG, FI_PROTO_RDMA_CM_IB_RC, IP);
+        add(&l, "verbs", "mlx5_1", FI_EP_MSG, FI_PROTO_RDMA_CM_IB_RC, IP);
+        assert_string_equal(pick(l, "bond1", &by, why, sizeof(why)), "");
+        assert_non_null(strstr(why, "mlx5_0, mlx5_1"));
+        assert_non_null(strstr(why, "bond1"));
+        /* ... but a link in sysfs settles it. */
+        assert_string_equal(pick(l, "ib0", &by, why, sizeof(why)), "mlx5_0");
+        fi_freeinfo(l);
+}
+
+static void test_pick_xrc_dgram_only(void **state)
+{
+        struct fi_info *l = NULL;
+        enum shoal_fab_pick_by by;
+        char why[400];
+        add(&l, "verbs", "mlx5_0-xrc", FI_EP_MSG, FI_PROTO_RDMA_CM_IB_XRC, IP);
+        add(&l, "verbs", "mlx5_0-dgram", FI_EP_DGRAM, FI_PROTO_IB_UD, IP);
+        /* A provider naming an XRC domain without the protocol. */
+        add(&l, "verbs", "mlx5_1-xrc", FI_EP_MSG, FI_PROTO_RDMA_CM_IB_RC, IP);
+        assert_string_equal(pick(l, "ib0", &by, why, sizeof(why)), "");
+        assert_non_null(strstr(why, "skipped: mlx5_0-xrc, mlx5_1-xrc"));
+        fi_freeinfo(l);
+}
+
+/* strncmp-style matching (libfabric 1.17's own filter) takes mlx5_10 for mlx5_1. */
+static void test_pick_prefix_trap(void **state)
+{
+        struct fi_info *l = NULL;
+        enum shoal_fab_pick_by by;
+        char why[400];
+        add(&l, "verbs", "mlx5_10", FI_EP_MSG, FI_PROTO_RDMA_CM_IB_RC, IP);
+        add(&l, "verbs", "mlx5_1", FI_EP_MSG, FI_PROTO_RDMA_CM_IB_RC, IP);
+        assert_string_equal(pick(l, "ens1", &by, why, sizeof(why)), "mlx5_1");
+        assert_int_equal(by, SHOAL_FAB_BY_SYSFS);
+        fi_freeinfo(l);
+}
+
+static void test_pick_tcp(void **state)
+{
+        struct fi_info *l = NULL;
+        enum shoal_fab_pick_by by;
+        char why[400];
+        add(&l, "tcp", "lo", FI_EP_MSG, FI_PROTO_SOCK_TCP, IP);
+        assert_string_equal(pick(l, "lo", &by, why, sizeof(why)), "lo");
+        assert_int_equal(by, SHOAL_FAB_BY_NAME);
+        fi_freeinfo(l);
+
+        /* Sourced at another address: never ours, even by name. */
+        l = NULL;
+        add(&l, "tcp", "lo", FI_EP_MSG, FI_PROTO_SOCK_TCP, "127.0.0.1");
+        assert_string_equal(pick(l, "lo", &by, why, sizeof(why)), "");
+        fi_freeinfo(l);
+
+        /* Names from the provider never leave the sysfs folder. */
+        l = NULL;
+        add(&l, "verbs", "../../etc", FI_EP_MSG, FI_PROTO_RDMA_CM_IB_RC, IP);
+        add(&l, "verbs", "../../etc", FI_EP_MSG, FI_PROTO_RDMA_CM_IB_RC, NULL);
+        assert_string_equal(pick(l, "..", &by, why, sizeof(why)), "../../etc");
+        assert_int_equal(by, SHOAL_FAB_BY_SOURCE);
+        fi_freeinfo(l);
+        assert_null(shoal_fab_pick(NULL, "lo", IP, sysfs, &by, why, sizeof(why)));
+}
+
+/* ---- the real tcp provider on lo ---------------------------------------------------------- */
+
+static void open_lo(struct shoal_fab *f)
+{
+        char err[512] = "";
+        int rc = shoal_fab_open(f, "tcp", "lo", err, sizeof(err));
+        if (rc)
+                fail_msg("shoal_fab_open(tcp, lo): %d %s", rc, err);
+}
+
+static void test_open_lo(void **state)
+{
+        /* Finding 9: asked for, so a provider that cannot keep it is not offered at all. */
+        struct fi_info *hints = shoal_fab_hints("verbs");
+        assert_non_null(hints);
+        assert_true(hints->tx_attr->msg_order & FI_ORDER_SAW);
+        assert_true(hints->rx_attr->msg_order & FI_ORDER_SAW);
+        assert_int_equal(hints->ep_attr->type, FI_EP_MSG);
+        assert_string_equal(hints->fabric_attr->prov_name, "verbs");
+        fi_freeinfo(hints);
+
+        struct shoal_fab f;
+        open_lo(&f);
+        assert_string_equal(f.info->domain_attr->name, "lo");
+        assert_true(f.info->tx_attr->msg_order & FI_ORDER_SAW);
+        /* libfabric read its parameters after fabric.c turned the MR cache off. */
+        struct fi_param *params;
+        int n = 0;
+        assert_int_equal(fi_getparams(&params, &n), 0);
+        const char *v = NULL;
+        for (int i = 0; i < n; i++)
+                if (!strcmp(params[i].name, "FI_MR_CACHE_MAX_COUNT"))
+                        v = params[i].value;
+        assert_non_null(v);
+        assert_string_equal(v, "0");
+        fi_freeparams(params);
+        shoal_fab_close(&f);
+
+        char err[512];
+        assert_int_equal(shoal_fab_open(&f, "tcp", "nosuch0", err, sizeof(err)), -ENODEV);
+        assert_non_null(strstr(err, "no such interface"));
+        shoal_fab_close(&f);
+}
+
+/* Keys the peer must not guess: random, not a counter, under a provider that takes requests. */
+static void test_random_keys(void **state)
+{
+        struct shoal_fab f;
+        open_lo(&f);
+        if (f.mr_mode & FI_MR_PROV_KEY)
+                fail_msg("tcp picks its own keys; this test needs requested keys");
+        enum {
+                N = 8
+        };
+        struct fid_mr *mr[N];
+        uint64_t key[N];
+        char *buf =
+                mmap(NULL, N * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        assert_true(buf != MAP_FAILED);
+        bool big = false, consecutive = true;
+        for (int i = 0; i < N; i++) {
+                assert_int_equal(
+                        shoal_fab_mr_reg(&f, buf + i * 4096, 4096, FI_REMOTE_WRITE, &mr[i]), 0);
+                key[i] = fi_mr_key(mr[i]);
+                big |= key[i] > UINT32_MAX;
+                for (int k = 0; k < i; k++)
+                        assert_true(key[k] != key[i]);
+                if (i && key[i] != key[i - 1] + 1)
+                        consecutive = false;
+        }
+        assert_true(big);
+        assert_false(consecutive);
+        for (int i = 0; i < N; i++)
+                shoal_fab_mr_close(&f, mr[i], 4096);
+        assert_int_equal(shoal_fab_pinned(), 0); /* tcp pins nothing */
+        munmap(buf, N * 4096);
+        shoal_fab_close(&f);
+}
+
+/* In a forked child, whether [P, P+1) is mapped: /proc/self/maps read with plain syscalls
+ * (the parent may have threads; the child stays async-signal-safe). Exits 1 mapped, 0 not. */
+static void child_check_mapped(const void *p)
+{
+        static char maps[1 << 20];
+        int fd = open("/proc/self/maps", O_RDONLY);
+        size_t n = 0;
+        ssize_t r;
+        if (fd < 0)
+                _exit(2);
+        while (n < sizeof(maps) - 1 && (r = read(fd, maps + n, sizeof(maps) - 1 - n)) > 0)
+                n += (size_t)r;
+        close(fd);
+        maps[n] = '\0';
+        uintptr_t a = (uintptr_t)p;
+        for (char *line = maps; *line;) {
+                char *end;
+                uintptr_t lo = strtoul(line, &end, 16);
+                uintptr_t hi = strtoul(end + 1, NULL, 16);
+                if (a >= lo && a < hi)
+                        _exit(1);
+                char *nl = strchr(line, '\n');
+                if (!nl)
+                        break;
+                line = nl + 1;
+        }
+        _exit(0);
+}
+
+static int mapped_in_child(const void *p)
+{
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (!pid)
+                child_check_mapped(p);
+        int st;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        assert_true(WIFEXITED(st));
+        return WEXITSTATUS(st);
+}
+
+/* Finding 8: the pages the NIC was given stay the parent's alone; a fork (libfuse runs
+ * fusermount3 after the reader pool was registered) does not share them copy-on-write. */
+static void test_dontfork(void **state)
+{
+        struct shoal_fab f;
+        open_lo(&f);
+        size_t len = 16 * 4096;
+        char *reg = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        char *other = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        assert_true(reg != MAP_FAILED && other != MAP_FAILED);
+        memset(reg, 1, len);
+        memset(other, 1, len);
+        assert_int_equal(mapped_in_child(reg), 1); /* the check sees ordinary memory */
+        struct fid_mr *mr;
+        assert_int_equal(shoal_fab_mr_reg(&f, reg, len, FI_RECV | FI_REMOTE_WRITE, &mr), 0);
+        assert_int_equal(mapped_in_child(reg), 0);
+        assert_int_equal(mapped_in_child(reg + len - 1), 0);
+        assert_int_equal(mapped_in_child(other), 1);
+        shoal_fab_mr_close(&f, mr, len);
+        munmap(reg, len);
+        munmap(other, len);
+        shoal_fab_close(&f);
+}
+
+/* Finding 10: the endpoint's queues are cut to what the caller posts and the CQ holds them all
+ * (verbs reserves rx_attr->size CQ entries at bind, none when the CQ is smaller). */
+static void test_mep_queue_sizes(void **state)
+{
+        struct shoal_fab f;
+        open_lo(&f);
+        struct shoal_fab_mep m;
+        const char *call = "";
+        struct fi_info *info = fi_dupinfo(f.info);
+        assert_non_null(info);
+        info->rx_attr->size = 384; /* verbs' default receive queue */
+        info->tx_attr->size = 384;
+        assert_int_equal(shoal_fab_mep_alloc(&m, &f, "test", 8, 4), 0);
+        assert_int_equal(m.memlen % 4096, 0);
+        assert_int_equal(shoal_fab_mep_open(&m, info, NULL, 8, &call), -EINVAL);
+        assert_int_equal(shoal_fab_mep_open(&m, info, NULL, 8 + 2 * 4 + 8, &call), 0);
+        assert_int_equal(info->rx_attr->size, 8);
+        assert_int_equal(info->tx_attr->size, 16);
+        assert_int_equal(m.posted, 8);
+        assert_int_equal(mapped_in_child(m.mem), 0);
+        shoal_fab_mep_close(&m, -1);
+        fi_freeinfo(info);
+        shoal_fab_close(&f);
+}
+
+/* ---- limits --------------------------------------------------------------------------------- */
+
+static void test_raise_limits(void **state)
+{
+        struct rlimit fd0, ml0;
+        assert_int_equal(getrlimit(RLIMIT_NOFILE, &fd0), 0);
+        assert_int_equal(getrlimit(RLIMIT_MEMLOCK, &ml0), 0);
+        struct rlimit low = {.rlim_cur = 64, .rlim_max = fd0.rlim_max};
+        if (fd0.rlim_max < 64)
+                fail_msg("hard RLIMIT_NOFILE below 64");
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+        struct rlimit mlow = {.rlim_cur = 0, .rlim_max = ml0.rlim_max};
+        assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &mlow), 0);
+
+        struct shoal_fab_limits l;
+        assert_int_equal(shoal_fab_raise_limits(&l), 0);
+        struct rlimit fd, ml;
+        assert_int_equal(getrlimit(RLIMIT_NOFILE, &fd), 0);
+        assert_int_equal(getrlimit(RLIMIT_MEMLOCK, &ml), 0);
+        rlim_t want = fd0.rlim_max == RLIM_INFINITY || fd0.rlim_max > SHOAL_FAB_NOFILE_CAP
+                              ? SHOAL_FAB_NOFILE_CAP
+                              : fd0.rlim_max;
+        assert_int_equal(fd.rlim_cur, want);
+        assert_int_equal(l.nofile, (size_t)want);
+        assert_true(ml.rlim_cur == ml0.rlim_max);
+        assert_int_equal(l.memlock,
+                         ml0.rlim_max == RLIM_INFINITY ? SIZE_MAX : (size_t)ml0.rlim_max);
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &fd0), 0);
+        assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &ml0), 0);
+}
+
+static void test_conn_budget(void **state)
+{
+        struct shoal_fab_limits l = {.nofile = 1024};
+        assert_int_equal(shoal_fab_conn_budget(&l, SHOAL_FAB_FD_RESERVE), 0);
+        l.nofile = 100;
+        assert_int_equal(shoal_fab_conn_budget(&l, SHOAL_FAB_FD_RESERVE), 0);
+        l.nofile = SHOAL_FAB_FD_RESERVE + 1024 * SHOAL_FAB_FDS_PER_CONN;
+        assert_int_equal(shoal_fab_conn_budget(&l, SHOAL_FAB_FD_RESERVE), 1024);
+        l.nofile = SIZE_MAX;
+        assert_int_equal(shoal_fab_conn_budget(&l, 0), UINT32_MAX);
+}
+
+static void test_memlock_check(void **state)
+{
+        const size_t mib = 1u << 20;
+        char msg[400] = "";
+        struct shoal_fab_limits l = {.nofile = 1024, .memlock = 8 * mib};
+        assert_int_equal(shoal_fab_memlock_check(&l, 0, 8 * mib, msg, sizeof(msg)), 0);
+        assert_int_equal(shoal_fab_memlock_check(&l, 4 * mib, 4 * mib, msg, sizeof(msg)), 0);
+        assert_int_equal(shoal_fab_memlock_check(&l, 6 * mib, 4 * mib, msg, sizeof(msg)), -ENOMEM);
+        assert_non_null(strstr(msg, "RLIMIT_MEMLOCK (8 MiB)"));
+        assert_non_null(strstr(msg, "pin 10 MiB"));
+        assert_non_null(strstr(msg, "ulimit -l"));
+        /* Already past the limit (someone else pinned): no wrap-around. */
+        assert_int_equal(shoal_fab_memlock_check(&l, 9 * mib, 0, msg, sizeof(msg)), -ENOMEM);
+        assert_int_equal(shoal_fab_memlock_check(&l, 0, SIZE_MAX, msg, sizeof(msg)), -ENOMEM);
+        l.cap_ipc_lock = true;
+        assert_int_equal(shoal_fab_memlock_check(&l, 9 * mib, 1u << 30, msg, sizeof(msg)), 0);
+        l.cap_ipc_lock = false;
+        l.memlock = SIZE_MAX;
+        assert_int_equal(shoal_fab_memlock_check(&l, 9 * mib, 1u << 30, msg, sizeof(msg)), 0);
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_pick_verbs_sysfs),
+                cmocka_unit_test(test_pick_bond_and_vlan),
+                cmocka_unit_test(test_pick_no_sysfs_link),
+                cmocka_unit_test(test_pick_ambiguous),
+                cmocka_unit_test(test_pick_xrc_dgram_only),
+                cmocka_unit_test(test_pick_prefix_trap),
+                cmocka_unit_test(test_pick_tcp),
+                cmocka_unit_test(test_open_lo),
+                cmocka_unit_test(test_random_keys),
+                cmocka_unit_test(test_dontfork),
+                cmocka_unit_test(test_mep_queue_sizes),
+                cmocka_unit_test(test_raise_limits),
+                cmocka_unit_test(test_conn_budget),
+                cmocka_unit_test(test_memlock_check),
+        };
+        return cmocka_run_group_tests(tests, setup, teardown);
+}
