@@ -1,24 +1,29 @@
 /* libFuzzer target: the values a user gives on the command line or in the environment — sizes,
  * durations, numbers, addresses, the storage URL and the --meta URL.
  *
- *   byte 0   which parser (mod 8); byte 1 a parameter for it; the rest is the text (cut at a NUL,
+ *   byte 0   which parser (mod 9); byte 1 a parameter for it; the rest is the text (cut at a NUL,
  *            as an argv string would be)
  *     0  shoal_parse_u64 (max from byte 1)        4  shoal_registry_redis_url_parse
  *     1  shoal_parse_size (unit, -1 from byte 1)  5  shoal_store_open of "s3://" + text (byte 1
  *     2  shoal_parse_duration                        bit 0: the text after a '\n' is --endpoint)
  *     3  shoal_metrics_addr_parse                 6  shoal_volume_init (block size from byte 1)
  *                                                 7  shoal_log_parse_level, shoal_iorpc_mode_parse
+ *     8  shoal_config_parse: the text, cut at each '\n', gives the environment variables'
+ *        values in table order (byte 1: how many variables to skip first)
  *
  * Invariants: every accepted value is within its documented bounds and reads back the same from
  * its canonical text (a number, "NB", "Nns", "host:port", a redis URL rebuilt from its parts);
  * only digits make a number; a redis user or password is accepted only with well-formed %XX
  * escapes, and decodes as a strict decoder written here does; a storage URL is accepted only
- * with a valid bucket name; a volume's URL is the input without trailing slashes. */
+ * with a valid bucket name; a volume's URL is the input without trailing slashes; a parsed
+ * environment holds only values within their documented bounds. */
 #include <ctype.h>
 #include <errno.h>
 
 #include "common/block.h"
+#include "common/config.h"
 #include "common/log.h"
+#include "common/secret.h"
 #include "common/util.h"
 #include "fuzz_input.h"
 #include "group/group_internal.h"
@@ -196,13 +201,65 @@ static void fuzz_volume(const char *s, uint8_t p)
         FZ_CHECK(!strcmp(v.url, v2.url) && !memcmp(v.fp, v2.fp, sizeof(v.fp)));
 }
 
+/* ---- the environment ---- */
+
+#define ENV_MAX 64
+
+static const char *env_names[ENV_MAX];
+static const char *env_values[ENV_MAX];
+static size_t env_n;
+
+static const char *fake_getenv(const char *name)
+{
+        for (size_t i = 0; i < env_n; i++)
+                if (env_names[i] && !strcmp(env_names[i], name))
+                        return env_values[i];
+        return NULL;
+}
+
+static void fuzz_env(char *s, uint8_t p)
+{
+        size_t skip = p % 8, i = 0;
+        env_n = 0;
+        for (char *line = s; line && env_n < ENV_MAX; i++) {
+                const char *name = shoal_config_var_name(i);
+                if (!name)
+                        break;
+                if (i < skip)
+                        continue;
+                char *nl = strchr(line, '\n');
+                if (nl)
+                        *nl = '\0';
+                env_names[env_n] = name;
+                env_values[env_n++] = line;
+                line = nl ? nl + 1 : NULL;
+        }
+        struct shoal_env env;
+        char err[512];
+        memset(&env, 0xa5, sizeof(env));
+        if (shoal_config_parse(&env, fake_getenv, err, sizeof(err))) {
+                FZ_CHECK(strlen(err) > 0);
+                return;
+        }
+        const uint64_t durations[] = {env.group_heartbeat_ns,    env.group_timeout_ns,
+                                      env.remote_timeout_ns,     env.avoid_ns,
+                                      env.iorpc_scale_period_ns, env.rdma_retry_ns,
+                                      env.rdma_heartbeat_ns,     env.store_deadline_ns};
+        for (size_t k = 0; k < sizeof(durations) / sizeof(durations[0]); k++)
+                FZ_CHECK(durations[k] <= 1000000000000000000ull);
+        FZ_CHECK(env.store_attempts <= 1000 && env.s3_list_max_keys <= 1000);
+        if (env.group_secret)
+                FZ_CHECK(env.group_secret_len >= SHOAL_SECRET_MIN &&
+                         env.group_secret_len <= SHOAL_SECRET_MAX);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
         shoal_log_set_level(-1);
         struct fz in = {data, size};
         uint8_t mode = fz_u8(&in), p = fz_u8(&in);
         char *s = fz_rest_str(&in, NULL);
-        switch (mode % 8) {
+        switch (mode % 9) {
         case 0:
                 fuzz_u64(s, p);
                 break;
@@ -223,6 +280,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 break;
         case 6:
                 fuzz_volume(s, p);
+                break;
+        case 8:
+                fuzz_env(s, p);
                 break;
         default: {
                 int l = shoal_log_parse_level(s);

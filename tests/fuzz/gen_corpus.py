@@ -288,9 +288,12 @@ def cli():
             ("s3_endpoint_bad", 1, b"bucket\n//"), ("s3_bad_bucket", 0, b"b_"),
             ("volume_file", 6, b"file:///data/"), ("volume_root", 6, b"file:///"),
             ("volume_s3", 0, b"s3://bucket/prefix//"),
-            ("level", 0, b"debug"), ("mode", 0, b"splice")]:
-        mode = {"u64": 0, "siz": 1, "dur": 2, "add": 3, "red": 4, "s3_": 5, "vol": 6}.get(
-            name[:3], 7)
+            ("level", 0, b"debug"), ("mode", 0, b"splice"),
+            ("env_durations", 0, b"1s\n5s\n3s\n30s\n1m\n10s\n2s\n60s\n5\n1000"),
+            ("env_bad", 7, b"x\n0\n\n1001"),
+            ("env_secret", 0, b"\n\n\n\n\n\n\n\n\n\n0123456789abcdef0123")]:
+        mode = {"u64": 0, "siz": 1, "dur": 2, "add": 3, "red": 4, "s3_": 5, "vol": 6,
+                "env": 8}.get(name[:3], 7)
         yield name, u8(mode) + u8(p) + s
 
 
