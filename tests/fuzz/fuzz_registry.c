@@ -234,8 +234,28 @@ static void fuzz_pairs(struct fz *in)
         list_and_compare(fake(&pairs_ops), true);
 }
 
+/* True when a RESP length in [P, P+N) asks for more than a reply of this size could hold.
+ * hiredis 0.14 allocates an array's element pointers up front (calloc of 8 x the count, 7 GB for
+ * "*922338082"): that is the library trusting the server's protocol, not shoal reading a record,
+ * so such inputs are left out here (see docs/reliability.md). */
+static bool resp_huge_length(const uint8_t *p, size_t n)
+{
+        for (size_t i = 0; i < n; i++) {
+                if (p[i] != '*' && p[i] != '$')
+                        continue;
+                uint64_t v = 0;
+                for (size_t k = i + 1; k < n && p[k] >= '0' && p[k] <= '9' && v < (1u << 20); k++)
+                        v = v * 10 + (uint64_t)(p[k] - '0');
+                if (v >= (1u << 20))
+                        return true;
+        }
+        return false;
+}
+
 static void fuzz_redis(struct fz *in)
 {
+        if (resp_huge_length(in->p, in->n))
+                return;
         redisReader *rd = redisReaderCreate();
         FZ_CHECK(rd);
         void *rep = NULL;
