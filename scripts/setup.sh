@@ -4,12 +4,15 @@
 set -euo pipefail
 
 PKGS=(
-  build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
+  build-essential cmake pkg-config clang clang-format libclang-rt-dev
   libfabric-dev libfabric-bin libfuse3-dev fuse3 liburing-dev libcurl4-openssl-dev
   libsqlite3-dev sqlite3 libhiredis-dev redis-server libssl-dev libcmocka-dev
   nginx memcached iperf3 fio wrk time iproute2 procps psmisc util-linux curl python3
   prometheus python3-yaml
 )
+
+# clang and libclang-rt-dev (the default clang's libFuzzer and sanitizer runtimes) build the fuzz
+# targets that scripts/fuzz.sh runs, also as a step of scripts/test.sh.
 
 # Python package tests (tests/python): pytest, fsspec, numpy, pandas (reads a CSV through
 # shoal://; pyarrow is not in Debian 12, so no Parquet check), PyTorch for the DataLoader example

@@ -4,7 +4,12 @@
 # ThreadSanitizer (build-tsan) and runs the unit tests and the multi-threaded integration tests
 # of TSAN_TESTS (CMakeLists.txt), where any race report fails the run. Arguments go to the first
 # ctest; with arguments the ThreadSanitizer step runs only when SHOAL_TEST_TSAN=1 (without them,
-# SHOAL_TEST_TSAN=0 skips it).
+# SHOAL_TEST_TSAN=0 skips it). Between the two, the fuzz step: scripts/fuzz.sh builds every
+# libFuzzer target with clang, replays each committed corpus, then fuzzes each target for a short
+# fixed budget (SHOAL_FUZZ_SECONDS per target; by default 20 s, less when there are more than
+# ten targets, so that the step stays near 3.5 minutes); any crash, leak or timeout fails the
+# run. Like the ThreadSanitizer step it runs by default only without arguments
+# (SHOAL_TEST_FUZZ=1 or 0 decides).
 # With CI=true (.ci/run sets it) a skipped test or a skipped section of a test fails; elsewhere
 # skips are allowed and listed at the end.
 set -euo pipefail
@@ -12,6 +17,7 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 BUILD=${SHOAL_TEST_BUILD:-build-test}
 TSAN=${SHOAL_TEST_TSAN:-$([ $# -eq 0 ] && echo 1 || echo 0)}
+FUZZ=${SHOAL_TEST_FUZZ:-$([ $# -eq 0 ] && echo 1 || echo 0)}
 cmake -S . -B "$BUILD" -DSHOAL_SANITIZE=ON -DSHOAL_WERROR=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build "$BUILD" -j"$(nproc)"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
@@ -21,6 +27,27 @@ export SHOAL_SKIP_LOG
 : >"$SHOAL_SKIP_LOG"
 rc=0
 (cd "$BUILD" && ctest --output-on-failure -j"$(nproc)" --timeout 900 "$@") || rc=$?
+if [ "$FUZZ" = 1 ]; then
+  ntargets=$(find tests/fuzz -maxdepth 1 -name 'fuzz_*.c' | wc -l)
+  fsecs=${SHOAL_FUZZ_SECONDS:-$((ntargets > 10 ? 200 / ntargets : 20))}
+  echo "== fuzz: $ntargets targets, corpora replayed, then ${fsecs} s each (scripts/fuzz.sh)"
+  frc=0
+  FUZZ_MERGE=0 ./scripts/fuzz.sh "$fsecs" || frc=$?
+  if [ "$frc" -eq 77 ]; then
+    # clang or libFuzzer missing: fuzz.sh said which.
+    if [ "${CI:-}" = true ]; then
+      echo "== fuzz: FAILED: cannot build the fuzz targets (CI=true: no step may be skipped)"
+      rc=1
+    else
+      echo "scripts/fuzz.sh (clang with libFuzzer missing)" >>"$SHOAL_SKIP_LOG"
+    fi
+  elif [ "$frc" -ne 0 ]; then
+    echo "== fuzz: FAILED (exit status $frc)"
+    rc=1
+  else
+    echo "== fuzz: passed"
+  fi
+fi
 if [ "$TSAN" = 1 ]; then
   TSAN_BUILD=${SHOAL_TSAN_BUILD:-build-tsan}
   cmake -S . -B "$TSAN_BUILD" -DSHOAL_TSAN=ON -DSHOAL_WERROR=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null

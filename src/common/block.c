@@ -10,7 +10,8 @@
 int shoal_volume_init(struct shoal_volume *vol, const char *url, uint32_t block_size)
 {
         size_t n = strlen(url);
-        while (n > 1 && url[n - 1] == '/' && !(n >= 3 && !strncmp(url + n - 3, ":///", 4)))
+        /* Trailing slashes go, except the third of "scheme:///" (a root directory). */
+        while (n > 1 && url[n - 1] == '/' && !(n >= 4 && !strncmp(url + n - 4, ":///", 4)))
                 n--;
         if (n == 0 || n >= sizeof(vol->url))
                 return -EINVAL;

@@ -47,6 +47,27 @@ struct shoal_registry *shoal_registry_sqlite_open(const char *rest, const char *
 struct shoal_registry *shoal_registry_redis_open(const char *rest, const char *group, char *err,
                                                  size_t errlen);
 
+/* A redis://[[user]:password@]host[:port][/db] meta URL, parsed. */
+struct shoal_redis_url {
+        char host[256];
+        int port; /* 1..65535; 6379 when the URL names none */
+        unsigned db;
+        char user[128];
+        char pass[256];
+        bool has_pass;
+};
+
+/* Parses REST, the meta URL after "redis://", into *U (user and password percent-decoded).
+ * Returns 0, or -EINVAL with one line in ERR. Pure: connects to nothing. */
+int shoal_registry_redis_url_parse(const char *rest, struct shoal_redis_url *u, char *err,
+                                   size_t errlen);
+
+struct redisReply;
+/* Calls VISIT for every (field, value) pair of REP, the reply to HGETALL, skipping pairs that are
+ * not two strings. Returns 0, VISIT's nonzero return, or -EPROTO when REP is not a hash. */
+int shoal_registry_redis_visit(const struct redisReply *rep, shoal_registry_visit_fn visit,
+                               void *arg);
+
 /* True when ID is a usable member id: 1..SHOAL_MEMBER_ID_LEN characters of [0-9A-Za-z._-]. */
 bool shoal_member_id_valid(const char *id, size_t len);
 

@@ -30,12 +30,7 @@
 struct redis_registry {
         struct shoal_registry base;
         redisContext *c;
-        char host[256];
-        int port;
-        unsigned db;
-        char user[128];
-        char pass[256];
-        bool has_pass;
+        struct shoal_redis_url u;
         char key[SHOAL_GROUP_NAME_MAX + 32];
         char where[300]; /* host:port/db, for messages (never the password) */
 };
@@ -47,10 +42,12 @@ static int pct_decode(const char *s, size_t len, char *out, size_t size)
         for (size_t i = 0; i < len; i++) {
                 char c = s[i];
                 if (c == '%') {
-                        unsigned v;
-                        if (len - i < 3 || sscanf(s + i + 1, "%2x", &v) != 1 || v == 0)
+                        /* Exactly two hex digits (sscanf's %2x took "%4t", a sign or a space). */
+                        int hi = len - i < 3 ? -1 : shoal_hexval((unsigned char)s[i + 1]);
+                        int lo = hi < 0 ? -1 : shoal_hexval((unsigned char)s[i + 2]);
+                        if (lo < 0 || (hi | lo) == 0)
                                 return -EINVAL;
-                        c = (char)v;
+                        c = (char)(hi << 4 | lo);
                         i += 2;
                 }
                 if (o + 1 >= size)
@@ -61,7 +58,8 @@ static int pct_decode(const char *s, size_t len, char *out, size_t size)
         return 0;
 }
 
-static int parse_url(struct redis_registry *r, const char *rest, char *err, size_t errlen)
+int shoal_registry_redis_url_parse(const char *rest, struct shoal_redis_url *u, char *err,
+                                   size_t errlen)
 {
         const char *at = strrchr(rest, '@');
         const char *hp = at ? at + 1 : rest;
@@ -70,6 +68,7 @@ static int parse_url(struct redis_registry *r, const char *rest, char *err, size
         const char *portp = NULL;
         uint64_t v;
 
+        memset(u, 0, sizeof(*u));
         if (strchr(rest, '?')) {
                 snprintf(err, errlen, "registry: redis URL options (?...) are not supported");
                 return -EINVAL;
@@ -82,19 +81,19 @@ static int parse_url(struct redis_registry *r, const char *rest, char *err, size
                                  "redis://:PASSWORD@host:port");
                         return -EINVAL;
                 }
-                if (pct_decode(rest, (size_t)(colon - rest), r->user, sizeof(r->user)) < 0 ||
-                    pct_decode(colon + 1, (size_t)(at - colon - 1), r->pass, sizeof(r->pass)) < 0) {
+                if (pct_decode(rest, (size_t)(colon - rest), u->user, sizeof(u->user)) < 0 ||
+                    pct_decode(colon + 1, (size_t)(at - colon - 1), u->pass, sizeof(u->pass)) < 0) {
                         snprintf(err, errlen, "registry: redis URL: bad user or password");
                         return -EINVAL;
                 }
-                r->has_pass = true;
+                u->has_pass = true;
         }
         if (hplen > 0 && hp[0] == '[') {
                 const char *close = memchr(hp, ']', hplen);
-                if (!close || close == hp + 1 || (size_t)(close - hp - 1) >= sizeof(r->host))
+                if (!close || close == hp + 1 || (size_t)(close - hp - 1) >= sizeof(u->host))
                         goto bad_host;
-                memcpy(r->host, hp + 1, (size_t)(close - hp - 1));
-                r->host[close - hp - 1] = '\0';
+                memcpy(u->host, hp + 1, (size_t)(close - hp - 1));
+                u->host[close - hp - 1] = '\0';
                 if (close + 1 < hp + hplen) {
                         if (close[1] != ':')
                                 goto bad_host;
@@ -103,14 +102,14 @@ static int parse_url(struct redis_registry *r, const char *rest, char *err, size
         } else {
                 const char *colon = memchr(hp, ':', hplen);
                 size_t hl = colon ? (size_t)(colon - hp) : hplen;
-                if (hl == 0 || hl >= sizeof(r->host))
+                if (hl == 0 || hl >= sizeof(u->host))
                         goto bad_host;
-                memcpy(r->host, hp, hl);
-                r->host[hl] = '\0';
+                memcpy(u->host, hp, hl);
+                u->host[hl] = '\0';
                 if (colon)
                         portp = colon + 1;
         }
-        r->port = REDIS_DEFAULT_PORT;
+        u->port = REDIS_DEFAULT_PORT;
         if (portp) {
                 char port[8];
                 size_t pl = (size_t)(hp + hplen - portp);
@@ -120,18 +119,17 @@ static int parse_url(struct redis_registry *r, const char *rest, char *err, size
                 port[pl] = '\0';
                 if (shoal_parse_u64(port, 65535, &v) < 0 || v == 0)
                         goto bad_port;
-                r->port = (int)v;
+                u->port = (int)v;
         }
-        r->db = 0;
+        u->db = 0;
         if (slash && slash[1]) {
                 if (shoal_parse_u64(slash + 1, REDIS_DB_MAX, &v) < 0) {
                         snprintf(err, errlen, "registry: redis URL: bad database number \"%.32s\"",
                                  slash + 1);
                         return -EINVAL;
                 }
-                r->db = (unsigned)v;
+                u->db = (unsigned)v;
         }
-        snprintf(r->where, sizeof(r->where), "redis://%s:%d/%u", r->host, r->port, r->db);
         return 0;
 
 bad_host:
@@ -218,7 +216,7 @@ static int connect_redis(struct redis_registry *r, char *err, size_t errlen)
         int ret;
 
         drop_conn(r);
-        r->c = redisConnectWithTimeout(r->host, r->port, tv);
+        r->c = redisConnectWithTimeout(r->u.host, r->u.port, tv);
         if (!r->c) {
                 snprintf(err, errlen, "%s: cannot allocate a connection", r->where);
                 return -ENOMEM;
@@ -236,16 +234,16 @@ static int connect_redis(struct redis_registry *r, char *err, size_t errlen)
         /* A peer host that vanishes without a FIN is noticed by keepalive, not only by the next
          * command's timeout. */
         redisEnableKeepAlive(r->c);
-        if (r->has_pass) {
-                if (r->user[0])
-                        ret = setup_cmd(r, err, errlen, "AUTH", "AUTH %s %s", r->user, r->pass);
+        if (r->u.has_pass) {
+                if (r->u.user[0])
+                        ret = setup_cmd(r, err, errlen, "AUTH", "AUTH %s %s", r->u.user, r->u.pass);
                 else
-                        ret = setup_cmd(r, err, errlen, "AUTH", "AUTH %s", r->pass);
+                        ret = setup_cmd(r, err, errlen, "AUTH", "AUTH %s", r->u.pass);
                 if (ret < 0)
                         goto out_drop;
         }
-        if (r->db) {
-                ret = setup_cmd(r, err, errlen, "SELECT", "SELECT %u", r->db);
+        if (r->u.db) {
+                ret = setup_cmd(r, err, errlen, "SELECT", "SELECT %u", r->u.db);
                 if (ret < 0)
                         goto out_drop;
         }
@@ -334,6 +332,23 @@ static int redis_del(struct shoal_registry *base, const char *id)
         return ret;
 }
 
+int shoal_registry_redis_visit(const struct redisReply *rep, shoal_registry_visit_fn visit,
+                               void *arg)
+{
+        if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 2)
+                return -EPROTO;
+        for (size_t i = 0; i + 1 < rep->elements; i += 2) {
+                const redisReply *k = rep->element[i], *v = rep->element[i + 1];
+                if (!k || !v || k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
+                    !k->str || !v->str)
+                        continue;
+                int ret = visit(arg, k->str, (size_t)k->len, v->str, (size_t)v->len);
+                if (ret)
+                        return ret;
+        }
+        return 0;
+}
+
 static int redis_list(struct shoal_registry *base, shoal_registry_visit_fn visit, void *arg)
 {
         struct redis_registry *r = (struct redis_registry *)base;
@@ -344,22 +359,12 @@ static int redis_list(struct shoal_registry *base, shoal_registry_visit_fn visit
         redisReply *rep = command(r, &ret, "HGETALL %s", r->key);
         if (!rep)
                 goto out_restore;
-        if (rep->type != REDIS_REPLY_ARRAY || rep->elements % 2) {
+        ret = shoal_registry_redis_visit(rep, visit, arg);
+        if (ret == -EPROTO) {
                 log_ratelimited(SHOAL_LOG_WARN, "group", "registry %s: %s is not a hash", r->where,
                                 r->key);
                 ret = -EIO;
-                goto out_free;
         }
-        for (size_t i = 0; i + 1 < rep->elements; i += 2) {
-                redisReply *k = rep->element[i], *v = rep->element[i + 1];
-                if (!k || !v || k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
-                    !k->str || !v->str)
-                        continue;
-                ret = visit(arg, k->str, (size_t)k->len, v->str, (size_t)v->len);
-                if (ret)
-                        break;
-        }
-out_free:
         freeReplyObject(rep);
 out_restore:
         sigpipe_restore(&g);
@@ -371,7 +376,7 @@ static void redis_close(struct shoal_registry *base)
         struct redis_registry *r = (struct redis_registry *)base;
 
         drop_conn(r);
-        explicit_bzero(r->pass, sizeof(r->pass));
+        explicit_bzero(r->u.pass, sizeof(r->u.pass));
         free(r);
 }
 
@@ -394,8 +399,9 @@ struct shoal_registry *shoal_registry_redis_open(const char *rest, const char *g
                 return NULL;
         }
         r->base.ops = &redis_ops;
-        if (parse_url(r, rest, err, errlen) < 0)
+        if (shoal_registry_redis_url_parse(rest, &r->u, err, errlen) < 0)
                 goto out_free;
+        snprintf(r->where, sizeof(r->where), "redis://%s:%d/%u", r->u.host, r->u.port, r->u.db);
         snprintf(r->key, sizeof(r->key), "shoal:%s:members", group);
         /* Connect now, so that a wrong address or password is reported at start, not as a
          * stream of heartbeat warnings. */
@@ -410,7 +416,7 @@ struct shoal_registry *shoal_registry_redis_open(const char *rest, const char *g
         return &r->base;
 
 out_free:
-        explicit_bzero(r->pass, sizeof(r->pass));
+        explicit_bzero(r->u.pass, sizeof(r->u.pass));
         free(r);
         return NULL;
 }

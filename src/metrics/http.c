@@ -19,6 +19,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "metrics/http_parse.h"
 #include "metrics/metrics.h"
 
 #define NS_PER_MS    1000000ULL
@@ -269,102 +270,40 @@ static void answer_text(struct http_client *c, int code, const char *reason, con
         answer(c, code, reason, "text/plain; charset=utf-8", msg, strlen(msg), false, extra);
 }
 
-/* The value of header NAME in the request head REQ (NUL-terminated), trimmed, into OUT. Returns
- * 1 when present once, 0 when absent, -1 when present twice or too long. */
-static int header_value(const char *req, const char *name, char *out, size_t outlen)
-{
-        size_t nl = strlen(name);
-        int found = 0;
-        const char *p = strchr(req, '\n'); /* skip the request line */
-        while (p && p[1] && p[1] != '\r' && p[1] != '\n') {
-                const char *line = p + 1;
-                p = strchr(line, '\n');
-                if (strncasecmp(line, name, nl) || line[nl] != ':')
-                        continue;
-                if (found++)
-                        return -1;
-                const char *v = line + nl + 1, *end = p ? p : line + strlen(line);
-                while (v < end && (*v == ' ' || *v == '\t'))
-                        v++;
-                while (end > v && (end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
-                        end--;
-                if ((size_t)(end - v) >= outlen)
-                        return -1;
-                memcpy(out, v, (size_t)(end - v));
-                out[end - v] = '\0';
-        }
-        return found;
-}
-
-/* Whether a request may be answered for Host HOST ("name[:port]", "[v6][:port]"): an IP
- * literal, "localhost", this machine's name, or a name the operator allowed. A browser that a
- * hostile page made resolve its own name to this address (DNS rebinding) sends that name, and
- * is refused: the endpoint has no credentials of its own to protect it. */
-static bool host_allowed(const struct shoal_metrics_http *h, const char *host)
-{
-        char name[256];
-        const char *end;
-        if (host[0] == '[') {
-                end = strchr(host, ']');
-                if (!end || (end[1] && end[1] != ':') || (size_t)(end - host - 1) >= sizeof(name))
-                        return false;
-                memcpy(name, host + 1, (size_t)(end - host - 1));
-                name[end - host - 1] = '\0';
-                struct in6_addr a6;
-                return inet_pton(AF_INET6, name, &a6) == 1;
-        }
-        end = strchr(host, ':');
-        size_t len = end ? (size_t)(end - host) : strlen(host);
-        if (!len || len >= sizeof(name) || (end && strchr(end + 1, ':')))
-                return false;
-        memcpy(name, host, len);
-        name[len] = '\0';
-        if (len > 1 && name[len - 1] == '.')
-                name[--len] = '\0'; /* "localhost." is "localhost" */
-        struct in_addr a4;
-        if (inet_pton(AF_INET, name, &a4) == 1 || !strcasecmp(name, "localhost"))
-                return true;
-        for (unsigned i = 0; i < h->n_hosts; i++)
-                if (!strcasecmp(name, h->hosts[i]))
-                        return true;
-        return false;
-}
-
 /* The request head of C is complete: decide the answer. */
 static void handle_request(struct shoal_metrics_http *h, struct http_client *c)
 {
-        /* Request line: METHOD SP TARGET SP HTTP/1.x */
-        char method[8], target[256], version[16], host[300];
-        if (sscanf(c->in, "%7[A-Z] %255[^ \r\n] %15[^ \r\n]", method, target, version) != 3 ||
-            strncmp(version, "HTTP/1.", 7)) {
+        struct shoal_http_request req;
+        char host[300];
+        int code = shoal_http_parse_request(c->in, &req);
+        if (code == 400) {
                 answer_text(c, 400, "Bad Request", "malformed request line\n", NULL);
                 return;
         }
-        int hv = header_value(c->in, "Host", host, sizeof(host));
+        /* Host before method and target: a rebinding page learns nothing from 404 or 405. */
+        int hv = shoal_http_header_value(c->in, "Host", host, sizeof(host));
         if (hv < 0) {
                 answer_text(c, 400, "Bad Request", "malformed Host header\n", NULL);
                 return;
         }
-        if (hv > 0 && !host_allowed(h, host)) {
+        if (hv > 0 && !shoal_http_host_allowed(host, h->hosts, h->n_hosts)) {
                 answer_text(c, 403, "Forbidden",
                             "Host must be an IP address, localhost, this machine's name or one "
                             "in SHOAL_METRICS_HOSTS\n",
                             NULL);
                 return;
         }
-        bool head = !strcmp(method, "HEAD");
-        if (!head && strcmp(method, "GET")) {
+        if (code == 405) {
                 answer_text(c, 405, "Method Not Allowed", "only GET and HEAD\n",
                             "Allow: GET, HEAD\r\n");
                 return;
         }
-        bool stats = !strcmp(target, "/stats") || !strcmp(target, "/metrics?format=stats");
-        bool prom = !stats && (!strcmp(target, "/metrics") || !strncmp(target, "/metrics?", 9));
-        if (!stats && !prom) {
+        if (code) {
                 answer_text(c, 404, "Not Found",
                             "shoal metrics: GET /metrics (Prometheus) or /stats\n", NULL);
                 return;
         }
+        bool head = req.head, stats = req.route == SHOAL_HTTP_ROUTE_STATS;
         struct shoal_metrics_snap cur;
         if (shoal_metrics_snap_take(&cur)) {
                 answer_text(c, 503, "Service Unavailable", "out of memory\n", NULL);
@@ -397,7 +336,7 @@ static void client_read(struct shoal_metrics_http *h, struct http_client *c)
         }
         c->in_len += (size_t)n;
         c->in[c->in_len] = '\0';
-        if (strstr(c->in, "\r\n\r\n") || strstr(c->in, "\n\n"))
+        if (shoal_http_head_complete(c->in))
                 handle_request(h, c);
         else if (c->in_len == cap)
                 answer_text(c, 431, "Request Header Fields Too Large", "request head too large\n",

@@ -1100,33 +1100,21 @@ static bool conn_frame(struct conn *c, const struct shoal_wire_hdr *h, const uin
 static void conn_read(struct conn *c)
 {
         for (unsigned handled = 0; handled < READ_BUDGET;) {
-                size_t want;
                 struct shoal_wire_hdr h;
-                if (c->in_len < SHOAL_WIRE_HDR_LEN) {
-                        want = SHOAL_WIRE_HDR_LEN - c->in_len;
-                } else {
-                        if (shoal_wire_hdr_decode(c->in, &h)) {
-                                log_ratelimited(SHOAL_LOG_WARN, "server",
-                                                "bad frame header from %s: closing", c->peer);
-                                conn_close(c);
-                                return;
-                        }
-                        bool preauth = c->state != C_READY;
-                        if (h.payload_len || (preauth && h.body_len > 128) ||
-                            SHOAL_WIRE_HDR_LEN + h.body_len > IN_MAX) {
-                                conn_close(c);
-                                return;
-                        }
-                        want = SHOAL_WIRE_HDR_LEN + h.body_len - c->in_len;
+                /* Before authentication only the small handshake bodies are taken. */
+                uint32_t body_max = c->state != C_READY ? 128 : IN_MAX - SHOAL_WIRE_HDR_LEN;
+                int need = shoal_wire_frame_need(c->in, c->in_len, body_max, &h);
+                if (need == -EPROTO)
+                        log_ratelimited(SHOAL_LOG_WARN, "server",
+                                        "bad frame header from %s: closing", c->peer);
+                else if (need == -EBADMSG)
+                        log_ratelimited(SHOAL_LOG_WARN, "server",
+                                        "frame checksum mismatch from %s: closing", c->peer);
+                if (need < 0) {
+                        conn_close(c);
+                        return;
                 }
-                if (want == 0) {
-                        if (!shoal_wire_crc_ok(c->in, c->in + SHOAL_WIRE_HDR_LEN, h.body_len)) {
-                                log_ratelimited(SHOAL_LOG_WARN, "server",
-                                                "frame checksum mismatch from %s: closing",
-                                                c->peer);
-                                conn_close(c);
-                                return;
-                        }
+                if (need == 0) {
                         c->in_len = 0;
                         c->frame_start = 0;
                         if (!conn_frame(c, &h, c->in + SHOAL_WIRE_HDR_LEN))
@@ -1134,6 +1122,7 @@ static void conn_read(struct conn *c)
                         handled++;
                         continue;
                 }
+                size_t want = (size_t)need;
                 if (c->state == C_READY && !conn_can_read(c)) {
                         conn_update_events(c);
                         return;

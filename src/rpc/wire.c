@@ -303,6 +303,23 @@ bool shoal_wire_crc_ok(const uint8_t in[SHOAL_WIRE_HDR_LEN], const void *body, s
         return frame_crc(in, body, body_len) == get32(in + 28);
 }
 
+int shoal_wire_frame_need(const uint8_t *in, size_t have, uint32_t body_max,
+                          struct shoal_wire_hdr *h)
+{
+        if (have < SHOAL_WIRE_HDR_LEN)
+                return (int)(SHOAL_WIRE_HDR_LEN - have);
+        if (shoal_wire_hdr_decode(in, h))
+                return -EPROTO;
+        if (h->payload_len || h->body_len > body_max)
+                return -EMSGSIZE;
+        size_t len = SHOAL_WIRE_HDR_LEN + (size_t)h->body_len;
+        if (have > len)
+                return -EINVAL;
+        if (have < len)
+                return (int)(len - have);
+        return shoal_wire_crc_ok(in, in + SHOAL_WIRE_HDR_LEN, h->body_len) ? 0 : -EBADMSG;
+}
+
 /* ---- handshake ---- */
 
 static bool hello_valid(const struct shoal_wire_hello *m)

@@ -111,6 +111,15 @@ size_t shoal_wire_frame_encode(uint8_t *out, uint8_t type, uint16_t flags, uint3
 int shoal_wire_hdr_decode(const uint8_t in[SHOAL_WIRE_HDR_LEN], struct shoal_wire_hdr *h);
 /* True when the CRC in header IN matches IN's first 28 bytes followed by BODY. */
 bool shoal_wire_crc_ok(const uint8_t in[SHOAL_WIRE_HDR_LEN], const void *body, size_t body_len);
+/* Reassembles one frame without payload (a request, as a server reads them) from a byte stream.
+ * IN holds the HAVE bytes received so far of the current frame. Returns how many more bytes to
+ * receive before calling again (> 0), or 0 when IN holds one whole frame whose CRC matches (its
+ * header in *H), or a negative errno after which the stream must be dropped: -EPROTO (a header
+ * that does not decode), -EMSGSIZE (a body over BODY_MAX, or any payload), -EBADMSG (a CRC
+ * mismatch), -EINVAL (HAVE past the frame: more than the previous calls asked for). It never asks
+ * for more than SHOAL_WIRE_HDR_LEN + BODY_MAX bytes in all, so IN needs room for that many. */
+int shoal_wire_frame_need(const uint8_t *in, size_t have, uint32_t body_max,
+                          struct shoal_wire_hdr *h);
 /* Decodes MSG[0, LEN) as one whole frame without payload (a message as RDMA carries it): the
  * header checks, a length of exactly header + body, and the CRC. Returns 0 with the header in
  * *H, or -EPROTO. */

@@ -24,10 +24,9 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "store/s3_parse.h"
 
 #define S3_POOL_MAX      64
-#define S3_ERRBODY_MAX   4096
-#define S3_LIST_BODY_MAX (16u * 1024u * 1024u)
 #define UPLOAD_ID_MAX_S3 1024 /* as store_upload.c's buffer for it */
 /* SHA-256 of the empty payload: the hash S3 expects for GET, HEAD and list requests. */
 #define S3_EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
@@ -53,26 +52,6 @@ struct s3_store {
         pthread_mutex_t pool_mu;
         CURL *pool[S3_POOL_MAX];
         unsigned npool;
-};
-
-/* What one request brought back. */
-struct s3_resp {
-        long status;
-        /* 2xx body sink: a fixed buffer (GET of a range) or a growing one (listing). */
-        char *buf;
-        size_t cap;
-        size_t got;
-        bool grow;
-        bool overflow;
-        /* error body, kept apart so that it can never land in the caller's buffer */
-        char err[S3_ERRBODY_MAX + 1];
-        size_t err_len;
-        /* headers */
-        int64_t content_length; /* -1 when absent */
-        char etag[SHOAL_VERSION_MAX + 3];
-        char last_modified[64];
-        char content_range[128];
-        char request_id[64];
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -114,245 +93,7 @@ static long uri_encode(const char *in, bool keep_slash, char *out, size_t outlen
         return (long)o;
 }
 
-/* In-place decoding of encoding-type=url values (S3 writes a space as '+'). */
-static int url_decode(char *s)
-{
-        char *o = s;
-        for (char *p = s; *p; p++) {
-                if (*p == '+') {
-                        *o++ = ' ';
-                } else if (*p == '%') {
-                        int h = shoal_hexval((unsigned char)p[1]);
-                        int l = h < 0 ? -1 : shoal_hexval((unsigned char)p[2]);
-                        if (l < 0)
-                                return -EPROTO;
-                        *o++ = (char)(h << 4 | l);
-                        p += 2;
-                } else {
-                        *o++ = *p;
-                }
-        }
-        *o = '\0';
-        return 0;
-}
-
-/* Appends code point CP as UTF-8; returns bytes written or -1. */
-static int utf8_put(uint32_t cp, char *out)
-{
-        if (cp == 0 || (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff)
-                return -1;
-        if (cp < 0x80) {
-                out[0] = (char)cp;
-                return 1;
-        }
-        if (cp < 0x800) {
-                out[0] = (char)(0xc0 | cp >> 6);
-                out[1] = (char)(0x80 | (cp & 0x3f));
-                return 2;
-        }
-        if (cp < 0x10000) {
-                out[0] = (char)(0xe0 | cp >> 12);
-                out[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-                out[2] = (char)(0x80 | (cp & 0x3f));
-                return 3;
-        }
-        out[0] = (char)(0xf0 | cp >> 18);
-        out[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-        out[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-        out[3] = (char)(0x80 | (cp & 0x3f));
-        return 4;
-}
-
-/* Decodes the XML text [S, S+LEN) (the five named entities and numeric references) into a new
- * NUL-terminated string. The decoded form is never longer than the source. NULL on a malformed
- * reference or out of memory. */
-static char *xml_text(const char *s, size_t len)
-{
-        char *out = malloc(len + 1);
-        if (!out)
-                return NULL;
-        size_t o = 0;
-        for (size_t i = 0; i < len;) {
-                if (s[i] != '&') {
-                        out[o++] = s[i++];
-                        continue;
-                }
-                const char *semi = memchr(s + i, ';', SHOAL_MIN(len - i, (size_t)12));
-                if (!semi)
-                        goto bad;
-                const char *ent = s + i + 1;
-                size_t el = (size_t)(semi - ent);
-                static const struct {
-                        const char *name;
-                        char c;
-                } named[] = {{"amp", '&'}, {"lt", '<'}, {"gt", '>'}, {"quot", '"'}, {"apos", '\''}};
-                bool done = false;
-                for (size_t k = 0; k < SHOAL_ARRAY_SIZE(named); k++) {
-                        if (el == strlen(named[k].name) && !memcmp(ent, named[k].name, el)) {
-                                out[o++] = named[k].c;
-                                done = true;
-                                break;
-                        }
-                }
-                if (!done) {
-                        if (el < 2 || ent[0] != '#')
-                                goto bad;
-                        bool hexa = ent[1] == 'x' || ent[1] == 'X';
-                        size_t k = hexa ? 2 : 1;
-                        if (k >= el)
-                                goto bad;
-                        uint32_t cp = 0;
-                        for (; k < el; k++) {
-                                int v = hexa ? shoal_hexval((unsigned char)ent[k])
-                                             : (isdigit((unsigned char)ent[k]) ? ent[k] - '0' : -1);
-                                if (v < 0 || cp > 0x10ffff)
-                                        goto bad;
-                                cp = cp * (hexa ? 16u : 10u) + (uint32_t)v;
-                        }
-                        /* "&#N;" is at least 4 bytes and UTF-8 at most 4: it never grows. */
-                        int n = utf8_put(cp, out + o);
-                        if (n < 0)
-                                goto bad;
-                        o += (size_t)n;
-                }
-                i = (size_t)(semi - s) + 1;
-        }
-        out[o] = '\0';
-        return out;
-bad:
-        free(out);
-        return NULL;
-}
-
-/* Finds the element <TAG>...</TAG> (or <TAG/>) in [P, END) and returns its text range. S3
- * writes these elements without attributes; markup inside text is always escaped, so a literal
- * "<TAG>" is a tag. */
-static bool xml_find(const char *p, const char *end, const char *tag, const char **text,
-                     size_t *len, const char **after)
-{
-        char open[64], close[64], empty[64];
-        snprintf(open, sizeof(open), "<%s>", tag);
-        snprintf(close, sizeof(close), "</%s>", tag);
-        snprintf(empty, sizeof(empty), "<%s/>", tag);
-        const char *o = memmem(p, (size_t)(end - p), open, strlen(open));
-        const char *e = memmem(p, (size_t)(end - p), empty, strlen(empty));
-        if (e && (!o || e < o)) {
-                *text = e;
-                *len = 0;
-                if (after)
-                        *after = e + strlen(empty);
-                return true;
-        }
-        if (!o)
-                return false;
-        const char *t = o + strlen(open);
-        const char *c = memmem(t, (size_t)(end - t), close, strlen(close));
-        if (!c)
-                return false;
-        *text = t;
-        *len = (size_t)(c - t);
-        if (after)
-                *after = c + strlen(close);
-        return true;
-}
-
-/* The decoded text of <TAG> in [P, END), or NULL (absent or malformed). */
-static char *xml_get(const char *p, const char *end, const char *tag)
-{
-        const char *t;
-        size_t l;
-        if (!xml_find(p, end, tag, &t, &l, NULL))
-                return NULL;
-        return xml_text(t, l);
-}
-
 /* --- requests ---------------------------------------------------------------------------- */
-
-static size_t on_header(char *data, size_t size, size_t n, void *arg)
-{
-        struct s3_resp *r = arg;
-        size_t len = size * n;
-        if (len >= 5 && !memcmp(data, "HTTP/", 5)) {
-                /* A new status line (after a 100 Continue, say) starts a new response. */
-                const char *sp = memchr(data, ' ', len);
-                r->status = sp ? strtol(sp + 1, NULL, 10) : 0;
-                r->content_length = -1;
-                r->etag[0] = r->last_modified[0] = r->content_range[0] = '\0';
-                return len;
-        }
-        const char *colon = memchr(data, ':', len);
-        if (!colon)
-                return len;
-        size_t nl = (size_t)(colon - data);
-        const char *v = colon + 1;
-        const char *ve = data + len;
-        while (v < ve && (*v == ' ' || *v == '\t'))
-                v++;
-        while (ve > v && (ve[-1] == '\r' || ve[-1] == '\n' || ve[-1] == ' ' || ve[-1] == '\t'))
-                ve--;
-        size_t vl = (size_t)(ve - v);
-        char *dst = NULL;
-        size_t dl = 0;
-        if (nl == 14 && !strncasecmp(data, "content-length", nl)) {
-                char tmp[32];
-                if (vl && vl < sizeof(tmp)) {
-                        memcpy(tmp, v, vl);
-                        tmp[vl] = '\0';
-                        char *endp;
-                        long long cl = strtoll(tmp, &endp, 10);
-                        r->content_length = (*endp || cl < 0) ? -1 : cl;
-                }
-        } else if (nl == 4 && !strncasecmp(data, "etag", nl)) {
-                dst = r->etag;
-                dl = sizeof(r->etag);
-        } else if (nl == 13 && !strncasecmp(data, "last-modified", nl)) {
-                dst = r->last_modified;
-                dl = sizeof(r->last_modified);
-        } else if (nl == 13 && !strncasecmp(data, "content-range", nl)) {
-                dst = r->content_range;
-                dl = sizeof(r->content_range);
-        } else if (nl == 16 && !strncasecmp(data, "x-amz-request-id", nl)) {
-                dst = r->request_id;
-                dl = sizeof(r->request_id);
-        }
-        if (dst) {
-                if (vl >= dl)
-                        vl = dl - 1; /* an over-long ETag then fails validation */
-                memcpy(dst, v, vl);
-                dst[vl] = '\0';
-        }
-        return len;
-}
-
-static size_t on_body(char *data, size_t size, size_t n, void *arg)
-{
-        struct s3_resp *r = arg;
-        size_t len = size * n;
-        if (r->status < 200 || r->status > 299) {
-                size_t k = SHOAL_MIN(len, S3_ERRBODY_MAX - r->err_len);
-                memcpy(r->err + r->err_len, data, k);
-                r->err_len += k;
-                r->err[r->err_len] = '\0';
-                return len;
-        }
-        if (r->got + len > r->cap) {
-                if (!r->grow || r->got + len > S3_LIST_BODY_MAX) {
-                        r->overflow = true;
-                        return 0; /* more than asked for: abort, never a partial success */
-                }
-                size_t ncap = SHOAL_MAX(r->cap * 2, r->got + len);
-                char *nb = realloc(r->buf, ncap + 1);
-                if (!nb) {
-                        r->overflow = true;
-                        return 0;
-                }
-                r->buf = nb;
-                r->cap = ncap;
-        }
-        memcpy(r->buf + r->got, data, len);
-        r->got += len;
-        return len;
-}
 
 static CURL *handle_get(struct s3_store *s)
 {
@@ -381,7 +122,7 @@ static void handle_put(struct s3_store *s, CURL *h)
                 curl_easy_cleanup(h);
 }
 
-static int map_curl(struct s3_store *s, CURLcode c, const struct s3_resp *r, const char *what,
+static int map_curl(struct s3_store *s, CURLcode c, const struct shoal_s3_resp *r, const char *what,
                     const char *key, const char *errbuf)
 {
         switch (c) {
@@ -427,12 +168,12 @@ static int map_curl(struct s3_store *s, CURLcode c, const struct s3_resp *r, con
 }
 
 /* Maps a non-2xx answer. The error body (when there is one) names S3's code. */
-static int map_status(struct s3_store *s, const struct s3_resp *r, const char *what,
+static int map_status(struct s3_store *s, const struct shoal_s3_resp *r, const char *what,
                       const char *key)
 {
         const char *end = r->err + r->err_len;
-        char *code = xml_get(r->err, end, "Code");
-        char *msg = xml_get(r->err, end, "Message");
+        char *code = shoal_s3_xml_get(r->err, end, "Code");
+        char *msg = shoal_s3_xml_get(r->err, end, "Message");
         const char *cs = code ? code : "";
         int rc;
         switch (r->status) {
@@ -554,21 +295,22 @@ static void payload_header(const struct s3_body *b, char *out, size_t outlen)
 }
 
 static int perform_req(struct s3_store *s, const char *method, const char *url,
-                       const char *const *extra, struct s3_body *body, struct s3_resp *r,
+                       const char *const *extra, struct s3_body *body, struct shoal_s3_resp *r,
                        const char *what, const char *key);
 
 /* Performs one request without a body: METHOD ("GET", "HEAD" or "DELETE") of URL with extra
  * header lines EXTRA (NULL-terminated). Returns 0 when an HTTP answer arrived (its status is in
  * R; the caller maps it), or a negative errno for a transport failure. */
 static int perform(struct s3_store *s, const char *method, const char *url,
-                   const char *const *extra, struct s3_resp *r, const char *what, const char *key)
+                   const char *const *extra, struct shoal_s3_resp *r, const char *what,
+                   const char *key)
 {
         return perform_req(s, method, url, extra, NULL, r, what, key);
 }
 
 /* Like perform, with BODY (may be NULL) sent for "PUT" and "POST". */
 static int perform_req(struct s3_store *s, const char *method, const char *url,
-                       const char *const *extra, struct s3_body *body, struct s3_resp *r,
+                       const char *const *extra, struct s3_body *body, struct shoal_s3_resp *r,
                        const char *what, const char *key)
 {
         uint64_t deadline = shoal_store_deadline_ns();
@@ -613,9 +355,9 @@ static int perform_req(struct s3_store *s, const char *method, const char *url,
         curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
         curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, shoal_s3_on_header);
         curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, shoal_s3_on_body);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
         curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
         curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, SHOAL_MIN(timeout_ms, 10000L));
@@ -692,24 +434,6 @@ static int object_url(struct s3_store *s, const char *key, char *out, size_t out
         return 0;
 }
 
-/* ETag without its quotes (and without a weak "W/" mark), checked as a version. */
-static int etag_version(const char *etag, char *out, size_t outlen)
-{
-        const char *p = etag;
-        if (!strncmp(p, "W/", 2))
-                p += 2;
-        size_t l = strlen(p);
-        if (l >= 2 && p[0] == '"' && p[l - 1] == '"') {
-                p++;
-                l -= 2;
-        }
-        if (!l || l >= outlen || !shoal_version_valid(p, l))
-                return -EPROTO;
-        memcpy(out, p, l);
-        out[l] = '\0';
-        return 0;
-}
-
 static int s3_stat(struct shoal_store *st, const char *key, struct shoal_object *out)
 {
         struct s3_store *s = st->impl;
@@ -717,7 +441,7 @@ static int s3_stat(struct shoal_store *st, const char *key, struct shoal_object 
         int rc = object_url(s, key, url, sizeof(url));
         if (rc)
                 return -EINVAL;
-        struct s3_resp *r = calloc(1, sizeof(*r));
+        struct shoal_s3_resp *r = calloc(1, sizeof(*r));
         if (!r)
                 return -ENOMEM;
         rc = perform(s, "HEAD", url, NULL, r, "HEAD", key);
@@ -728,7 +452,8 @@ static int s3_stat(struct shoal_store *st, const char *key, struct shoal_object 
                 goto out;
         }
         memset(out, 0, sizeof(*out));
-        if (r->content_length < 0 || etag_version(r->etag, out->version, sizeof(out->version))) {
+        if (r->content_length < 0 ||
+            shoal_s3_etag_version(r->etag, out->version, sizeof(out->version))) {
                 log_ratelimited(SHOAL_LOG_WARN, "s3",
                                 "HEAD %s: answer without a usable Content-Length or ETag", key);
                 rc = -EPROTO;
@@ -741,15 +466,6 @@ static int s3_stat(struct shoal_store *st, const char *key, struct shoal_object 
 out:
         free(r);
         return rc;
-}
-
-/* "bytes FIRST-LAST/TOTAL" must name exactly the range asked for. */
-static bool content_range_ok(const char *cr, uint64_t off, size_t len)
-{
-        unsigned long long first, last;
-        if (sscanf(cr, "bytes %llu-%llu/", &first, &last) != 2)
-                return false;
-        return first == off && last == off + len - 1;
 }
 
 static int s3_read(struct shoal_store *st, const char *key, const char *version, uint64_t off,
@@ -769,7 +485,7 @@ static int s3_read(struct shoal_store *st, const char *key, const char *version,
                 snprintf(ifmatch, sizeof(ifmatch), "If-Match: \"%s\"", version);
                 extra[1] = ifmatch;
         }
-        struct s3_resp *r = calloc(1, sizeof(*r));
+        struct shoal_s3_resp *r = calloc(1, sizeof(*r));
         if (!r)
                 return -ENOMEM;
         r->buf = buf;
@@ -785,7 +501,7 @@ static int s3_read(struct shoal_store *st, const char *key, const char *version,
          * range only when it starts at 0 and is LEN bytes long. */
         if (r->got != len || r->overflow ||
             (r->content_length >= 0 && (uint64_t)r->content_length != len) ||
-            (r->status == 206 && !content_range_ok(r->content_range, off, len)) ||
+            (r->status == 206 && !shoal_s3_content_range_ok(r->content_range, off, len)) ||
             (r->status == 200 && off != 0)) {
                 log_ratelimited(SHOAL_LOG_WARN, "s3",
                                 "GET %s [%" PRIu64 "+%zu]: got %zu bytes (HTTP %ld, %s), "
@@ -798,7 +514,7 @@ static int s3_read(struct shoal_store *st, const char *key, const char *version,
         /* Servers that ignore If-Match still name the version they sent. */
         if (version && r->etag[0]) {
                 char v[SHOAL_VERSION_MAX + 1];
-                if (etag_version(r->etag, v, sizeof(v)) || strcmp(v, version)) {
+                if (shoal_s3_etag_version(r->etag, v, sizeof(v)) || strcmp(v, version)) {
                         rc = -ESTALE;
                         goto out;
                 }
@@ -809,186 +525,6 @@ out:
 }
 
 /* --- listing ----------------------------------------------------------------------------- */
-
-struct list_item {
-        char *key; /* without the bucket prefix */
-        bool is_prefix;
-        uint64_t size;
-        int64_t mtime_ns;
-        char *version;
-};
-
-static int item_cmp(const void *a, const void *b)
-{
-        return strcmp(((const struct list_item *)a)->key, ((const struct list_item *)b)->key);
-}
-
-/* "2009-10-12T17:50:30.000Z" as nanoseconds since the epoch; 0 when unreadable. */
-static int64_t iso8601_ns(const char *s)
-{
-        struct tm tm = {0};
-        int frac_digits = 0;
-        long frac = 0;
-        const char *p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
-        if (!p)
-                return 0;
-        if (*p == '.') {
-                for (p++; isdigit((unsigned char)*p); p++) {
-                        if (frac_digits < 9) {
-                                frac = frac * 10 + (*p - '0');
-                                frac_digits++;
-                        }
-                }
-        }
-        while (frac_digits && frac_digits < 9) {
-                frac *= 10;
-                frac_digits++;
-        }
-        time_t t = timegm(&tm);
-        if (t < 0)
-                return 0;
-        return (int64_t)t * 1000000000LL + frac;
-}
-
-static void items_free(struct list_item *it, size_t n)
-{
-        for (size_t i = 0; i < n; i++) {
-                free(it[i].key);
-                free(it[i].version);
-        }
-        free(it);
-}
-
-/* Takes one <Contents> or <CommonPrefixes> block [P, END) into IT. Returns 0, 1 to skip it
- * (outside the prefix, or a key shoal cannot name), or a negative errno. */
-static int parse_item(struct s3_store *s, const char *p, const char *end, bool is_prefix,
-                      bool url_encoded, struct list_item *it)
-{
-        memset(it, 0, sizeof(*it));
-        char *k = xml_get(p, end, is_prefix ? "Prefix" : "Key");
-        if (!k)
-                return -EPROTO;
-        if (url_encoded && url_decode(k)) {
-                free(k);
-                return -EPROTO;
-        }
-        size_t kl = strlen(k);
-        if (kl <= s->prefix_len || strncmp(k, s->prefix, s->prefix_len) ||
-            !shoal_key_valid(k + s->prefix_len, kl - s->prefix_len)) {
-                free(k);
-                return 1;
-        }
-        memmove(k, k + s->prefix_len, kl - s->prefix_len + 1);
-        it->key = k;
-        it->is_prefix = is_prefix;
-        if (is_prefix)
-                return 0;
-        char *size = xml_get(p, end, "Size");
-        char *etag = xml_get(p, end, "ETag");
-        char *lm = xml_get(p, end, "LastModified");
-        int rc = 0;
-        char *endp = NULL;
-        unsigned long long sz = size ? strtoull(size, &endp, 10) : 0;
-        char v[SHOAL_VERSION_MAX + 1];
-        if (!size || !*size || *endp || !etag || etag_version(etag, v, sizeof(v))) {
-                rc = -EPROTO;
-        } else {
-                it->size = sz;
-                it->mtime_ns = lm ? iso8601_ns(lm) : 0;
-                it->version = strdup(v);
-                if (!it->version)
-                        rc = -ENOMEM;
-        }
-        free(size);
-        free(etag);
-        free(lm);
-        if (rc) {
-                free(it->key);
-                it->key = NULL;
-        }
-        return rc;
-}
-
-/* Parses one ListObjectsV2 page: delivers its entries in key order, and returns the next
- * continuation token in *NEXT (NULL when the listing is complete). */
-static int list_page(struct s3_store *s, const char *body, size_t blen, shoal_list_cb cb, void *arg,
-                     char **next)
-{
-        const char *end = body + blen;
-        *next = NULL;
-        if (!memmem(body, blen, "<ListBucketResult", 17))
-                return -EPROTO;
-        char *enc = xml_get(body, end, "EncodingType");
-        bool url_encoded = enc && !strcmp(enc, "url");
-        free(enc);
-
-        size_t n = 0, cap = 0;
-        struct list_item *items = NULL;
-        int rc = 0;
-        /* The next <Contents> and the next <CommonPrefixes>, each searched again only once
-         * it has been taken, so that a page is parsed in one pass. */
-        const char *ct = NULL, *pt = NULL, *ca = body, *pa = body;
-        size_t cl = 0, pl = 0;
-        bool hc = xml_find(body, end, "Contents", &ct, &cl, &ca);
-        bool hp = xml_find(body, end, "CommonPrefixes", &pt, &pl, &pa);
-        while (hc || hp) {
-                bool is_prefix = hp && (!hc || pt < ct);
-                const char *t = is_prefix ? pt : ct;
-                size_t tl = is_prefix ? pl : cl;
-                if (is_prefix)
-                        hp = xml_find(pa, end, "CommonPrefixes", &pt, &pl, &pa);
-                else
-                        hc = xml_find(ca, end, "Contents", &ct, &cl, &ca);
-                if (n == cap) {
-                        cap = cap ? cap * 2 : 256;
-                        struct list_item *ni = realloc(items, cap * sizeof(*ni));
-                        if (!ni) {
-                                rc = -ENOMEM;
-                                goto out;
-                        }
-                        items = ni;
-                }
-                int pr = parse_item(s, t, t + tl, is_prefix, url_encoded, &items[n]);
-                if (pr < 0) {
-                        rc = pr;
-                        goto out;
-                }
-                if (pr == 0)
-                        n++;
-        }
-        char *trunc = xml_get(body, end, "IsTruncated");
-        bool truncated = trunc && !strcmp(trunc, "true");
-        free(trunc);
-        if (truncated) {
-                *next = xml_get(body, end, "NextContinuationToken");
-                if (!*next || !**next) {
-                        free(*next);
-                        *next = NULL;
-                        rc = -EPROTO; /* truncated without a way on: never a silent short list */
-                        goto out;
-                }
-        }
-        /* S3 sends objects and common prefixes in two runs; callers want one key order. */
-        if (n)
-                qsort(items, n, sizeof(*items), item_cmp);
-        for (size_t i = 0; i < n && !rc; i++) {
-                struct shoal_list_entry e = {
-                        .key = items[i].key,
-                        .is_prefix = items[i].is_prefix,
-                        .size = items[i].size,
-                        .mtime_ns = items[i].mtime_ns,
-                        .version = items[i].version,
-                };
-                rc = cb(arg, &e);
-        }
-        if (rc) {
-                free(*next);
-                *next = NULL;
-        }
-out:
-        items_free(items, n);
-        return rc;
-}
 
 /* Appends "&NAME=ENCODED(VALUE)" (or without '&' first) to Q. */
 static int query_add(char *q, size_t qlen, const char *name, const char *value)
@@ -1018,7 +554,7 @@ static int s3_list(struct shoal_store *st, const char *prefix, const char *delim
         char *url = malloc(qcap + sizeof(s->list_path) + 2);
         char *q = malloc(qcap);
         char *token = NULL;
-        struct s3_resp *r = calloc(1, sizeof(*r));
+        struct shoal_s3_resp *r = calloc(1, sizeof(*r));
         int rc = 0;
         if (!url || !q || !r) {
                 rc = -ENOMEM;
@@ -1053,7 +589,8 @@ static int s3_list(struct shoal_store *st, const char *prefix, const char *delim
                 if (rc)
                         goto out;
                 char *next = NULL;
-                rc = list_page(s, r->buf ? r->buf : "", r->got, cb, arg, &next);
+                rc = shoal_s3_list_page(s->prefix, s->prefix_len, r->buf ? r->buf : "", r->got, cb,
+                                        arg, &next);
                 free(token);
                 token = next;
                 if (rc || !token)
@@ -1072,7 +609,7 @@ out:
 /* --- uploads [W2] ------------------------------------------------------------------------- */
 
 /* Answers of the upload requests that map differently from reads'. */
-static int map_upload_status(struct s3_store *s, const struct s3_resp *r, unsigned flags,
+static int map_upload_status(struct s3_store *s, const struct shoal_s3_resp *r, unsigned flags,
                              const char *what, const char *key)
 {
         if (r->status == 412 && (flags & SHOAL_UPLOAD_CREATE))
@@ -1080,7 +617,7 @@ static int map_upload_status(struct s3_store *s, const struct s3_resp *r, unsign
         if (r->status == 409)
                 return -EAGAIN; /* ConditionalRequestConflict: a racing write; try again */
         if (r->status == 400) {
-                char *code = xml_get(r->err, r->err + r->err_len, "Code");
+                char *code = shoal_s3_xml_get(r->err, r->err + r->err_len, "Code");
                 bool damaged =
                         code && (!strcmp(code, "XAmzContentSHA256Mismatch") ||
                                  !strcmp(code, "BadDigest") || !strcmp(code, "IncompleteBody"));
@@ -1110,13 +647,13 @@ static int object_url_q(struct s3_store *s, const char *key, const char *q, char
 
 /* A 2xx POST answer may still be an error: S3 can fail CompleteMultipartUpload after it sent
  * 200, and then the body is an <Error>. */
-static int body_error(const struct s3_resp *r, const char *what, const char *key)
+static int body_error(const struct shoal_s3_resp *r, const char *what, const char *key)
 {
         const char *b = r->buf ? r->buf : "";
         const char *end = b + r->got;
         if (!memmem(b, r->got, "<Error>", 7))
                 return 0;
-        char *code = xml_get(b, end, "Code");
+        char *code = shoal_s3_xml_get(b, end, "Code");
         int rc = code && (!strcmp(code, "InternalError") || !strcmp(code, "SlowDown") ||
                           !strcmp(code, "ServiceUnavailable"))
                          ? -EAGAIN
@@ -1136,13 +673,13 @@ static int s3_put(struct shoal_store *st, const char *key, const void *data, siz
                 return -EINVAL;
         const char *extra[2] = {flags & SHOAL_UPLOAD_CREATE ? "If-None-Match: *" : NULL, NULL};
         struct s3_body b = {.data = data ? data : "", .len = len};
-        struct s3_resp *r = calloc(1, sizeof(*r));
+        struct shoal_s3_resp *r = calloc(1, sizeof(*r));
         if (!r)
                 return -ENOMEM;
         int rc = perform_req(s, "PUT", url, extra, &b, r, "PUT", key);
         if (!rc && r->status != 200)
                 rc = map_upload_status(s, r, flags, "PUT", key);
-        if (!rc && etag_version(r->etag, version, vlen)) {
+        if (!rc && shoal_s3_etag_version(r->etag, version, vlen)) {
                 log_ratelimited(SHOAL_LOG_WARN, "s3", "PUT %s: answer without a usable ETag", key);
                 rc = -EPROTO;
         }
@@ -1158,7 +695,7 @@ static int s3_mpu_begin(struct shoal_store *st, const char *key, char *id, size_
          * canonical form, where every name has an '='. */
         if (object_url_q(s, key, "uploads=", url, sizeof(url)))
                 return -EINVAL;
-        struct s3_resp *r = calloc(1, sizeof(*r));
+        struct shoal_s3_resp *r = calloc(1, sizeof(*r));
         if (!r)
                 return -ENOMEM;
         r->grow = true;
@@ -1167,7 +704,7 @@ static int s3_mpu_begin(struct shoal_store *st, const char *key, char *id, size_
         if (!rc && r->status != 200)
                 rc = map_upload_status(s, r, 0, "CreateMultipartUpload", key);
         if (!rc && !(rc = body_error(r, "CreateMultipartUpload", key))) {
-                char *v = r->buf ? xml_get(r->buf, r->buf + r->got, "UploadId") : NULL;
+                char *v = r->buf ? shoal_s3_xml_get(r->buf, r->buf + r->got, "UploadId") : NULL;
                 if (!v || !*v || strlen(v) >= idlen || !shoal_key_valid(v, strlen(v)))
                         rc = -EPROTO;
                 else
@@ -1200,14 +737,14 @@ static int s3_mpu_part(struct shoal_store *st, const char *key, const char *id, 
         if (upload_query(q, sizeof(q), num, id) || object_url_q(s, key, q, url, sizeof(url)))
                 return -EINVAL;
         struct s3_body b = {.data = data, .len = len};
-        struct s3_resp *r = calloc(1, sizeof(*r));
+        struct shoal_s3_resp *r = calloc(1, sizeof(*r));
         if (!r)
                 return -ENOMEM;
         int rc = perform_req(s, "PUT", url, NULL, &b, r, "UploadPart", key);
         if (!rc && r->status != 200)
                 rc = map_upload_status(s, r, 0, "UploadPart", key);
         char v[SHOAL_VERSION_MAX + 1];
-        if (!rc && (etag_version(r->etag, v, sizeof(v)) || strlen(v) >= etaglen)) {
+        if (!rc && (shoal_s3_etag_version(r->etag, v, sizeof(v)) || strlen(v) >= etaglen)) {
                 log_ratelimited(SHOAL_LOG_WARN, "s3", "UploadPart %s #%u: no usable ETag", key,
                                 num);
                 rc = -EPROTO;
@@ -1283,7 +820,7 @@ static int s3_mpu_complete(struct shoal_store *st, const char *key, const char *
                 return -EINVAL;
         size_t blen;
         char *xml = complete_body(etags, n, &blen);
-        struct s3_resp *r = calloc(1, sizeof(*r));
+        struct shoal_s3_resp *r = calloc(1, sizeof(*r));
         if (!xml || !r) {
                 free(xml);
                 free(r);
@@ -1299,8 +836,8 @@ static int s3_mpu_complete(struct shoal_store *st, const char *key, const char *
         if (!rc)
                 rc = body_error(r, "CompleteMultipartUpload", key);
         if (!rc) {
-                char *etag = r->buf ? xml_get(r->buf, r->buf + r->got, "ETag") : NULL;
-                if (!etag || etag_version(etag, version, vlen)) {
+                char *etag = r->buf ? shoal_s3_xml_get(r->buf, r->buf + r->got, "ETag") : NULL;
+                if (!etag || shoal_s3_etag_version(etag, version, vlen)) {
                         /* Some stores leave it out: the object's HEAD names it. */
                         struct shoal_object o;
                         rc = s3_stat(st, key, &o);
@@ -1323,7 +860,7 @@ static int s3_mpu_abort(struct shoal_store *st, const char *key, const char *id)
         char q[3 * UPLOAD_ID_MAX_S3 + 64], url[S3_URL_MAX];
         if (upload_query(q, sizeof(q), 0, id) || object_url_q(s, key, q, url, sizeof(url)))
                 return -EINVAL;
-        struct s3_resp *r = calloc(1, sizeof(*r));
+        struct shoal_s3_resp *r = calloc(1, sizeof(*r));
         if (!r)
                 return -ENOMEM;
         int rc = perform(s, "DELETE", url, NULL, r, "AbortMultipartUpload", key);
@@ -1339,7 +876,7 @@ static int s3_remove(struct shoal_store *st, const char *key)
         char url[S3_URL_MAX];
         if (object_url(s, key, url, sizeof(url)))
                 return -EINVAL;
-        struct s3_resp *r = calloc(1, sizeof(*r));
+        struct shoal_s3_resp *r = calloc(1, sizeof(*r));
         if (!r)
                 return -ENOMEM;
         int rc = perform(s, "DELETE", url, NULL, r, "DELETE", key);
@@ -1428,10 +965,11 @@ static int build_base(struct s3_store *s, const char *endpoint, char *err, size_
         } else {
                 snprintf(ep, sizeof(ep), "https://%s", endpoint);
         }
-        size_t l = strlen(ep);
-        while (l && ep[l - 1] == '/')
-                ep[--l] = '\0';
+        /* Trailing slashes go, but never into the scheme: "http://" and "//" have no host. */
         const char *host = strstr(ep, "://") + 3;
+        size_t l = strlen(ep);
+        while (ep + l > host && ep[l - 1] == '/')
+                ep[--l] = '\0';
         if (!*host || strchr(host, '?') || strchr(host, '#') || strchr(host, ' ')) {
                 snprintf(err, errlen, "invalid --endpoint %s", endpoint ? endpoint : ep);
                 return -EINVAL;

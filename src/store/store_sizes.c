@@ -31,9 +31,11 @@ struct shoal_store_sizes {
         pthread_cond_t cond; /* a flight ended */
         struct size_entry **hash;
         uint64_t mask;
-        struct size_entry lru; /* sentinel: next is the least recently used */
-        unsigned n, max;       /* known sizes in the table */
+        unsigned n, max; /* known sizes in the table */
         uint64_t stats;
+        /* Sentinel: next is the least recently used. Last, as size_entry ends in a flexible
+         * array (clang refuses it anywhere else). */
+        struct size_entry lru;
 };
 
 static uint64_t kv_hash(const char *key, const char *version)

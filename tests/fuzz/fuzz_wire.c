@@ -1,11 +1,12 @@
 /* libFuzzer target for the wire codec (src/rpc/wire.c).
  *
- * The input is read three ways:
+ * The input is read four ways:
  *  1. as a frame, 32-byte header then body: header decode, CRC check, the body decoder for the
  *     header's type (on the body bytes present, CRC good or not, so the fuzzer reaches the body
  *     decoders without forging CRCs);
  *  2. as a bare body handed to every body decoder;
- *  3. as the fields of a message handed to every encoder.
+ *  3. as the fields of a message handed to every encoder;
+ *  4. as one RDMA message (shoal_wire_msg_decode), which must agree with the stream reassembler.
  * Whatever decodes must re-encode to exactly the input bytes (every message has one encoding)
  * and decode again to the same values; whatever encodes must decode back to what was encoded.
  * Any mismatch aborts. */
@@ -360,8 +361,22 @@ static void encode_fields(const uint8_t *data, size_t size)
         }
 }
 
+/* The whole input as one RDMA message: accepted exactly when it is one whole frame without
+ * payload that the stream reassembler would also take. */
+static void decode_message(const uint8_t *data, size_t size)
+{
+        struct shoal_wire_hdr h, h2;
+        if (shoal_wire_msg_decode(data, size, &h))
+                return;
+        CHECK(size == SHOAL_WIRE_HDR_LEN + h.body_len && h.payload_len == 0);
+        CHECK(shoal_wire_crc_ok(data, data + SHOAL_WIRE_HDR_LEN, h.body_len));
+        CHECK(shoal_wire_frame_need(data, size, h.body_len, &h2) == 0);
+        CHECK(!memcmp(&h, &h2, sizeof(h)));
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+        decode_message(data, size);
         if (size >= SHOAL_WIRE_HDR_LEN)
                 decode_frame(data, size);
         decode_bodies(data, size);
