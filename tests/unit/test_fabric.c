@@ -385,28 +385,74 @@ static void test_dontfork(void **state)
         shoal_fab_close(&f);
 }
 
-/* Finding 10: the endpoint's queues are cut to what the caller posts and the CQ holds them all
- * (verbs reserves rx_attr->size CQ entries at bind, none when the CQ is smaller). */
-static void test_mep_queue_sizes(void **state)
+/* Finding 10: the endpoint's queues are cut to what the caller posts (verbs reserves
+ * rx_attr->size CQ entries at bind, none when the CQ is smaller); message slots are pages of
+ * their own that a child does not get. */
+static void test_ep_queue_sizes(void **state)
 {
         struct shoal_fab f;
         open_lo(&f);
-        struct shoal_fab_mep m;
-        const char *call = "";
+        struct shoal_fab_slots s;
         struct fi_info *info = fi_dupinfo(f.info);
         assert_non_null(info);
         info->rx_attr->size = 384; /* verbs' default receive queue */
         info->tx_attr->size = 384;
-        assert_int_equal(shoal_fab_mep_alloc(&m, &f, "test", 8, 4), 0);
-        assert_int_equal(m.memlen % 4096, 0);
-        assert_int_equal(shoal_fab_mep_open(&m, info, NULL, 8, &call), -EINVAL);
-        assert_int_equal(shoal_fab_mep_open(&m, info, NULL, 8 + 2 * 4 + 8, &call), 0);
+        assert_int_equal(shoal_fab_slots_open(&f, NULL, 12, &s), 0);
+        assert_int_equal(s.len % 4096, 0);
+        assert_true(s.len >= 12 * SHOAL_FAB_MSG_SLOT);
+        assert_ptr_equal(shoal_fab_slot(&s, 1), s.mem + SHOAL_FAB_MSG_SLOT);
+        assert_int_equal(mapped_in_child(s.mem), 0);
+        struct fid_ep *ep = NULL;
+        assert_int_equal(shoal_fab_ep_create(f.domain, info, 0, 16, NULL, &ep), -EINVAL);
+        assert_int_equal(shoal_fab_ep_create(f.domain, info, 8, 16, NULL, &ep), 0);
         assert_int_equal(info->rx_attr->size, 8);
         assert_int_equal(info->tx_attr->size, 16);
-        assert_int_equal(m.posted, 8);
-        assert_int_equal(mapped_in_child(m.mem), 0);
-        shoal_fab_mep_close(&m, -1);
+        /* Never more than offered. */
+        struct fi_info *small = fi_dupinfo(f.info);
+        small->rx_attr->size = 4;
+        small->tx_attr->size = 4;
+        struct fid_ep *ep2 = NULL;
+        assert_int_equal(shoal_fab_ep_create(f.domain, small, 8, 16, NULL, &ep2), 0);
+        assert_int_equal(small->rx_attr->size, 4);
+        assert_int_equal(small->tx_attr->size, 4);
+        fi_close(&ep2->fid);
+        fi_freeinfo(small);
+        /* Bound to an EQ and a CQ it can be enabled and take receives. */
+        struct fid_eq *eq;
+        struct fid_cq *cq;
+        int eq_fd, cq_fd;
+        const char *call = "";
+        assert_int_equal(shoal_fab_eq_open(&f, &eq, &eq_fd), 0);
+        assert_int_equal(shoal_fab_cq_open(&f, 24, &cq, &cq_fd), 0);
+        assert_int_equal(shoal_fab_ep_bind(ep, eq, cq, &call), 0);
+        struct shoal_fab_op op = {.kind = SHOAL_FAB_OP_RX};
+        assert_int_equal(shoal_fab_post_rx(ep, "test", shoal_fab_slot(&s, 0), s.desc, &op), 0);
+        fi_close(&ep->fid);
+        fi_close(&cq->fid);
+        fi_close(&eq->fid);
+        shoal_fab_slots_close(&f, &s);
+        shoal_fab_slots_close(&f, &s); /* twice: harmless */
         fi_freeinfo(info);
+        shoal_fab_close(&f);
+}
+
+/* The client opens one domain per member and interface and registers request buffers on it for
+ * remote writes only (the isolation itself: test_rdma_evil.sh). */
+static void test_domain_keys(void **state)
+{
+        struct shoal_fab f;
+        open_lo(&f);
+        struct fid_domain *d1, *d2;
+        assert_int_equal(shoal_fab_domain_open(&f, &d1), 0);
+        assert_int_equal(shoal_fab_domain_open(&f, &d2), 0);
+        static char buf[8192] __attribute__((aligned(4096)));
+        struct fid_mr *mr;
+        assert_int_equal(
+                shoal_fab_mr_reg_dom(&f, d1, buf, sizeof(buf), FI_REMOTE_WRITE, false, &mr), 0);
+        assert_non_null(mr);
+        shoal_fab_mr_close(&f, mr, sizeof(buf));
+        fi_close(&d2->fid);
+        fi_close(&d1->fid);
         shoal_fab_close(&f);
 }
 
@@ -487,7 +533,8 @@ int main(void)
                 cmocka_unit_test(test_open_lo),
                 cmocka_unit_test(test_random_keys),
                 cmocka_unit_test(test_dontfork),
-                cmocka_unit_test(test_mep_queue_sizes),
+                cmocka_unit_test(test_ep_queue_sizes),
+                cmocka_unit_test(test_domain_keys),
                 cmocka_unit_test(test_raise_limits),
                 cmocka_unit_test(test_conn_budget),
                 cmocka_unit_test(test_memlock_check),
