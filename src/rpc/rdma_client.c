@@ -126,7 +126,8 @@ struct rc_peer {
         char id[64];
         /* mu: */
         enum peer_state state;
-        bool ever_up, addrs_changed;
+        bool ever_up, failed, addrs_changed; /* failed: at least once, so reconnects are
+                                                 waited for by no request */
         uint64_t down_until;
         char addrs[SHOAL_FAB_MAX_IFACES][64];
         unsigned naddrs;
@@ -614,6 +615,7 @@ static void peer_fail(struct rc_peer *p, const char *why, uint64_t now)
         pthread_mutex_lock(&cl->mu);
         bool was_up = p->state == P_UP, was_down = p->state == P_DOWN;
         p->state = P_DOWN;
+        p->failed = true;
         p->down_until = now + cl->cfg.retry_ns;
         pthread_mutex_unlock(&cl->mu);
         p->gen++; /* channels still with the connector are dropped when they come back */
@@ -638,14 +640,14 @@ static void on_submit(struct shoal_rdma_client *cl, struct rreq *r, uint64_t now
         bool changed = p->addrs_changed;
         p->addrs_changed = false;
         enum peer_state st = p->state;
-        bool ever_up = p->ever_up, retry = now >= p->down_until;
+        bool ever_up = p->ever_up || p->failed, retry = now >= p->down_until;
         pthread_mutex_unlock(&cl->mu);
         if (changed) {
                 if (st == P_UP || st == P_CONNECTING)
                         peer_fail(p, "member addresses changed", now);
                 pthread_mutex_lock(&cl->mu);
                 p->state = st = P_NEW;
-                p->ever_up = ever_up = false;
+                p->ever_up = p->failed = ever_up = false;
                 pthread_mutex_unlock(&cl->mu);
         }
         switch (st) {
@@ -659,6 +661,8 @@ static void on_submit(struct shoal_rdma_client *cl, struct rreq *r, uint64_t now
                 peer_connect(p, now);
                 return;
         case P_CONNECTING:
+                /* Only the first connection is waited for; a reconnect runs in the
+                 * background while requests go over TCP. */
                 if (ever_up)
                         op_complete(cl, &r->q, -ENOTCONN);
                 else
@@ -1046,8 +1050,9 @@ static struct rc_link *pick_link(struct shoal_rdma_client *cl, const char *membe
         pthread_mutex_lock(&cl->mu);
         struct rc_peer *p = peer_get_locked(cl, member_id, addrs, n_addrs);
         struct rc_link *best = NULL;
-        bool skip = !p || (!p->addrs_changed && ((p->state == P_DOWN && now < p->down_until) ||
-                                                 (p->state == P_CONNECTING && p->ever_up)));
+        bool skip = !p || (!p->addrs_changed &&
+                           ((p->state == P_DOWN && now < p->down_until) ||
+                            (p->state == P_CONNECTING && (p->ever_up || p->failed))));
         for (unsigned i = 0; !skip && i < p->nlinks; i++) {
                 struct rc_link *l = p->links[i];
                 /* the least loaded interface; ties go to a random one */
