@@ -24,7 +24,7 @@ PIDS=()
 cleanup() {
   trap - EXIT INT TERM
   if mountpoint -q "$MNT" 2>/dev/null; then
-    "$SHOAL" umount "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null || true
+    "$SHOAL" umount "$MNT" >/dev/null 2>&1 || umount -l "$MNT" 2>/dev/null || true
   fi
   local p i
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done

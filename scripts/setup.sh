@@ -10,6 +10,13 @@ PKGS=(
   nginx memcached iperf3 fio wrk time iproute2 procps psmisc util-linux curl python3
 )
 
+# Python package tests (tests/python): pytest, fsspec, numpy, pandas (reads a CSV through
+# shoal://; pyarrow is not in Debian 12, so no Parquet check), PyTorch for the DataLoader example
+# (python3-torch is large: about 600 MB installed), venv + setuptools + wheel for the offline
+# `pip install ./python --no-build-isolation`.
+PKGS+=(python3-pytest python3-fsspec python3-numpy python3-pandas python3-torch python3-venv
+  python3-setuptools python3-wheel python3-pip)
+
 # The s3:// tests run a real S3 server, s3rver, from npm, and make a TLS certificate with openssl.
 # Node may come from elsewhere (NodeSource, nvm): ask Debian for it only when node or npm is absent.
 PKGS+=(openssl)

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/daemon.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/http.h"
@@ -26,10 +28,10 @@ struct opt_def {
 
 static const struct opt_def opts[OPT__COUNT] = {
         [OPT_HELP] = {"help", 'h', false, ALL, NULL, "show this help"},
-        [OPT_META] = {"meta", 0, true, COMMON | CMD_GROUP, "URL",
+        [OPT_META] = {"meta", 0, true, COMMON | CMD_GROUP | CMD_PING, "URL",
                       "where group members meet: sqlite3:///path/meta.db (default "
                       "sqlite3:///var/lib/shoal/meta.db) or redis://host:port/db"},
-        [OPT_CACHE_GROUP] = {"cache-group", 0, true, COMMON | CMD_GROUP, "NAME",
+        [OPT_CACHE_GROUP] = {"cache-group", 0, true, COMMON | CMD_GROUP | CMD_PING, "NAME",
                              "join the cache group NAME (default: no group)"},
         [OPT_CACHE_DIR] = {"cache-dir", 0, true, COMMON, "DIRS",
                            "cache folders, colon-separated, globs allowed (default "
@@ -70,15 +72,18 @@ static const struct opt_def opts[OPT__COUNT] = {
                           "blocks to read ahead of a sequential reader (default 2)"},
         [OPT_METRICS] = {"metrics", 0, true, COMMON, "HOST:PORT",
                          "Prometheus endpoint (default 127.0.0.1:9567 or the next free port)"},
-        [OPT_LOG_FILE] = {"log-file", 0, true, ALL, "PATH", "log to PATH instead of stderr"},
+        [OPT_LOG_FILE] = {"log-file", 0, true, ALL, "PATH",
+                          "log to PATH instead of stderr (with -d the default is "
+                          "/var/log/shoal.log as root, ~/.shoal/shoal.log otherwise)"},
         [OPT_LOG_LEVEL] = {"log-level", 0, true, ALL, "LEVEL",
-                           "error, warn, info (default), debug, trace"},
+                           "error, warn, info, debug, trace (default: info for mount and serve, "
+                           "warn for the other commands)"},
         [OPT_BLOCK_SIZE] = {"block-size", 0, true, COMMON, "KiB",
                             "block size: KiB or with a unit (4M); a power of two from 64K to 64M "
                             "(default 4096)"},
         [OPT_ENDPOINT] = {"endpoint", 0, true, COMMON, "URL", "S3 endpoint for s3:// storage"},
         [OPT_BACKGROUND] = {"background", 'd', false, CMD_MOUNT | CMD_SERVE, NULL,
-                            "run in the background once ready"},
+                            "run in the background once ready, detached, logging to --log-file"},
         [OPT_OFFSET] = {"offset", 0, true, CMD_CAT, "N", "start at byte N (default 0)"},
         [OPT_LENGTH] = {"length", 0, true, CMD_CAT, "N", "read N bytes (default: to the end)"},
         [OPT_SUMMARY] = {"summary", 0, false, CMD_CAT, NULL,
@@ -102,6 +107,11 @@ static const struct opt_def opts[OPT__COUNT] = {
                         "stay idle this long after reading, printing connections per member"},
         [OPT_WARM] = {"warm", 0, false, CMD_BENCH, NULL,
                       "read every block once first so that members have them cached"},
+        [OPT_TIMEOUT] = {"timeout", 0, true, CMD_UMOUNT, "TIME",
+                         "how long to wait for the mount process to exit (default 30s)"},
+        [OPT_TRANSPORTS] = {"transports", 0, true, CMD_BENCH, "LIST",
+                            "compare transports in one run: tcp,iorpc,rdma (rdma needs "
+                            "--rdma-network)"},
         [OPT_ATTR_CACHE] = {"attr-cache", 0, true, CMD_MOUNT, "SECONDS",
                             "how long names, sizes and listings are cached (default 60)"},
         [OPT_MAX_WRITE] = {"max-write", 0, true, CMD_MOUNT, "BYTES",
@@ -122,12 +132,15 @@ static const struct {
         {CMD_WARMUP, "shoal warmup MOUNTPOINT-PATH... | --storage STORAGE --prefix P [flags]",
          "Fill the group's caches."},
         {CMD_BENCH, "shoal bench STORAGE [flags]", "Read benchmark through the group."},
-        {CMD_PING, "shoal ping HOST[:PORT] [flags]", "Check each transport to a member."},
+        {CMD_PING, "shoal ping HOST[:PORT] [--meta URL --cache-group NAME] [flags]",
+         "Check each transport to a member: its TCP pool at HOST:PORT, or, without PORT, the "
+         "pool port its record in the group gives (HOST: IP, hostname or member id)."},
         {CMD_GROUP, "shoal group [--meta URL] --cache-group NAME",
          "List the members of a cache group."},
         {CMD_CAT, "shoal cat STORAGE KEY [--offset N] [--length N] [flags]",
          "Read one object through the whole read path to stdout."},
-        {CMD_UMOUNT, "shoal umount MOUNTPOINT", "Unmount a shoal mount."},
+        {CMD_UMOUNT, "shoal umount MOUNTPOINT [--timeout 30s]",
+         "Unmount a shoal mount and wait until its process has exited."},
 };
 
 void shoal_cli_usage(enum shoal_cmd cmd, const char *name, FILE *out)
@@ -242,11 +255,17 @@ int shoal_cli_parse(struct shoal_cli *cli, enum shoal_cmd cmd, const char *name,
                 }
                 cli->val[id] = val;
         }
+        /* The environment is parsed once, here, with the same verdict as a bad flag. */
+        char err[512];
+        if (shoal_config_load(err, sizeof(err)))
+                return shoal_cli_fail(cli, "%s", err);
         return 0;
 }
 
 int shoal_cli_setup_log(const struct shoal_cli *cli)
 {
+        /* Daemons tell what they do; tools whose output is data stay quiet unless asked. */
+        shoal_log_set_level((cli->cmd & (CMD_MOUNT | CMD_SERVE)) ? SHOAL_LOG_INFO : SHOAL_LOG_WARN);
         if (cli->val[OPT_LOG_LEVEL]) {
                 int lvl = shoal_log_parse_level(cli->val[OPT_LOG_LEVEL]);
                 if (lvl < 0)
@@ -262,6 +281,24 @@ int shoal_cli_setup_log(const struct shoal_cli *cli)
                         return shoal_cli_fail(cli, "cannot open --log-file %s: %s",
                                               cli->val[OPT_LOG_FILE], strerror(-rc));
         }
+        return 0;
+}
+
+int shoal_cli_background(const struct shoal_cli *cli)
+{
+        if (!cli->val[OPT_BACKGROUND])
+                return 0;
+        char path[4096];
+        int rc = shoal_daemon_log_path(cli->val[OPT_LOG_FILE], path, sizeof(path));
+        if (rc)
+                return shoal_cli_fail(cli, "cannot choose a log file for -d: %s (give --log-file)",
+                                      strerror(-rc));
+        if (!cli->val[OPT_LOG_FILE] && (rc = shoal_log_open(path)))
+                return shoal_cli_fail(cli, "cannot open the log %s: %s (give --log-file)", path,
+                                      strerror(-rc));
+        rc = shoal_daemon_start(cli->cmd_name, path);
+        if (rc)
+                return shoal_cli_fail(cli, "cannot fork into the background: %s", strerror(-rc));
         return 0;
 }
 
@@ -331,16 +368,12 @@ static int load_secret(const struct shoal_cli *cli, struct shoal_secret *out)
                                               "least %d bytes (it has %zu)",
                                               path, SHOAL_SECRET_MIN, n);
         } else {
-                const char *env = getenv("SHOAL_GROUP_SECRET");
-                if (!env || !*env)
+                /* config.c checked its length */
+                const struct shoal_env *env = shoal_config_env();
+                if (!env->group_secret)
                         return 0;
-                n = strlen(env);
-                if (n < SHOAL_SECRET_MIN || n > SHOAL_SECRET_MAX)
-                        return shoal_cli_fail(cli,
-                                              "SHOAL_GROUP_SECRET must be %d to %d bytes (it has "
-                                              "%zu)",
-                                              SHOAL_SECRET_MIN, SHOAL_SECRET_MAX, n);
-                memcpy(secret_buf, env, n);
+                n = env->group_secret_len;
+                memcpy(secret_buf, env->group_secret, n);
         }
         out->bytes = secret_buf;
         out->len = n;
@@ -352,7 +385,7 @@ static const char *default_dir(const char *system, const char *user_suffix, char
 {
         if (geteuid() == 0)
                 return system;
-        const char *home = getenv("HOME");
+        const char *home = shoal_config_env()->home;
         snprintf(buf, buflen, "%s/%s", home && *home ? home : "/tmp", user_suffix);
         return buf;
 }

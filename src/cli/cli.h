@@ -67,6 +67,8 @@ enum shoal_opt {
         OPT_DURATION,
         OPT_LINGER,
         OPT_WARM,
+        OPT_TIMEOUT,
+        OPT_TRANSPORTS,
         OPT__COUNT
 };
 
@@ -92,8 +94,13 @@ int shoal_cli_fail(const struct shoal_cli *cli, const char *fmt, ...)
  * every value checked. Returns 0 or 2 (after printing the error). */
 int shoal_cli_node_config(const struct shoal_cli *cli, const char *storage,
                           struct shoal_node_config *cfg);
-/* Applies --log-file / --log-level. Returns 0 or 2. */
+/* Applies --log-file / --log-level (default: info for mount and serve, warn for the tools).
+ * Returns 0 or 2. */
 int shoal_cli_setup_log(const struct shoal_cli *cli);
+/* With -d: opens the background log (--log-file, else the default of shoal_daemon_log_path) and
+ * forks (shoal_daemon_start); the caller continues in the child. Without -d: nothing. Returns 0,
+ * or 2 after printing why. Call after shoal_cli_setup_log, before any thread starts. */
+int shoal_cli_background(const struct shoal_cli *cli);
 
 /* Subcommands. Each returns the process exit code. */
 int shoal_cmd_cat(int argc, char **argv);

@@ -1,8 +1,10 @@
 /* shoal group --cache-group NAME — the members as a table [C7]. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "common/util.h"
@@ -35,12 +37,31 @@ int shoal_cmd_group(int argc, char **argv)
         /* Reuse the common conversion for --meta's default; STORAGE is not needed here. */
         if (shoal_cli_node_config(&cli, "file:///", &cfg))
                 return 2;
+        /* Opening an SQLite registry creates it: look first, so that a mistyped path is
+         * reported as such and not listed as an empty group (nor left behind as a new file). */
+        const char *path = !strncmp(cfg.meta_url, "sqlite3://", 10) ? cfg.meta_url + 10 : NULL;
+        struct stat st;
+        if (path && *path && stat(path, &st)) {
+                fprintf(stderr,
+                        "shoal group: no registry %s: %s (members create it when they "
+                        "join with --meta %s)\n",
+                        cfg.meta_url, strerror(errno), cfg.meta_url);
+                return 1;
+        }
         char err[1024];
         struct shoal_member *m = NULL;
         size_t n = 0;
         rc = shoal_group_list_once(cfg.meta_url, cfg.cache_group, 0, &m, &n, err, sizeof(err));
         if (rc) {
                 fprintf(stderr, "shoal group: %s\n", err);
+                return 1;
+        }
+        if (!n) {
+                free(m);
+                fprintf(stderr,
+                        "shoal group: no group %s in %s (no member has joined it, or all "
+                        "have left)\n",
+                        cfg.cache_group, cfg.meta_url);
                 return 1;
         }
         printf("%-32s  %-16s  %-8s  %6s  %-21s  %-21s  %-6s  %s\n", "ID", "HOST", "ROLE", "WEIGHT",

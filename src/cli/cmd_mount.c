@@ -4,19 +4,75 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mount.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/daemon.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fuse/fuse_mount.h"
 
 #define MOUNT_MAX_THREADS 32
 #define SHOAL_FSTYPE      "fuse.shoal"
+#define UMOUNT_WAIT_NS    (30ULL * 1000000000ULL)
+
+/* A mount's process is found by its mount's device numbers, unique while it is mounted:
+ * /run/shoal/mount-MAJOR-MINOR.pid (root) or ~/.shoal/run/... holds its PID, so that `shoal
+ * umount` can wait until the process that writes the cache has exited. CREATE makes the folder.
+ * Returns 0 or -errno. */
+static int pidfile_path(unsigned ma, unsigned mi, bool create, char *out, size_t outlen)
+{
+        char dir[PATH_MAX];
+        if (geteuid() == 0) {
+                shoal_strlcpy(dir, "/run/shoal", sizeof(dir));
+        } else {
+                const char *home = shoal_config_env()->home;
+                if (!home || !*home)
+                        return -ENOENT;
+                if (snprintf(dir, sizeof(dir), "%s/.shoal", home) >= (int)sizeof(dir))
+                        return -ENAMETOOLONG;
+                if (create && mkdir(dir, 0700) && errno != EEXIST)
+                        return -errno;
+                strncat(dir, "/run", sizeof(dir) - strlen(dir) - 1);
+        }
+        if (create && mkdir(dir, 0755) && errno != EEXIST)
+                return -errno;
+        if (snprintf(out, outlen, "%s/mount-%u-%u.pid", dir, ma, mi) >= (int)outlen)
+                return -ENAMETOOLONG;
+        return 0;
+}
+
+/* Records this process as the one serving MP; OUT receives the file's path ("" when none). */
+static void pidfile_write(const char *mp, char *out, size_t outlen)
+{
+        char type[64], tmp[PATH_MAX + 8];
+        unsigned ma, mi;
+        out[0] = '\0';
+        int rc = shoal_fuse_mount_info(mp, type, sizeof(type), &ma, &mi);
+        if (!rc)
+                rc = pidfile_path(ma, mi, true, out, outlen);
+        if (rc) {
+                log_warn("mount",
+                         "cannot record the mount's pid (shoal umount will not wait for "
+                         "this process): %s",
+                         strerror(-rc));
+                out[0] = '\0';
+                return;
+        }
+        /* written whole under another name and renamed: a reader never sees half a number */
+        snprintf(tmp, sizeof(tmp), "%s.tmp", out);
+        FILE *f = fopen(tmp, "w");
+        if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) || rename(tmp, out)) {
+                log_warn("mount", "cannot write %s: %s", out, strerror(errno));
+                out[0] = '\0';
+        }
+}
 
 /* Resolves MP into OUT (PATH_MAX). Returns 0 or 2 after printing why the mount point is unusable
  * (a usage problem). */
@@ -96,8 +152,8 @@ int shoal_cmd_mount(int argc, char **argv)
                 return 2;
         fc.mountpoint = mp;
 
-        if (cli.val[OPT_BACKGROUND] && shoal_daemon_start())
-                return shoal_cli_fail(&cli, "cannot fork into the background");
+        if (shoal_cli_background(&cli))
+                return 2;
         /* Every thread inherits this mask; shoal_fuse_loop takes the signals on this thread. */
         shoal_daemon_block_signals(NULL);
 
@@ -112,6 +168,8 @@ int shoal_cmd_mount(int argc, char **argv)
                 shoal_node_stop(node);
                 return shoal_daemon_report("mount", err, 1);
         }
+        char pidfile[PATH_MAX];
+        pidfile_write(mp, pidfile, sizeof(pidfile));
         log_info("mount", "%s mounted at %s (%s%s%s, attr cache %.3g s, max request %u)",
                  cfg.storage, mp, cfg.cache_group ? "group " : "no group",
                  cfg.cache_group ? cfg.cache_group : "",
@@ -126,7 +184,60 @@ int shoal_cmd_mount(int argc, char **argv)
         log_info("mount", "unmounting %s", mp);
         shoal_fuse_destroy(f);
         shoal_node_stop(node);
+        if (pidfile[0])
+                unlink(pidfile);
         return rc ? 1 : 0;
+}
+
+/* The process serving the mount with device MA:MI, as a pidfd (so that a recycled PID cannot
+ * fool the wait), or -1 when none is known. */
+static int mount_process(unsigned ma, unsigned mi, pid_t *pid)
+{
+        char path[PATH_MAX], comm[32] = "";
+        if (pidfile_path(ma, mi, false, path, sizeof(path)))
+                return -1;
+        FILE *f = fopen(path, "r");
+        int p = 0;
+        if (!f)
+                return -1;
+        if (fscanf(f, "%d", &p) != 1 || p <= 0)
+                p = 0;
+        fclose(f);
+        if (!p)
+                return -1;
+        int fd = (int)syscall(SYS_pidfd_open, p, 0);
+        if (fd < 0)
+                return -1; /* gone already (a mount that crashed) */
+        /* the PID is ours only while it names a shoal process */
+        snprintf(path, sizeof(path), "/proc/%d/comm", p);
+        f = fopen(path, "r");
+        if (!f || !fgets(comm, sizeof(comm), f) || strncmp(comm, "shoal", 5)) {
+                if (f)
+                        fclose(f);
+                close(fd);
+                return -1;
+        }
+        fclose(f);
+        *pid = p;
+        return fd;
+}
+
+/* Waits until the process behind PIDFD has exited, at most TIMEOUT_NS. Returns true if it did. */
+static bool wait_exit(int pidfd, uint64_t timeout_ns)
+{
+        uint64_t end = shoal_now_ns() + timeout_ns;
+        for (;;) {
+                uint64_t now = shoal_now_ns();
+                if (now >= end)
+                        return false;
+                struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
+                int ms = (int)SHOAL_MIN((end - now) / 1000000 + 1, 1000);
+                int n = poll(&pfd, 1, ms);
+                if (n > 0)
+                        return true;
+                if (n < 0 && errno != EINTR)
+                        return false;
+        }
 }
 
 /* fusermount3 -u MP, for users who may not call umount2. Returns its exit code. */
@@ -156,6 +267,10 @@ int shoal_cmd_umount(int argc, char **argv)
                 return 2;
         if (cli.npos != 1)
                 return shoal_cli_fail(&cli, "expected MOUNTPOINT (see 'shoal umount --help')");
+        uint64_t timeout = UMOUNT_WAIT_NS;
+        if (cli.val[OPT_TIMEOUT] && shoal_parse_duration(cli.val[OPT_TIMEOUT], &timeout))
+                return shoal_cli_fail(&cli, "invalid --timeout %s: expected a duration like 30s",
+                                      cli.val[OPT_TIMEOUT]);
         char mp[PATH_MAX];
         /* realpath fails on a dead mount (ENOTCONN): then use the path as given, made absolute. */
         if (!realpath(cli.pos[0], mp)) {
@@ -179,9 +294,15 @@ int shoal_cmd_umount(int argc, char **argv)
         if (!rc && strcmp(type, SHOAL_FSTYPE))
                 return shoal_cli_fail(&cli, "%s is a %s mount, not a shoal mount", cli.pos[0],
                                       type);
-        if (geteuid() != 0)
-                return run_fusermount(mp) ? 1 : 0;
-        if (umount2(mp, UMOUNT_NOFOLLOW)) {
+        pid_t pid = 0;
+        int pidfd = rc ? -1 : mount_process(ma, mi, &pid);
+        if (geteuid() != 0) {
+                if (run_fusermount(mp)) {
+                        if (pidfd >= 0)
+                                close(pidfd);
+                        return 1;
+                }
+        } else if (umount2(mp, UMOUNT_NOFOLLOW)) {
                 if (errno == EBUSY)
                         fprintf(stderr,
                                 "shoal umount: %s is busy: close the files open there (or use "
@@ -189,7 +310,26 @@ int shoal_cmd_umount(int argc, char **argv)
                                 cli.pos[0]);
                 else
                         fprintf(stderr, "shoal umount: %s: %s\n", cli.pos[0], strerror(errno));
+                if (pidfd >= 0)
+                        close(pidfd);
                 return 1;
         }
+        if (pidfd < 0) {
+                printf("shoal umount: %s unmounted (no running mount process to wait for)\n",
+                       cli.pos[0]);
+                return 0;
+        }
+        bool gone = wait_exit(pidfd, timeout);
+        close(pidfd);
+        char d[32];
+        shoal_format_duration(timeout, d, sizeof(d));
+        if (!gone) {
+                fprintf(stderr,
+                        "shoal umount: %s unmounted, but its process %d is still running after "
+                        "%s (see its log)\n",
+                        cli.pos[0], (int)pid, d);
+                return 1;
+        }
+        printf("shoal umount: %s unmounted; its process %d has exited\n", cli.pos[0], (int)pid);
         return 0;
 }

@@ -1,12 +1,15 @@
-/* shoal ping HOST:PORT — checks each transport of a member, like rping [C6]: the TCP pool
- * (connect, handshake, round trips), then IORPC at the address the member gives. */
+/* shoal ping HOST[:PORT] — checks each transport of a member, like rping [C6]: the TCP pool
+ * (connect, handshake, round trips), then IORPC at the address the member gives, then RDMA with
+ * --rdma-network. Without PORT, the member's record in --cache-group names its pool port. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "common/util.h"
+#include "group/group.h"
 #include "rpc/client_conn.h"
 #include "rpc/handshake.h"
 #include "rpc/rdma.h"
@@ -72,6 +75,45 @@ static int ping_service(const char *what, const char *addr, uint8_t service,
         return 0;
 }
 
+/* The pool address of the live provider of GROUP that WHO names (its IP, its hostname or its
+ * member id) into ADDR (SHOAL_ADDR_LEN). Returns 0 or the exit code after printing why. */
+static int lookup_member(const char *meta, const char *group, const char *who, char *addr)
+{
+        char err[1024];
+        struct shoal_member *m = NULL;
+        size_t n = 0;
+        if (shoal_group_list_once(meta, group, 0, &m, &n, err, sizeof(err))) {
+                fprintf(stderr, "shoal ping: %s\n", err);
+                return 1;
+        }
+        size_t found = 0, len = strlen(who);
+        for (size_t i = 0; i < n; i++) {
+                const char *tcp = m[i].tcp_addr;
+                const char *colon = strrchr(tcp, ':');
+                bool ip = colon && (size_t)(colon - tcp) == len && !strncmp(tcp, who, len);
+                if (!m[i].alive || m[i].role != SHOAL_ROLE_PROVIDER || !tcp[0] ||
+                    !(ip || !strcmp(m[i].host, who) || !strcmp(m[i].id, who)))
+                        continue;
+                if (found++)
+                        break;
+                shoal_strlcpy(addr, tcp, SHOAL_ADDR_LEN);
+        }
+        free(m);
+        if (found == 1)
+                return 0;
+        if (found > 1)
+                fprintf(stderr,
+                        "shoal ping: %s names several live members of group %s: give HOST:PORT "
+                        "or a member id (see 'shoal group')\n",
+                        who, group);
+        else
+                fprintf(stderr,
+                        "shoal ping: no live member %s in group %s (see 'shoal group --cache-group "
+                        "%s')\n",
+                        who, group, group);
+        return 1;
+}
+
 int shoal_cmd_ping(int argc, char **argv)
 {
         struct shoal_cli cli;
@@ -80,19 +122,43 @@ int shoal_cmd_ping(int argc, char **argv)
                 return rc == 1 ? 0 : 2;
         if (shoal_cli_setup_log(&cli))
                 return 2;
-        if (cli.npos != 1 || !strchr(cli.pos[0], ':'))
-                return shoal_cli_fail(&cli, "expected HOST:PORT, the member's TCP pool address "
+        if (cli.npos != 1 || !*cli.pos[0])
+                return shoal_cli_fail(&cli, "expected HOST[:PORT], a member's TCP pool address "
                                             "(see 'shoal group')");
         struct shoal_node_config cfg;
         if (shoal_cli_node_config(&cli, "file:///", &cfg))
                 return 2;
+        /* [M3]: a bad --rdma-network is a usage error before anything is sent */
+        char ifs[SHOAL_FAB_MAX_IFACES][32];
+        int nif = 0;
+        if (cfg.rdma_network) {
+                char err[512];
+                nif = shoal_node_check_rdma(cfg.rdma_network, cfg.rdma_provider, ifs, err,
+                                            sizeof(err));
+                if (nif < 0)
+                        return shoal_cli_fail(&cli, "%s", err);
+        }
+        char addr[SHOAL_ADDR_LEN];
+        if (strchr(cli.pos[0], ':')) {
+                if (shoal_strlcpy(addr, cli.pos[0], sizeof(addr)) >= sizeof(addr))
+                        return shoal_cli_fail(&cli, "invalid HOST:PORT %s", cli.pos[0]);
+        } else {
+                if (!cfg.cache_group)
+                        return shoal_cli_fail(&cli,
+                                              "%s has no :PORT; give HOST:PORT, or --cache-group "
+                                              "(and --meta) to find the member's pool port",
+                                              cli.pos[0]);
+                rc = lookup_member(cfg.meta_url, cfg.cache_group, cli.pos[0], addr);
+                if (rc)
+                        return rc;
+        }
         struct shoal_hs_key key;
         if (shoal_hs_key_init(&key, &cfg.group_secret))
                 return shoal_cli_fail(&cli, "the group secret must be at least %d bytes",
                                       SHOAL_SECRET_MIN);
         struct shoal_wire_info info;
         memset(&info, 0, sizeof(info));
-        int bad = ping_service("tcp", cli.pos[0], SHOAL_SERVICE_POOL, &key, &info);
+        int bad = ping_service("tcp", addr, SHOAL_SERVICE_POOL, &key, &info);
         if (bad) {
                 shoal_hs_key_clear(&key);
                 return 1;
@@ -104,11 +170,7 @@ int shoal_cmd_ping(int argc, char **argv)
         else
                 printf("%-8s rpc disabled on this member\n", "iorpc");
         shoal_hs_key_clear(&key);
-        if (cfg.rdma_network) {
-                char ifs[SHOAL_FAB_MAX_IFACES][32];
-                int nif = shoal_fab_parse_ifaces(cfg.rdma_network, ifs);
-                if (nif < 0)
-                        return shoal_cli_fail(&cli, "invalid --rdma-network %s", cfg.rdma_network);
+        if (nif > 0) {
                 if (!info.n_rdma) {
                         printf("%-8s this member does not listen for RDMA\n", "rdma");
                         return 1;

@@ -29,8 +29,8 @@ int shoal_cmd_serve(int argc, char **argv)
                                             "node");
         cfg.serve = true;
 
-        if (cli.val[OPT_BACKGROUND] && shoal_daemon_start())
-                return shoal_cli_fail(&cli, "cannot fork into the background");
+        if (shoal_cli_background(&cli))
+                return 2;
         /* Every thread inherits this mask; the main thread takes the signals with sigwait. */
         sigset_t set;
         shoal_daemon_block_signals(&set);

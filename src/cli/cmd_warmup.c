@@ -3,23 +3,30 @@
  *                                            lands in its owner's cache (and the mount's)
  *   shoal warmup --storage S --prefix P ...  asks each block's owner for it directly; without
  *                                            --cache-group it fills the local disk cache
- * Progress every second on stderr; exit 1 when any read failed. */
+ * Progress every second on stderr; exit 1 when any read failed. With --cache-group, a group with
+ * no live member to ask is an error at start, and stops the run within a second or so when the
+ * last member leaves. */
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "client/reader.h"
 #include "common/util.h"
+#include "group/group.h"
 #include "store/store.h"
 
-#define MAX_FILES 10000000
+#define MAX_FILES        10000000
+#define FUSE_SUPER_MAGIC 0x65735546
+#define MAX_ERROR_LINES  10 /* then only the count, in the last progress line */
 
 struct item {
         char *path;               /* mount mode */
@@ -38,6 +45,31 @@ struct warm {
 };
 
 static struct warm *walk_target;
+
+/* Prints one failure, unless MAX_ERROR_LINES have been printed already; counts it either way. */
+static void __attribute__((format(printf, 2, 3))) warm_error(struct warm *w, const char *fmt, ...)
+{
+        uint64_t n = __atomic_fetch_add(&w->errors, 1, __ATOMIC_RELAXED);
+        if (n >= MAX_ERROR_LINES)
+                return;
+        char line[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(line, sizeof(line), fmt, ap);
+        va_end(ap);
+        fprintf(stderr, "shoal warmup: %s%s\n", line,
+                n + 1 == MAX_ERROR_LINES ? " (further errors are only counted)" : "");
+}
+
+static size_t live_providers(struct shoal_node *n)
+{
+        struct shoal_group_view *v = shoal_group_view_get(n->group);
+        size_t k = 0;
+        for (size_t i = 0; i < v->n; i++)
+                k += v->members[i].role == SHOAL_ROLE_PROVIDER && v->members[i].weight > 0;
+        shoal_group_view_put(v);
+        return k;
+}
 
 static int add_item(struct warm *w, struct item it)
 {
@@ -71,16 +103,14 @@ static void warm_file(struct warm *w, const char *path, char *buf)
 {
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         if (fd < 0) {
-                fprintf(stderr, "shoal warmup: %s: %s\n", path, strerror(errno));
-                __atomic_fetch_add(&w->errors, 1, __ATOMIC_RELAXED);
+                warm_error(w, "%s: %s", path, strerror(errno));
                 return;
         }
         for (uint64_t off = 0;;) {
                 long n = shoal_pread_full(fd, buf, w->bufsize, off);
                 if (n < 0) {
-                        fprintf(stderr, "shoal warmup: %s at %llu: %s\n", path,
-                                (unsigned long long)off, strerror((int)-n));
-                        __atomic_fetch_add(&w->errors, 1, __ATOMIC_RELAXED);
+                        warm_error(w, "%s at %llu: %s", path, (unsigned long long)off,
+                                   strerror((int)-n));
                         break;
                 }
                 __atomic_fetch_add(&w->bytes, (uint64_t)n, __ATOMIC_RELAXED);
@@ -105,9 +135,7 @@ static void warm_block(struct warm *w, const struct item *it, char *buf)
                 rc = got == (long)len ? 0 : got < 0 ? (int)got : -EIO;
         }
         if (rc) {
-                fprintf(stderr, "shoal warmup: %s block %u: %s\n", it->obj->key, it->index,
-                        strerror(-rc));
-                __atomic_fetch_add(&w->errors, 1, __ATOMIC_RELAXED);
+                warm_error(w, "%s block %u: %s", it->obj->key, it->index, strerror(-rc));
                 return;
         }
         __atomic_fetch_add(&w->bytes, len, __ATOMIC_RELAXED);
@@ -181,6 +209,14 @@ int shoal_cmd_warmup(int argc, char **argv)
                         fprintf(stderr, "shoal warmup: %s\n", err);
                         return code;
                 }
+                if (w.node->group && !live_providers(w.node)) {
+                        fprintf(stderr,
+                                "shoal warmup: group %s has no live member to warm (see 'shoal "
+                                "group --cache-group %s')\n",
+                                cfg.cache_group, cfg.cache_group);
+                        shoal_node_stop(w.node);
+                        return 1;
+                }
                 const char *prefix = cli.val[OPT_PREFIX] ? cli.val[OPT_PREFIX] : "";
                 rc = shoal_store_list_objects(w.node->store, prefix, MAX_FILES, &objs, &nobjs);
                 if (rc) {
@@ -207,6 +243,13 @@ int shoal_cmd_warmup(int argc, char **argv)
                         struct stat st;
                         if (stat(cli.pos[i], &st))
                                 return shoal_cli_fail(&cli, "%s: %s", cli.pos[i], strerror(errno));
+                        /* Reading files elsewhere warms nothing: say so instead of "done". */
+                        struct statfs sf;
+                        if (statfs(cli.pos[i], &sf) || sf.f_type != FUSE_SUPER_MAGIC)
+                                return shoal_cli_fail(&cli,
+                                                      "%s is not inside a shoal mount (to warm "
+                                                      "without one: --storage STORAGE --prefix P)",
+                                                      cli.pos[i]);
                         if (nftw(cli.pos[i], walk_cb, 64, FTW_PHYS) < 0)
                                 return shoal_cli_fail(&cli, "cannot walk %s", cli.pos[i]);
                 }
@@ -220,9 +263,16 @@ int shoal_cmd_warmup(int argc, char **argv)
                 if (!pthread_create(&th[t], NULL, worker_main, &w))
                         started++;
         uint64_t next_print = t0 + 1000000000ULL;
+        bool emptied = false;
         while (__atomic_load_n(&w.done_items, __ATOMIC_RELAXED) < w.n && started) {
                 shoal_sleep_ns(50000000ULL);
                 if (shoal_now_ns() >= next_print) {
+                        if (w.node && w.node->group && !live_providers(w.node)) {
+                                /* the workers take no new item; what is in flight finishes */
+                                __atomic_store_n(&w.next, w.n, __ATOMIC_RELAXED);
+                                emptied = true;
+                                break;
+                        }
                         progress(&w, unit, t0, false);
                         next_print += 1000000000ULL;
                 }
@@ -230,6 +280,9 @@ int shoal_cmd_warmup(int argc, char **argv)
         for (unsigned t = 0; t < started; t++)
                 pthread_join(th[t], NULL);
         progress(&w, unit, t0, true);
+        if (emptied)
+                fprintf(stderr, "shoal warmup: the group has no live member left to warm; "
+                                "stopped\n");
         free(th);
         for (size_t i = 0; i < w.n; i++)
                 free(w.items[i].path);
@@ -237,5 +290,5 @@ int shoal_cmd_warmup(int argc, char **argv)
         free(objs);
         if (w.node)
                 shoal_node_stop(w.node);
-        return w.errors || !started ? 1 : 0;
+        return w.errors || emptied || !started ? 1 : 0;
 }

@@ -7,34 +7,92 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/config.h"
+#include "common/log.h"
+#include "common/util.h"
+
 static int ready_fd = -1;
 
-int shoal_daemon_start(void)
+int shoal_daemon_log_path(const char *flag, char *out, size_t outlen)
+{
+        if (flag) {
+                if (shoal_strlcpy(out, flag, outlen) >= outlen)
+                        return -ENAMETOOLONG;
+                return 0;
+        }
+        if (geteuid() == 0) {
+                shoal_strlcpy(out, "/var/log/shoal.log", outlen);
+                return 0;
+        }
+        const char *home = shoal_config_env()->home;
+        if (!home || !*home)
+                return -ENOENT;
+        if (snprintf(out, outlen, "%s/.shoal", home) >= (int)outlen)
+                return -ENAMETOOLONG;
+        if (mkdir(out, 0700) && errno != EEXIST)
+                return -errno;
+        if (snprintf(out, outlen, "%s/.shoal/shoal.log", home) >= (int)outlen)
+                return -ENAMETOOLONG;
+        return 0;
+}
+
+/* The parent's side: the child's verdict on the pipe R, then exit with it. */
+static void __attribute__((noreturn)) parent_wait(const char *cmd, pid_t pid, int r)
+{
+        char buf[1024];
+        size_t total = 0;
+        for (;;) {
+                ssize_t n = read(r, buf + total, sizeof(buf) - 1 - total);
+                if (n > 0)
+                        total += (size_t)n;
+                else if (n == 0 || errno != EINTR || total == sizeof(buf) - 1)
+                        break;
+        }
+        buf[total] = '\0';
+        if (total > 0 && buf[0] == 'R')
+                _exit(0);
+        int st = 0;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+                ;
+        if (total > 1) {
+                fprintf(stderr, "%s\n", buf + 1);
+                _exit(buf[0] == '2' ? 2 : 1);
+        }
+        if (WIFSIGNALED(st))
+                fprintf(stderr,
+                        "shoal %s: the background process was killed by signal %d during "
+                        "start-up (see its log)\n",
+                        cmd, WTERMSIG(st));
+        else
+                fprintf(stderr,
+                        "shoal %s: the background process exited with %d during start-up "
+                        "(see its log)\n",
+                        cmd, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        _exit(WIFEXITED(st) && WEXITSTATUS(st) ? WEXITSTATUS(st) : 1);
+}
+
+int shoal_daemon_start(const char *cmd, const char *log_path)
 {
         int p[2];
         if (pipe2(p, O_CLOEXEC))
                 return -errno;
+        fflush(NULL);
         pid_t pid = fork();
-        if (pid < 0)
-                return -errno;
-        if (pid > 0) {
-                /* Parent: wait for the child's verdict, then exit with it. */
+        if (pid < 0) {
+                int e = errno;
+                close(p[0]);
                 close(p[1]);
-                char buf[1024];
-                ssize_t n, total = 0;
-                while ((n = read(p[0], buf + total, sizeof(buf) - 1 - (size_t)total)) > 0)
-                        total += n;
-                buf[total > 0 ? total : 0] = '\0';
-                if (total > 0 && buf[0] == 'R')
-                        _exit(0);
-                if (total > 1)
-                        fprintf(stderr, "%s\n", buf + 1);
-                int st = 0;
-                waitpid(pid, &st, 0);
-                _exit(total > 0 && buf[0] == '2' ? 2 : 1);
+                return -e;
+        }
+        if (pid > 0) {
+                close(p[1]);
+                fprintf(stderr, "shoal %s: running in the background, logging to %s\n", cmd,
+                        log_path);
+                parent_wait(cmd, pid, p[0]);
         }
         close(p[0]);
         ready_fd = p[1];
@@ -46,20 +104,23 @@ void shoal_daemon_ready(void)
 {
         if (ready_fd < 0)
                 return;
-        ssize_t n = write(ready_fd, "R", 1);
-        (void)n;
-        close(ready_fd);
-        ready_fd = -1;
+        /* Let go of the caller's stdio first: once the parent has exited, whoever waits on its
+         * output (a pipe, a CI job) must see it end. */
         int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (fd >= 0) {
                 dup2(fd, STDIN_FILENO);
                 dup2(fd, STDOUT_FILENO);
-                /* stderr stays where logs go unless --log-file moved them */
+                /* stderr (libraries, sanitizers) goes where the log goes */
+                dup2(shoal_log_fd() != STDERR_FILENO ? shoal_log_fd() : fd, STDERR_FILENO);
                 close(fd);
         }
+        ssize_t n = write(ready_fd, "R", 1);
+        (void)n;
+        close(ready_fd);
+        ready_fd = -1;
 }
 
-void shoal_daemon_fail(int code, const char *msg)
+static void daemon_fail(int code, const char *msg)
 {
         if (ready_fd < 0)
                 return;
@@ -94,9 +155,10 @@ int shoal_daemon_report(const char *cmd, const char *err, int code)
 {
         char line[1200];
         snprintf(line, sizeof(line), "shoal %s: %s", cmd, err);
-        if (shoal_daemon_active())
-                shoal_daemon_fail(code, line);
-        else
+        if (shoal_daemon_active()) {
+                log_error(cmd, "%s", err); /* the log says why too */
+                daemon_fail(code, line);
+        } else
                 fprintf(stderr, "%s\n", line);
         return code;
 }

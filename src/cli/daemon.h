@@ -1,18 +1,28 @@
-/* -d: run in the background once ready. The parent stays until the child reports that it is
- * serving (exit 0) or that it failed (its one-line error, and its exit code). */
+/* -d: run in the background once ready, detached from the caller. The parent stays until the
+ * child reports that it is serving (exit 0) or that it failed (its one-line error, and its exit
+ * code); the child runs in a new session and, once ready, has stdin and stdout on /dev/null and
+ * stderr on its log file, so that nothing of the caller's (a terminal, a pipe a script reads)
+ * stays open in it. */
 #ifndef SHOAL_CLI_DAEMON_H
 #define SHOAL_CLI_DAEMON_H
 
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
 
-/* Forks; returns 0 in the child (the parent exits when the child reports). Call before any
- * thread starts. */
-int shoal_daemon_start(void);
-/* The child is ready: the parent exits 0. */
+/* The log file of a background process: FLAG (--log-file) when given, else /var/log/shoal.log
+ * as root and ~/.shoal/shoal.log otherwise (creating ~/.shoal). Writes it into OUT. Returns 0 or
+ * -errno (the folder cannot be made, the path is too long). */
+int shoal_daemon_log_path(const char *flag, char *out, size_t outlen);
+
+/* Forks; returns 0 in the child, or -errno when fork fails. The parent prints "shoal CMD:
+ * running in the background, logging to LOG_PATH" on stderr, waits for the child's verdict and
+ * exits with it (0 once ready; the child's error line and code; 1 when the child died without
+ * one). Call before any thread starts. */
+int shoal_daemon_start(const char *cmd, const char *log_path);
+/* The child is ready: the parent exits 0, and the child lets go of the caller's stdio (see
+ * above). A no-op in the foreground. */
 void shoal_daemon_ready(void);
-/* The child failed with CODE and MSG: the parent prints MSG and exits CODE. */
-void shoal_daemon_fail(int code, const char *msg);
 bool shoal_daemon_active(void);
 
 /* Blocks SIGINT, SIGTERM and SIGHUP in the calling thread and writes that set into SET

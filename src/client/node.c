@@ -19,6 +19,28 @@
 #include "rpc/server.h"
 #include "store/store.h"
 
+int shoal_node_check_rdma(const char *network, const char *provider, char (*ifs)[32], char *err,
+                          size_t errlen)
+{
+        int n = shoal_fab_parse_ifaces(network, ifs);
+        if (n < 0) {
+                snprintf(err, errlen,
+                         "invalid --rdma-network %s: expected IF1[:IF2...] (at most %d)", network,
+                         SHOAL_FAB_MAX_IFACES);
+                return -EINVAL;
+        }
+        /* Open and close each interface on the provider: that resolves its IPv4 and asks the
+         * provider for a domain on it, which is every check that needs no peer. */
+        for (int i = 0; i < n; i++) {
+                struct shoal_fab f;
+                int rc = shoal_fab_open(&f, shoal_fab_provider(provider), ifs[i], err, errlen);
+                shoal_fab_close(&f);
+                if (rc)
+                        return rc < 0 ? rc : -ENODEV;
+        }
+        return n;
+}
+
 /* [S1] on every transport, before anything starts: without a group secret a member listens on
  * loopback only, for the TCP pool and IORPC (IP) and for RDMA (each interface's address). The
  * servers check again themselves. Returns 0 or -EPERM with one line in ERR. */
@@ -91,7 +113,8 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
                 }
         }
 
-        /* [M3]: with --rdma-network every interface must come up, or the node does not start;
+        /* [M3]: with --rdma-network every interface must come up on the provider, with or
+         * without a group, or the node does not start (a configuration problem: exit 2);
          * without it, no libfabric at all. */
         char rdma_if[SHOAL_FAB_MAX_IFACES][32];
         int n_rdma_if = 0;
@@ -105,7 +128,13 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
                         goto out_free;
                 }
         }
+        /* The listen rule first: it needs no libfabric. */
         if (sharing && check_listen_rule(cfg, ip, rdma_if, n_rdma_if, err, errlen)) {
+                *exit_code = 2;
+                goto out_free;
+        }
+        if (n_rdma_if > 0 && shoal_node_check_rdma(cfg->rdma_network, cfg->rdma_provider, rdma_if,
+                                                   err, errlen) < 0) {
                 *exit_code = 2;
                 goto out_free;
         }
@@ -250,6 +279,10 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
                         shoal_server_addrs(n->server, me->tcp_addr, me->iorpc_addr);
                 if (n->rdma_server)
                         me->n_rdma = shoal_rdma_server_addrs(n->rdma_server, me->rdma_addr);
+                /* shoal bench reads the members' CPU there */
+                if (n->metrics)
+                        shoal_strlcpy(me->metrics_addr, shoal_metrics_http_addr(n->metrics),
+                                      sizeof(me->metrics_addr));
                 struct shoal_cache_usage u;
                 shoal_cache_usage(n->cache, &u);
                 me->cache_bytes = u.bytes;

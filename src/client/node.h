@@ -61,6 +61,14 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
                                     int *exit_code);
 void shoal_node_stop(struct shoal_node *n);
 
+/* Checks --rdma-network NETWORK on PROVIDER (NULL: $FI_PROVIDER, else verbs) at start-up [M3]:
+ * splits it into IFS (SHOAL_FAB_MAX_IFACES entries) and opens each interface on the provider (the
+ * interface exists, has an IPv4 address, and the provider offers a domain on it), then closes it
+ * again. Returns the number of interfaces, or a negative errno with one line in ERR naming the
+ * interface. */
+int shoal_node_check_rdma(const char *network, const char *provider, char (*ifs)[32], char *err,
+                          size_t errlen);
+
 /* Reads the whole block INDEX of OBJ from its owner in the group into BUF (block-size bytes), as
  * a client would; the owner fills it from the store on a miss. Returns 0, -EHOSTUNREACH when the
  * group has no provider, or the transport's error. */

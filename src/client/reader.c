@@ -9,6 +9,7 @@
 
 #include "cache/cache.h"
 #include "common/bufpool.h"
+#include "common/forkgate.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "group/group.h"
@@ -381,8 +382,14 @@ static void *prefetch_main(void *arg)
                 if (!mb)
                         continue;
                 pthread_mutex_unlock(&r->mu);
-                if (!ensure_range(r, mb, obj, index, 0, len, true))
-                        shoal_metric_inc(SHOAL_M_readahead_blocks);
+                /* Store calls hold process-wide locks (libcurl, OpenSSL): not across a fork of a
+                 * library user. Readahead is a hint, so a pending fork just drops it. */
+                bool taken;
+                if (shoal_fork_gate_tryenter(&taken)) {
+                        if (!ensure_range(r, mb, obj, index, 0, len, true))
+                                shoal_metric_inc(SHOAL_M_readahead_blocks);
+                        shoal_fork_gate_exit(taken);
+                }
                 pthread_mutex_lock(&r->mu);
                 mblock_put_locked(r, mb);
         }
@@ -471,6 +478,16 @@ void shoal_reader_destroy(struct shoal_reader *r)
         free(r->blocks);
         free(r->hash);
         free(r);
+}
+
+int shoal_reader_prefetch(struct shoal_reader *r, const struct shoal_object *obj, uint32_t index)
+{
+        if (!r->nthreads)
+                return -EOPNOTSUPP;
+        if (index >= shoal_block_count(obj->size, r->cfg.vol->block_size))
+                return -EINVAL;
+        prefetch_enqueue(r, obj, index);
+        return 0;
 }
 
 void shoal_reader_set_group(struct shoal_reader *r, struct shoal_group *g)

@@ -52,6 +52,11 @@ void shoal_reader_destroy(struct shoal_reader *r);
 long shoal_reader_read(struct shoal_reader *r, const struct shoal_object *obj, uint64_t off,
                        size_t len, void *dst, struct shoal_stream *s);
 
+/* Asks the readahead workers to fetch block INDEX of OBJ in the background (a hint: dropped when
+ * the queue is full, no spare buffer is free, or the block is already held). Returns 0, -EINVAL
+ * past the end of OBJ, or -EOPNOTSUPP when the reader has no readahead workers. */
+int shoal_reader_prefetch(struct shoal_reader *r, const struct shoal_object *obj, uint32_t index);
+
 /* A piece of a block held in memory for the caller (no copy). */
 struct shoal_read_pin {
         const char *data;

@@ -31,6 +31,11 @@ int shoal_log_open(const char *path)
         return 0;
 }
 
+int shoal_log_fd(void)
+{
+        return log_fd;
+}
+
 int shoal_log_parse_level(const char *s)
 {
         static const char *const names[] = {"error", "warn", "info", "debug", "trace"};

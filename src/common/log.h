@@ -18,6 +18,8 @@ extern int shoal_log_level_cur;
 
 /* Opens PATH (append) as the log destination, or stderr when PATH is NULL. Returns 0 or -errno. */
 int shoal_log_open(const char *path);
+/* The descriptor logs go to (STDERR_FILENO unless shoal_log_open opened a file). */
+int shoal_log_fd(void);
 /* Parses "error|warn|info|debug|trace" (or 0..4); returns the level or -1. */
 int shoal_log_parse_level(const char *s);
 void shoal_log_set_level(int level);

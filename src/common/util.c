@@ -157,6 +157,51 @@ void shoal_format_bytes(uint64_t bytes, char *out, size_t outlen)
                 snprintf(out, outlen, "%.1f %s", v, units[u]);
 }
 
+/* Appends "%u" UNIT when V is non-zero. */
+static size_t dur_part(char *out, size_t outlen, size_t at, uint64_t v, const char *unit)
+{
+        if (!v || at >= outlen)
+                return at;
+        int n = snprintf(out + at, outlen - at, "%llu%s", (unsigned long long)v, unit);
+        return n < 0 ? at : at + (size_t)n;
+}
+
+void shoal_format_duration(uint64_t ns, char *out, size_t outlen)
+{
+        if (!outlen)
+                return;
+        if (ns < 1000) {
+                snprintf(out, outlen, "%lluns", (unsigned long long)ns);
+                return;
+        }
+        if (ns < 1000000) {
+                snprintf(out, outlen, "%.3gus", (double)ns / 1e3);
+                return;
+        }
+        if (ns < 1000000000) {
+                snprintf(out, outlen, "%.3gms", (double)ns / 1e6);
+                return;
+        }
+        uint64_t ms = ns / 1000000, s = ms / 1000;
+        size_t at = dur_part(out, outlen, 0, s / 3600, "h");
+        at = dur_part(out, outlen, at, s / 60 % 60, "m");
+        if (at < outlen && ms % 60000) {
+                unsigned sec = (unsigned)(s % 60), frac = (unsigned)(ms % 1000);
+                if (frac)
+                        snprintf(out + at, outlen - at, "%u.%03u", sec, frac);
+                else
+                        snprintf(out + at, outlen - at, "%u", sec);
+                /* trailing zeros of the fraction say nothing */
+                size_t len = strlen(out);
+                while (frac && len && out[len - 1] == '0')
+                        out[--len] = '\0';
+                if (len + 1 < outlen) {
+                        out[len] = 's';
+                        out[len + 1] = '\0';
+                }
+        }
+}
+
 size_t shoal_strlcpy(char *out, const char *src, size_t outlen)
 {
         size_t n = strlen(src);

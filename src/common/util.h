@@ -50,6 +50,10 @@ int shoal_hexval(int c);
 /* Formats BYTES as "4.0 MiB" style text into OUT. */
 void shoal_format_bytes(uint64_t bytes, char *out, size_t outlen);
 
+/* Formats a duration the way shoal_parse_duration reads it: "250us", "1.5ms", "200ms" below one
+ * second (never "0s"), then "1.5s", "5m", "1h30m", "2m3.25s" (millisecond precision). */
+void shoal_format_duration(uint64_t ns, char *out, size_t outlen);
+
 /* Copies at most OUTLEN-1 bytes and always terminates; returns strlen(src). */
 size_t shoal_strlcpy(char *out, const char *src, size_t outlen);
 

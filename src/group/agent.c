@@ -20,6 +20,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/config.h"
+#include "common/forkgate.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -312,7 +314,13 @@ static void *agent_main(void *arg)
                         continue;
                 }
                 pthread_mutex_unlock(&g->lock);
-                tick(g);
+                /* The registry (SQLite) holds process-wide locks: not across a fork of a library
+                 * user. A pending fork skips this beat; the next one follows a beat later. */
+                bool taken;
+                if (shoal_fork_gate_tryenter(&taken)) {
+                        tick(g);
+                        shoal_fork_gate_exit(taken);
+                }
                 pthread_mutex_lock(&g->lock);
                 /* Keep the cadence, but after a slow registry call do not fire a burst. */
                 next += g->heartbeat_ns;
@@ -400,12 +408,14 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
                          SHOAL_MEMBER_ID_LEN);
                 goto out_free;
         }
-        g->heartbeat_ns = shoal_group_env_duration(
-                "SHOAL_GROUP_HEARTBEAT",
-                cfg->heartbeat_ns ? cfg->heartbeat_ns : SHOAL_GROUP_HEARTBEAT_DEFAULT);
-        g->timeout_ns = shoal_group_env_duration("SHOAL_GROUP_TIMEOUT",
-                                                 cfg->timeout_ns ? cfg->timeout_ns
-                                                                 : SHOAL_GROUP_TIMEOUT_DEFAULT);
+        /* The environment (tests, operators) wins over the caller's values. */
+        const struct shoal_env *env = shoal_config_env();
+        g->heartbeat_ns = env->group_heartbeat_ns ? env->group_heartbeat_ns
+                          : cfg->heartbeat_ns     ? cfg->heartbeat_ns
+                                                  : SHOAL_GROUP_HEARTBEAT_DEFAULT;
+        g->timeout_ns = env->group_timeout_ns ? env->group_timeout_ns
+                        : cfg->timeout_ns     ? cfg->timeout_ns
+                                              : SHOAL_GROUP_TIMEOUT_DEFAULT;
         if (g->timeout_ns < 2 * g->heartbeat_ns)
                 log_warn("group",
                          "group timeout %" PRIu64 " ms is less than two heartbeats (%" PRIu64
@@ -514,8 +524,9 @@ const char *shoal_group_self_id(const struct shoal_group *g)
 int shoal_group_list_once(const char *meta_url, const char *group, uint64_t wait_ns,
                           struct shoal_member **out, size_t *n, char *err, size_t errlen)
 {
-        uint64_t timeout_ns =
-                shoal_group_env_duration("SHOAL_GROUP_TIMEOUT", SHOAL_GROUP_TIMEOUT_DEFAULT);
+        uint64_t timeout_ns = shoal_config_env()->group_timeout_ns
+                                      ? shoal_config_env()->group_timeout_ns
+                                      : SHOAL_GROUP_TIMEOUT_DEFAULT;
         struct shoal_member *first = NULL, *second = NULL;
         size_t n1 = 0, n2 = 0;
         int ret;

@@ -45,6 +45,8 @@ struct shoal_member {
         uint64_t beat;           /* heartbeat counter, bumped by the member */
         int64_t updated_ms;      /* wall clock of the last heartbeat (first-sight staleness) */
         int64_t started_ms;      /* wall clock of join */
+        char metrics_addr[SHOAL_ADDR_LEN]; /* metrics endpoint "ip:port"; empty when none (or
+                                            * written by a version without it) */
         /* filled by the reader, not stored */
         bool alive;
         uint64_t age_ms; /* since the reader last saw the counter move */

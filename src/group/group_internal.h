@@ -65,10 +65,6 @@ const char *shoal_group_printable(const char *s, size_t len, char *out, size_t o
 /* A fast, well-mixed 64-bit hash (not cryptographic). SEED chains several inputs. */
 uint64_t shoal_group_hash64(const void *data, size_t len, uint64_t seed);
 
-/* Duration from environment variable NAME when set and valid (logs and ignores a bad value),
- * else DEF. */
-uint64_t shoal_group_env_duration(const char *name, uint64_t def);
-
 #define SHOAL_GROUP_HEARTBEAT_DEFAULT (1000000000ULL)
 #define SHOAL_GROUP_TIMEOUT_DEFAULT   (5000000000ULL)
 

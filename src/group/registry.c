@@ -22,9 +22,10 @@
 #include "common/log.h"
 #include "common/util.h"
 
-#define RECORD_TAG     "m1"
-#define RECORD_FIELDS  19
-#define LIST_INITIAL_N 16
+#define RECORD_TAG        "m1"
+#define RECORD_FIELDS     19 /* a record has at least these ... */
+#define RECORD_FIELDS_MAX 20 /* ... and these are read (later fields: a later version's) */
+#define LIST_INITIAL_N    16
 
 bool shoal_member_id_valid(const char *id, size_t len)
 {
@@ -178,21 +179,6 @@ int shoal_registry_list(struct shoal_registry *r, struct shoal_member **out, siz
         return 0;
 }
 
-uint64_t shoal_group_env_duration(const char *name, uint64_t def)
-{
-        const char *s = getenv(name);
-        uint64_t ns;
-
-        if (!s || !*s)
-                return def;
-        if (shoal_parse_duration(s, &ns) < 0 || ns == 0) {
-                log_warn("group", "ignoring %s=\"%.64s\": not a positive duration like 3s", name,
-                         s);
-                return def;
-        }
-        return ns;
-}
-
 /* ---- record codec ---- */
 
 struct outbuf {
@@ -284,6 +270,8 @@ int shoal_member_encode(const struct shoal_member *m, char *out, size_t outlen)
         out_u64(&o, m->beat);
         out_i64(&o, m->updated_ms);
         out_i64(&o, m->started_ms);
+        if (!out_str(&o, m->metrics_addr, sizeof(m->metrics_addr)))
+                return -EINVAL;
         if (o.overflow)
                 return -EINVAL;
         return (int)o.len;
@@ -357,14 +345,14 @@ static int dec_i64(const char *s, size_t len, int64_t *out)
 
 int shoal_member_decode(const char *rec, size_t len, struct shoal_member *m)
 {
-        const char *f[RECORD_FIELDS];
-        size_t fl[RECORD_FIELDS];
+        const char *f[RECORD_FIELDS_MAX];
+        size_t fl[RECORD_FIELDS_MAX];
         size_t nf = 0, start = 0;
         uint64_t v;
 
         if (len == 0 || len > SHOAL_RECORD_MAX)
                 return -EINVAL;
-        for (size_t i = 0; i <= len && nf < RECORD_FIELDS; i++) {
+        for (size_t i = 0; i <= len && nf < RECORD_FIELDS_MAX; i++) {
                 if (i == len || rec[i] == '|') {
                         f[nf] = rec + start;
                         fl[nf] = i - start;
@@ -409,6 +397,8 @@ int shoal_member_decode(const char *rec, size_t len, struct shoal_member *m)
             dec_u64(f[16], fl[16], UINT64_MAX, &m->beat) < 0 ||
             dec_i64(f[17], fl[17], &m->updated_ms) < 0 ||
             dec_i64(f[18], fl[18], &m->started_ms) < 0)
+                return -EINVAL;
+        if (nf > 19 && dec_str(f[19], fl[19], m->metrics_addr, sizeof(m->metrics_addr)) < 0)
                 return -EINVAL;
         return 0;
 }

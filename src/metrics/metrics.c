@@ -276,6 +276,19 @@ static void snap_add_slab(struct shoal_metrics_snap *snap, const struct slab *s)
         }
 }
 
+void shoal_metrics_fork_prepare(void)
+{
+        pthread_mutex_lock(&slab_lock);
+}
+
+void shoal_metrics_fork_done(bool child)
+{
+        if (child)
+                pthread_mutex_init(&slab_lock, NULL); /* its owner is not in the child */
+        else
+                pthread_mutex_unlock(&slab_lock);
+}
+
 int shoal_metrics_snap_take(struct shoal_metrics_snap *snap)
 {
         memset(snap, 0, sizeof(*snap));

@@ -149,6 +149,12 @@ struct shoal_metrics_snap {
         struct shoal_hist_snap *hists;     /* SHOAL_M__COUNT entries; only HIST ids filled */
 };
 
+/* Take and release the lock of the per-thread counter registry around fork() (libshoal's
+ * pthread_atfork handlers; done in both parent and child), so that a child never inherits it held
+ * by a thread that does not exist there. */
+void shoal_metrics_fork_prepare(void);
+void shoal_metrics_fork_done(bool child);
+
 /* Allocates and fills SNAP (free with shoal_metrics_snap_free). Returns 0 or -ENOMEM. */
 int shoal_metrics_snap_take(struct shoal_metrics_snap *snap);
 void shoal_metrics_snap_free(struct shoal_metrics_snap *snap);

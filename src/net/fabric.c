@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "net/iface.h"
@@ -25,8 +26,8 @@ const char *shoal_fab_provider(const char *flag)
 {
         if (flag && *flag)
                 return flag;
-        const char *env = getenv("FI_PROVIDER");
-        return env && *env ? env : "verbs";
+        const char *env = shoal_config_env()->fi_provider;
+        return env ? env : "verbs";
 }
 
 int shoal_fab_parse_ifaces(const char *list, char names[SHOAL_FAB_MAX_IFACES][32])
@@ -97,7 +98,7 @@ static _Atomic size_t pinned_bytes;
  * nothing, so it is turned off, overriding the environment. */
 static void set_env(void)
 {
-        const char *v = getenv("FI_MR_CACHE_MAX_COUNT");
+        const char *v = shoal_config_env()->fi_mr_cache_max_count;
         if (v && strcmp(v, "0"))
                 log_warn("rdma",
                          "FI_MR_CACHE_MAX_COUNT=%s ignored: the MR cache widens the "
@@ -330,7 +331,7 @@ static const char *by_str(enum shoal_fab_pick_by by)
  * registrations of allocated memory only, as hardware providers do; tcp and sockets do not. */
 static bool pins_memory(const struct shoal_fab *f)
 {
-        return (f->mr_mode & FI_MR_ALLOCATED) && !getenv("FI_VERBS_USE_ODP");
+        return (f->mr_mode & FI_MR_ALLOCATED) && !shoal_config_env()->fi_verbs_use_odp;
 }
 
 struct fi_info *shoal_fab_hints(const char *provider)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
@@ -41,15 +42,6 @@ struct shoal_remote {
         unsigned nmembers;
 };
 
-static uint64_t env_duration(const char *name, uint64_t dflt)
-{
-        const char *v = getenv(name);
-        uint64_t ns;
-        if (v && !shoal_parse_duration(v, &ns) && ns)
-                return ns;
-        return dflt;
-}
-
 struct shoal_remote *shoal_remote_create(const struct shoal_remote_config *cfg)
 {
         struct shoal_remote *rm = calloc(1, sizeof(*rm));
@@ -58,10 +50,13 @@ struct shoal_remote *shoal_remote_create(const struct shoal_remote_config *cfg)
         rm->cfg = *cfg;
         if (!rm->cfg.timeout_ns)
                 rm->cfg.timeout_ns = 10ULL * 1000000000ULL;
-        rm->cfg.timeout_ns = env_duration("SHOAL_REMOTE_TIMEOUT", rm->cfg.timeout_ns);
+        const struct shoal_env *env = shoal_config_env();
+        if (env->remote_timeout_ns)
+                rm->cfg.timeout_ns = env->remote_timeout_ns;
         if (!rm->cfg.avoid_ns)
                 rm->cfg.avoid_ns = 10ULL * 1000000000ULL;
-        rm->cfg.avoid_ns = env_duration("SHOAL_AVOID_DURATION", rm->cfg.avoid_ns);
+        if (env->avoid_ns)
+                rm->cfg.avoid_ns = env->avoid_ns;
         rm->members = calloc(MAX_MEMBERS, sizeof(*rm->members));
         rm->pool = shoal_pool_create(&cfg->secret, cfg->idle_per_peer);
         if (cfg->use_iorpc || cfg->rdma) {

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
@@ -580,10 +581,8 @@ struct shoal_iorpc *shoal_iorpc_create(const struct shoal_iorpc_config *cfg)
         cl->cfg = *cfg;
         if (!cl->cfg.grow_period_ns)
                 cl->cfg.grow_period_ns = 1000000000ULL;
-        const char *env = getenv("SHOAL_IORPC_SCALE_PERIOD");
-        uint64_t ns;
-        if (env && !shoal_parse_duration(env, &ns) && ns)
-                cl->cfg.grow_period_ns = ns;
+        if (shoal_config_env()->iorpc_scale_period_ns)
+                cl->cfg.grow_period_ns = shoal_config_env()->iorpc_scale_period_ns;
         if (!cl->cfg.shrink_period_ns)
                 cl->cfg.shrink_period_ns = 60 * cl->cfg.grow_period_ns;
         if (!cl->cfg.grow_bytes_per_s)

@@ -454,9 +454,9 @@ static bool chan_tick(struct shoal_rdma_chan *ch, uint64_t now)
         if (ch->state != SHOAL_RDMA_CHAN_READY) {
                 if (now <= ch->deadline)
                         return true;
-                char why[128];
-                snprintf(why, sizeof(why), "no connection to %s within %llums", ch->addr,
-                         (unsigned long long)(l->cfg.connect_ns / 1000000ULL));
+                char why[128], d[32];
+                shoal_format_duration(l->cfg.connect_ns, d, sizeof(d));
+                snprintf(why, sizeof(why), "no connection to %s within %s", ch->addr, d);
                 chan_failed(ch,
                             ch->state == SHOAL_RDMA_CHAN_CONNECTING ? why : "handshake deadline",
                             now);

@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "common/bufpool.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
@@ -623,12 +624,19 @@ static void peer_fail(struct rc_peer *p, const char *why, uint64_t now)
                 shoal_rdma_link_fail(&p->links[i]->m, now);
         if (was_down || atomic_load(&cl->stop))
                 return;
+        char retry[32];
+        shoal_format_duration(cl->cfg.retry_ns, retry, sizeof(retry));
         shoal_metric_inc(SHOAL_M_rdma_failovers);
-        log_warn("rdma",
-                 "rdma to member %s %s: %s; its reads go over IORPC on TCP, RDMA retried in "
-                 "%llus",
-                 p->id, was_up ? "lost" : "failed", why,
-                 (unsigned long long)(cl->cfg.retry_ns / 1000000000ULL));
+        if (was_up)
+                log_warn("rdma",
+                         "rdma to member %s lost: %s; its reads go over IORPC on TCP, RDMA "
+                         "retried in %s",
+                         p->id, why, retry);
+        else /* the seeds' FAQ line, once per attempt that failed (rate-limited) */
+                log_ratelimited(SHOAL_LOG_WARN, "rdma",
+                                "Cannot establish rpc connection to member %s over RDMA: %s; its "
+                                "reads go over IORPC on TCP, RDMA retried in %s",
+                                p->id, why, retry);
 }
 
 /* Progress thread: a caller's request. */
@@ -870,21 +878,13 @@ int shoal_rdma_client_register(struct shoal_rdma_client *cl, void *base, size_t 
         return record_region(cl, base, len, err, errlen);
 }
 
-static uint64_t env_duration(const char *name, uint64_t dflt)
-{
-        const char *env = getenv(name);
-        uint64_t ns;
-        if (env && !shoal_parse_duration(env, &ns) && ns)
-                return ns;
-        return dflt;
-}
-
 static void link_config(struct shoal_rdma_client *cl)
 {
-        uint64_t period = env_duration("SHOAL_IORPC_SCALE_PERIOD", 1000000000ULL);
+        const struct shoal_env *env = shoal_config_env();
+        uint64_t period = env->iorpc_scale_period_ns ? env->iorpc_scale_period_ns : 1000000000ULL;
         cl->lcfg = (struct shoal_rdma_link_config){
                 .key = &cl->key,
-                .hb_ns = env_duration("SHOAL_RDMA_HEARTBEAT", 1000000000ULL),
+                .hb_ns = env->rdma_heartbeat_ns ? env->rdma_heartbeat_ns : 1000000000ULL,
                 .connect_ns = CONNECT_NS,
                 .wait_ns = WAIT_NS,
                 .max_chans = SHOAL_RDMA_CHANS_MAX,
@@ -912,7 +912,8 @@ struct shoal_rdma_client *shoal_rdma_client_create(const struct shoal_rdma_clien
         pthread_cond_init(&cl->conn_cond, NULL);
         if (!cl->cfg.retry_ns)
                 cl->cfg.retry_ns = 300ULL * 1000000000ULL;
-        cl->cfg.retry_ns = env_duration("IORPC_RDMA_RETRY_DURATION", cl->cfg.retry_ns);
+        if (shoal_config_env()->rdma_retry_ns)
+                cl->cfg.retry_ns = shoal_config_env()->rdma_retry_ns;
         if (shoal_random_bytes(&cl->next_id, sizeof(cl->next_id))) {
                 snprintf(err, errlen, "rdma: no random bytes");
                 goto out_destroy;

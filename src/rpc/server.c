@@ -1061,7 +1061,23 @@ static void *loop_main(void *arg)
         return NULL;
 }
 
-static int bind_listener(const char *ip, uint16_t *port, char *err, size_t errlen)
+/* SO_REUSEPORT lets another process of the same user bind a port we listen on and take half of
+ * its connections: before the first listener on a fixed port (--group-port), a probe without it
+ * must be able to bind there. */
+static int port_free(const struct sockaddr_in *sa)
+{
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        int one = 1, rc = 0;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, (const struct sockaddr *)sa, sizeof(*sa)))
+                rc = -errno;
+        close(fd);
+        return rc;
+}
+
+static int bind_listener(const char *ip, uint16_t *port, bool first, char *err, size_t errlen)
 {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0) {
@@ -1077,8 +1093,10 @@ static int bind_listener(const char *ip, uint16_t *port, char *err, size_t errle
                 close(fd);
                 return -1;
         }
-        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 1024)) {
-                snprintf(err, errlen, "cannot listen on %s:%u: %s", ip, *port, strerror(errno));
+        int rc = first && *port ? port_free(&sa) : 0;
+        if (rc || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 1024)) {
+                snprintf(err, errlen, "cannot listen on %s:%u: %s", ip, *port,
+                         strerror(rc ? -rc : errno));
                 close(fd);
                 return -1;
         }
@@ -1178,13 +1196,13 @@ struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, c
                         goto out_fail;
                 }
                 s->nloops++;
-                int fd = bind_listener(cfg->listen_ip, &pool_port, err, errlen);
+                int fd = bind_listener(cfg->listen_ip, &pool_port, i == 0, err, errlen);
                 if (fd < 0)
                         goto out_fail;
                 lp->lis[0].io.fd = fd;
                 shoal_loop_add(lp->loop, &lp->lis[0].io, EPOLLIN);
                 if (s->iorpc_on) {
-                        fd = bind_listener(cfg->listen_ip, &rpc_port, err, errlen);
+                        fd = bind_listener(cfg->listen_ip, &rpc_port, i == 0, err, errlen);
                         if (fd < 0)
                                 goto out_fail;
                         lp->lis[1].io.fd = fd;

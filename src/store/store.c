@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
@@ -22,32 +23,15 @@ uint64_t shoal_store_deadline_ns(void)
         return call_deadline;
 }
 
-/* Test and operator knobs: SHOAL_STORE_DEADLINE (a duration) and SHOAL_STORE_ATTEMPTS override
- * the defaults, not values the caller set. */
-static int env_overrides(struct shoal_store_config *cfg, char *err, size_t errlen)
+/* Test and operator knobs: SHOAL_STORE_DEADLINE and SHOAL_STORE_ATTEMPTS override the defaults,
+ * not values the caller set. */
+static void env_overrides(struct shoal_store_config *cfg)
 {
-        const char *d = getenv("SHOAL_STORE_DEADLINE");
-        const char *a = getenv("SHOAL_STORE_ATTEMPTS");
-        if (d && *d && !cfg->deadline_ns) {
-                uint64_t ns;
-                if (shoal_parse_duration(d, &ns) || !ns) {
-                        snprintf(err, errlen,
-                                 "invalid SHOAL_STORE_DEADLINE %s: expected a duration like 30s",
-                                 d);
-                        return -EINVAL;
-                }
-                cfg->deadline_ns = ns;
-        }
-        if (a && *a && !cfg->max_attempts) {
-                uint64_t n;
-                if (shoal_parse_u64(a, 1000, &n) || !n) {
-                        snprintf(err, errlen, "invalid SHOAL_STORE_ATTEMPTS %s: expected 1..1000",
-                                 a);
-                        return -EINVAL;
-                }
-                cfg->max_attempts = (unsigned)n;
-        }
-        return 0;
+        const struct shoal_env *env = shoal_config_env();
+        if (env->store_deadline_ns && !cfg->deadline_ns)
+                cfg->deadline_ns = env->store_deadline_ns;
+        if (env->store_attempts && !cfg->max_attempts)
+                cfg->max_attempts = env->store_attempts;
 }
 
 /* A retryable error that outlasted the attempts or the deadline is the end of the road: the
@@ -88,8 +72,7 @@ struct shoal_store *shoal_store_open(const struct shoal_store_config *cfg, char 
                 goto out_free;
         }
         st->cfg = *cfg;
-        if (env_overrides(&st->cfg, err, errlen))
-                goto out_free;
+        env_overrides(&st->cfg);
         if (!st->cfg.max_attempts)
                 st->cfg.max_attempts = 5;
         if (!st->cfg.deadline_ns)

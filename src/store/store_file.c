@@ -185,6 +185,8 @@ static int list_dir(struct list_ctx *c, const char *rel)
                 close(dfd);
                 return -EIO;
         }
+        /* A dup of root_fd shares its offset: the previous listing left it at the end. */
+        rewinddir(d);
         size_t n = 0, cap = 64;
         struct dent *ents = malloc(cap * sizeof(*ents));
         int rc = 0;

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -1043,12 +1044,6 @@ static void s3_close(struct shoal_store *st)
         st->impl = NULL;
 }
 
-static const char *env(const char *name)
-{
-        const char *v = getenv(name);
-        return v && *v ? v : NULL;
-}
-
 /* Bucket names as S3 allows them (with the legacy upper case and '_' some stores accept). */
 static bool bucket_ok(const char *b)
 {
@@ -1165,26 +1160,20 @@ int shoal_store_s3_open(struct shoal_store *st, const char *url, char *err, size
                 }
         }
 
-        const char *region = env("AWS_REGION");
-        if (!region)
-                region = env("AWS_DEFAULT_REGION");
-        if (!region)
-                region = "us-east-1";
-        if (strlen(region) >= sizeof(s->region) || strpbrk(region, ": /")) {
-                snprintf(err, errlen, "invalid AWS_REGION %s", region);
-                goto out_free;
-        }
+        const struct shoal_env *env = shoal_config_env();
+        /* config.c checked the region: at most 63 bytes, no ':', '/' or spaces */
+        const char *region = env->aws_region ? env->aws_region : "us-east-1";
         shoal_strlcpy(s->region, region, sizeof(s->region));
         snprintf(s->sigv4, sizeof(s->sigv4), "aws:amz:%s:s3", s->region);
 
         const char *endpoint =
-                st->cfg.endpoint && *st->cfg.endpoint ? st->cfg.endpoint : env("AWS_ENDPOINT_URL");
+                st->cfg.endpoint && *st->cfg.endpoint ? st->cfg.endpoint : env->aws_endpoint_url;
         if (build_base(s, endpoint, err, errlen))
                 goto out_free;
 
         rc = -ENOMEM;
-        const char *ak = env("AWS_ACCESS_KEY_ID"), *sk = env("AWS_SECRET_ACCESS_KEY");
-        const char *tok = env("AWS_SESSION_TOKEN");
+        const char *ak = env->aws_access_key_id, *sk = env->aws_secret_access_key;
+        const char *tok = env->aws_session_token;
         if (ak && !sk) {
                 snprintf(err, errlen, "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not");
                 rc = -EINVAL;
@@ -1209,30 +1198,10 @@ int shoal_store_s3_open(struct shoal_store *st, const char *url, char *err, size
                          s->bucket);
         }
 
-        const char *ca = env("SHOAL_S3_CA_FILE");
-        if (ca) {
-                struct stat sb;
-                if (stat(ca, &sb) || !S_ISREG(sb.st_mode)) {
-                        snprintf(err, errlen, "SHOAL_S3_CA_FILE %s: not a readable file", ca);
-                        rc = -EINVAL;
-                        goto out_free;
-                }
-                if (!(s->ca_file = strdup(ca)))
-                        goto out_nomem;
-        }
-
-        s->list_max_keys = 1000;
-        const char *mk = env("SHOAL_S3_LIST_MAX_KEYS");
-        if (mk) {
-                uint64_t v;
-                if (shoal_parse_u64(mk, 1000, &v) || !v) {
-                        snprintf(err, errlen, "invalid SHOAL_S3_LIST_MAX_KEYS %s: expected 1..1000",
-                                 mk);
-                        rc = -EINVAL;
-                        goto out_free;
-                }
-                s->list_max_keys = (unsigned)v;
-        }
+        /* config.c checked that it is a readable file */
+        if (env->s3_ca_file && !(s->ca_file = strdup(env->s3_ca_file)))
+                goto out_nomem;
+        s->list_max_keys = env->s3_list_max_keys ? env->s3_list_max_keys : 1000;
 
         s->share = curl_share_init();
         if (!s->share)

@@ -51,7 +51,8 @@ printf '123456789012345\r\n' >"$T/short"
 expect_exit 2 "$SHOAL" cat "$S" s/o0 --group-secret-file "$T/short"
 grep -q "it has 15" "$T/last.err" || fail "short file with CRLF: $(cat "$T/last.err")"
 expect_exit 2 env SHOAL_GROUP_SECRET=123456789012345 "$SHOAL" cat "$S" s/o0
-grep -q "SHOAL_GROUP_SECRET must be 16 to 4096 bytes" "$T/last.err" && one_line || fail "short env: $(cat "$T/last.err")"
+grep -q "invalid SHOAL_GROUP_SECRET: the secret must be 16 to 4096 bytes" "$T/last.err" && one_line ||
+  fail "short env: $(cat "$T/last.err")"
 head -c 4097 /dev/urandom >"$T/big"
 expect_exit 2 "$SHOAL" cat "$S" s/o0 --group-secret-file "$T/big"
 grep -q "at most 4096 bytes" "$T/last.err" && one_line || fail "big file: $(cat "$T/last.err")"

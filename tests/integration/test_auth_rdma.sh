@@ -25,7 +25,7 @@ read_all() { # read_all META GROUP SUMFILE FLAGS... — every object byte-exact 
   : >"$sum"
   for i in $(seq 0 $((N - 1))); do
     "$SHOAL" cat "$S" "d/o$i" --meta "$meta" --cache-group "$group" --no-sharing --cache-size 0 \
-      --rdma-network lo --log-file "$sum.log" --summary "$@" >"$T/out" 2>>"$sum" ||
+      --rdma-network lo --log-file "$sum.log" --log-level info --summary "$@" >"$T/out" 2>>"$sum" ||
       fail "cat d/o$i failed ($*)"
     cmp -s "$T/out" "$STORE/d/o$i" || fail "d/o$i: wrong bytes ($*)"
   done

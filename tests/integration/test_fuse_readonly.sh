@@ -81,7 +81,9 @@ mountpoint -q "$MNT" && fail "still mounted after shoal umount"
 for i in $(seq 1 100); do kill -0 "$dpid" 2>/dev/null || break; sleep 0.1; done
 kill -0 "$dpid" 2>/dev/null && fail "the -d mount process outlived shoal umount"
 grep -q "unmounting" "$T/d.log" || fail "no unmount line in the log"
-grep -q -E 'Sanitizer|runtime error' "$T/d.err" && fail "sanitizer: $(head -n 3 "$T/d.err")"
+# (once ready, a background mount's stderr is its log file)
+cat "$T/d.err" "$T/d.log" | grep -q -E 'Sanitizer|runtime error' &&
+  fail "sanitizer: $(grep -h -m 3 -E 'Sanitizer|runtime error' "$T/d.err" "$T/d.log")"
 
 echo "== fusermount3 -u ends a mount"
 start_mount f "$S" "$MNT"

@@ -16,7 +16,8 @@ read_all() { # read_all META GROUP LOG — every object via IORPC, byte-exact
   local i
   for i in $(seq 0 11); do
     "$SHOAL" cat "$S" "d/o$i" --meta "$1" --cache-group "$2" --no-sharing --cache-size 0 \
-      --use-iorpc --log-file "$3" --summary >"$T/out" 2>>"$T/summary" || fail "read d/o$i failed"
+      --use-iorpc --log-file "$3" --log-level info --summary >"$T/out" 2>>"$T/summary" ||
+      fail "read d/o$i failed"
     cmp -s "$T/out" "$STORE/d/o$i" || fail "d/o$i differs ($2)"
   done
   [ "$(summary_field "object store GETs" "$T/summary")" -eq 0 ] || fail "client went to the store"
@@ -82,6 +83,8 @@ for mode in pagecache splice; do
   echo "== --iorpc-mode $mode"
   restore=""
   if [ "$mode" = splice ] && [ -w /proc/sys/fs/pipe-max-size ]; then
+    exec 9>/tmp/shoal-pipe-max-size.lock # fs.pipe-max-size is global: one test at a time
+    flock 9
     restore=$(cat /proc/sys/fs/pipe-max-size)
     [ "$restore" -ge 8388608 ] || echo 8388608 >/proc/sys/fs/pipe-max-size
   fi
@@ -91,7 +94,10 @@ for mode in pagecache splice; do
   wait_members "$META" "g$mode" 3
   read_all "$META" "g$mode" "$T/client.log"
   read_all "$META" "g$mode" "$T/client.log"
-  [ -n "$restore" ] && echo "$restore" >/proc/sys/fs/pipe-max-size
+  if [ -n "$restore" ]; then
+    echo "$restore" >/proc/sys/fs/pipe-max-size
+    flock -u 9
+  fi
   if [ "$mode" = splice ] && [ -z "$restore" ]; then
     echo "  (not root: splice may have fallen back to dio)"
   else
@@ -102,11 +108,14 @@ done
 
 if [ -w /proc/sys/fs/pipe-max-size ]; then
   echo "== splice with fs.pipe-max-size below 8 MiB falls back to dio"
+  exec 9>/tmp/shoal-pipe-max-size.lock
+  flock 9
   orig=$(cat /proc/sys/fs/pipe-max-size)
   echo 1048576 >/proc/sys/fs/pipe-max-size
   start_member sp "$S" --meta "$META" --cache-group gsp --group-ip 127.0.0.1 --iorpc-mode splice
   wait_members "$META" gsp 1
   echo "$orig" >/proc/sys/fs/pipe-max-size
+  flock -u 9
   grep -q "splice iorpc is disabled since max pipe size is 1048576 or RDMA is enabled, use dio instead" "$T/sp.log" || fail "no splice fallback line"
   grep -q "iorpc: dio," "$T/sp.log" || fail "splice fallback is not dio"
   read_all "$META" gsp "$T/client.log"

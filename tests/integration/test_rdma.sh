@@ -19,7 +19,8 @@ read_all() { # read_all LOG FLAGS... — every object, byte-exact; the summaries
   : >"$log.sum"
   for i in $(seq 0 5); do
     "$SHOAL" cat "$S" "d/o$i" --meta "$META" --cache-group g1 --no-sharing --cache-size 0 \
-      --log-file "$log" --summary "$@" >"$out" 2>>"$log.sum" || fail "read d/o$i failed ($*)"
+      --log-file "$log" --log-level info --summary "$@" >"$out" 2>>"$log.sum" ||
+      fail "read d/o$i failed ($*)"
     cmp -s "$out" "$STORE/d/o$i" || fail "d/o$i differs ($*)"
   done
   [ "$(summary_field "object store GETs" "$log.sum")" -eq 0 ] || fail "client went to the store"
@@ -30,12 +31,12 @@ metric() { # metric ADDR NAME — one counter from a member's metrics endpoint
   awk -v n="$2" '$1 ~ "^"n"({|$)" {print $2; exit}' "$T/m.txt"
 }
 
-echo "== start-up failures exit non-zero with one clear line [M3]"
-expect_exit 1 "$SHOAL" cat "$S" d/o0 --meta "$META" --cache-group g0 --rdma-network nosuch0
+echo "== start-up failures exit 2 with one clear line [M3]"
+expect_exit 2 "$SHOAL" cat "$S" d/o0 --meta "$META" --cache-group g0 --rdma-network nosuch0
 grep -q "rdma-network nosuch0: no such interface" "$T/last.err" || fail "missing interface: $(cat "$T/last.err")"
-expect_exit 1 "$SHOAL" cat "$S" d/o0 --meta "$META" --cache-group g0 --rdma-network lo --rdma-provider nosuch
+expect_exit 2 "$SHOAL" cat "$S" d/o0 --meta "$META" --cache-group g0 --rdma-network lo --rdma-provider nosuch
 grep -q "RDMA provider nosuch cannot start" "$T/last.err" || fail "bad provider: $(cat "$T/last.err")"
-expect_exit 1 env -u FI_PROVIDER "$SHOAL" serve "$S" --cache-dir "$T/x.cache" --meta "$META" \
+expect_exit 2 env -u FI_PROVIDER "$SHOAL" serve "$S" --cache-dir "$T/x.cache" --meta "$META" \
   --cache-group g0 --group-ip 127.0.0.1 --rdma-network lo --rdma-provider verbs
 grep -q "RDMA provider verbs cannot start" "$T/last.err" || fail "verbs without devices: $(cat "$T/last.err")"
 expect_exit 2 "$SHOAL" cat "$S" d/o0 --meta "$META" --cache-group g0 --rdma-network "lo:lo:lo:lo:lo"

@@ -50,7 +50,7 @@ chmod 600 "$T/secret"
 COMMON=(--meta "$META" --cache-group g1 --group-secret-file "$T/secret")
 
 echo "== start-up: an interface without IPv4 ends the start with one line [M3]"
-expect_exit 1 ip netns exec "$NSC" "$SHOAL" cat "$S" d/o0 "${COMMON[@]}" --rdma-network "nx-$SUF"
+expect_exit 2 ip netns exec "$NSC" "$SHOAL" cat "$S" d/o0 "${COMMON[@]}" --rdma-network "nx-$SUF"
 grep -q "rdma-network nx-$SUF: it has no IPv4 address" "$T/last.err" || fail "no-IPv4: $(cat "$T/last.err")"
 
 echo "== a member on two RDMA interfaces, TCP on a third"
@@ -73,7 +73,8 @@ echo "== two interfaces: byte-exact, traffic on both, no request split [M2]"
 for round in 1 2; do
   for i in $(seq 0 7); do
     ip netns exec "$NSC" "$SHOAL" cat "$S" "d/o$i" "${COMMON[@]}" --no-sharing --cache-size 0 \
-      --rdma-network "c1-$SUF:c2-$SUF" --log-file "$T/c.log" --summary >"$T/out" 2>>"$T/c.sum" ||
+      --rdma-network "c1-$SUF:c2-$SUF" --log-file "$T/c.log" --log-level info --summary \
+      >"$T/out" 2>>"$T/c.sum" ||
       fail "read d/o$i failed"
     cmp -s "$T/out" "$STORE/d/o$i" || fail "d/o$i differs"
   done

@@ -1,0 +1,177 @@
+#include "common/config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/secret.h"
+#include "common/util.h"
+
+enum kind {
+        K_DURATION, /* a positive duration: 30s, 500ms, 5m, 1h */
+        K_COUNT,    /* a whole number in [1, max] */
+        K_SECRET,   /* at least 16 bytes */
+        K_FILE,     /* a readable regular file */
+        K_REGION,   /* 1-63 bytes without ':', '/' or spaces (it goes into the SigV4 scope) */
+        K_STRING,   /* anything non-empty */
+};
+
+struct var {
+        const char *name;
+        enum kind kind;
+        size_t off;   /* of the field in struct shoal_env */
+        unsigned max; /* K_COUNT */
+};
+
+#define F(field) offsetof(struct shoal_env, field)
+
+/* Documentation order: docs/operations.md has one row per entry (a unit test checks it), with
+ * what each does and its default. */
+static const struct var vars[] = {
+        {"SHOAL_GROUP_SECRET", K_SECRET, F(group_secret), 0},
+        {"SHOAL_GROUP_HEARTBEAT", K_DURATION, F(group_heartbeat_ns), 0},
+        {"SHOAL_GROUP_TIMEOUT", K_DURATION, F(group_timeout_ns), 0},
+        {"SHOAL_REMOTE_TIMEOUT", K_DURATION, F(remote_timeout_ns), 0},
+        {"SHOAL_AVOID_DURATION", K_DURATION, F(avoid_ns), 0},
+        {"SHOAL_IORPC_SCALE_PERIOD", K_DURATION, F(iorpc_scale_period_ns), 0},
+        {"IORPC_RDMA_RETRY_DURATION", K_DURATION, F(rdma_retry_ns), 0},
+        {"SHOAL_RDMA_HEARTBEAT", K_DURATION, F(rdma_heartbeat_ns), 0},
+        {"FI_PROVIDER", K_STRING, F(fi_provider), 0},
+        {"FI_MR_CACHE_MAX_COUNT", K_STRING, F(fi_mr_cache_max_count), 0},
+        {"FI_VERBS_USE_ODP", K_STRING, F(fi_verbs_use_odp), 0},
+        {"SHOAL_STORE_DEADLINE", K_DURATION, F(store_deadline_ns), 0},
+        {"SHOAL_STORE_ATTEMPTS", K_COUNT, F(store_attempts), 1000},
+        {"SHOAL_S3_LIST_MAX_KEYS", K_COUNT, F(s3_list_max_keys), 1000},
+        {"SHOAL_S3_CA_FILE", K_FILE, F(s3_ca_file), 0},
+        {"AWS_ENDPOINT_URL", K_STRING, F(aws_endpoint_url), 0},
+        {"AWS_REGION", K_REGION, F(aws_region), 0},
+        {"AWS_DEFAULT_REGION", K_REGION, F(aws_region), 0},
+        {"AWS_ACCESS_KEY_ID", K_STRING, F(aws_access_key_id), 0},
+        {"AWS_SECRET_ACCESS_KEY", K_STRING, F(aws_secret_access_key), 0},
+        {"AWS_SESSION_TOKEN", K_STRING, F(aws_session_token), 0},
+        {"HOME", K_STRING, F(home), 0},
+};
+
+static struct shoal_env env_cur;
+static bool env_loaded;
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+static int bad(const struct var *v, const char *val, char *err, size_t errlen, const char *want)
+{
+        snprintf(err, errlen, "invalid %s=%.64s%s: expected %s", v->name, val,
+                 strlen(val) > 64 ? "..." : "", want);
+        return -EINVAL;
+}
+
+static int parse_one(const struct var *v, const char *val, struct shoal_env *env, char *err,
+                     size_t errlen)
+{
+        char *field = (char *)env + v->off;
+        switch (v->kind) {
+        case K_DURATION: {
+                uint64_t ns;
+                if (shoal_parse_duration(val, &ns) || !ns)
+                        return bad(v, val, err, errlen,
+                                   "a positive duration like 500ms, 30s, 5m or 1h");
+                memcpy(field, &ns, sizeof(ns));
+                return 0;
+        }
+        case K_COUNT: {
+                uint64_t n;
+                if (shoal_parse_u64(val, v->max, &n) || !n) {
+                        char want[64];
+                        snprintf(want, sizeof(want), "a whole number from 1 to %u", v->max);
+                        return bad(v, val, err, errlen, want);
+                }
+                unsigned u = (unsigned)n;
+                memcpy(field, &u, sizeof(u));
+                return 0;
+        }
+        case K_SECRET:
+                if (strlen(val) < SHOAL_SECRET_MIN || strlen(val) > SHOAL_SECRET_MAX) {
+                        /* never echo a secret, not even a short one */
+                        snprintf(err, errlen,
+                                 "invalid %s: the secret must be %d to %d bytes (it has %zu)",
+                                 v->name, SHOAL_SECRET_MIN, SHOAL_SECRET_MAX, strlen(val));
+                        return -EINVAL;
+                }
+                env->group_secret_len = strlen(val);
+                break;
+        case K_FILE: {
+                struct stat sb;
+                if (stat(val, &sb) || !S_ISREG(sb.st_mode) || access(val, R_OK))
+                        return bad(v, val, err, errlen, "a readable file");
+                break;
+        }
+        case K_REGION:
+                if (strlen(val) > 63 || strpbrk(val, ":/ \t"))
+                        return bad(v, val, err, errlen,
+                                   "a region name like eu-west-1 (no ':', '/' or spaces)");
+                /* AWS_REGION wins over AWS_DEFAULT_REGION, which comes after it in the table */
+                if (*(const char **)field)
+                        return 0;
+                break;
+        case K_STRING:
+                break;
+        }
+        memcpy(field, &val, sizeof(val));
+        return 0;
+}
+
+int shoal_config_parse(struct shoal_env *env, const char *(*get)(const char *name), char *err,
+                       size_t errlen)
+{
+        memset(env, 0, sizeof(*env));
+        for (size_t i = 0; i < SHOAL_ARRAY_SIZE(vars); i++) {
+                const char *val = get(vars[i].name);
+                if (!val || !*val)
+                        continue;
+                int rc = parse_one(&vars[i], val, env, err, errlen);
+                if (rc)
+                        return rc;
+        }
+        return 0;
+}
+
+static const char *get_env(const char *name)
+{
+        return getenv(name);
+}
+
+int shoal_config_load(char *err, size_t errlen)
+{
+        struct shoal_env e;
+        int rc = shoal_config_parse(&e, get_env, err, errlen);
+        if (rc)
+                return rc;
+        env_cur = e;
+        env_loaded = true;
+        return 0;
+}
+
+static void load_once(void)
+{
+        if (env_loaded)
+                return;
+        char err[256];
+        if (shoal_config_load(err, sizeof(err))) {
+                fprintf(stderr, "shoal: %s\n", err);
+                exit(2);
+        }
+}
+
+const struct shoal_env *shoal_config_env(void)
+{
+        pthread_once(&env_once, load_once);
+        return &env_cur;
+}
+
+const char *shoal_config_var_name(size_t i)
+{
+        return i < SHOAL_ARRAY_SIZE(vars) ? vars[i].name : NULL;
+}

@@ -1,0 +1,218 @@
+"""shoal.Client [P2]: read, readinto and open byte-exact for every object of a file:// and an
+s3:// (s3rver) bucket with awkward keys, read through a 2-member group (the client itself makes
+no store GET; the group makes one per block); 8 Python threads at once; bad settings raise with
+the library's message; a missing key raises FileNotFoundError."""
+import concurrent.futures
+import io
+import os
+import random
+
+import numpy
+import pytest
+
+import shoal
+from conftest import BLOCK, SHOAL, blocks_of, make_tree
+
+MULTI = [("multi/m%d.bin" % i, BLOCK * (i + 2) + 1000 * i) for i in range(4)]
+
+
+def check_object(c, key, data, rnd):
+    size = len(data)
+    st = c.stat(key)
+    assert st.size == size and st.version and st.block_size == BLOCK, (key, st)
+    assert c.read(key) == data, key
+    for _ in range(3):
+        off = rnd.randrange(0, size + 1)
+        length = rnd.randrange(0, 2 * BLOCK)
+        assert c.read(key, off, length) == data[off:off + length], (key, off, length)
+    assert c.read(key, size + 10, 5) == b""
+    # readinto: a bytearray, a memoryview into the middle of a larger buffer, a numpy array.
+    ba = bytearray(size)
+    assert c.readinto(key, 0, ba) == size and ba == data, key
+    big = bytearray(size + 64)
+    assert c.readinto(key, 0, memoryview(big)[32:32 + size]) == size
+    assert big[32:32 + size] == data and big[:32] == bytes(32) and big[32 + size:] == bytes(32)
+    arr = numpy.zeros(size, dtype=numpy.uint8)
+    assert c.readinto(key, 0, arr) == size and arr.tobytes() == data, key
+    if size > 7:
+        tail = numpy.zeros(size, dtype=numpy.uint8)
+        assert c.readinto(key, 7, tail) == size - 7 and tail[:size - 7].tobytes() == data[7:]
+    # open: buffered sequential reads, seeks, readinto, and the raw file.
+    with c.open(key) as f:
+        assert isinstance(f, io.BufferedReader) and f.seekable()
+        got = b""
+        while True:
+            chunk = f.read(rnd.choice([1, 100, 65536, BLOCK + 3]))
+            if not chunk:
+                break
+            got += chunk
+        assert got == data, key
+        if size:
+            pos = rnd.randrange(size)
+            f.seek(pos)
+            assert f.tell() == pos and f.read(1000) == data[pos:pos + 1000]
+            f.seek(-min(size, 10), io.SEEK_END)
+            assert f.read() == data[-min(size, 10):]
+    with c.open(key, buffering=0, advice="sequential") as raw:
+        assert raw.size == size and raw.version == st.version
+        buf = bytearray(BLOCK // 3 + 1)
+        got = bytearray()
+        while True:
+            n = raw.readinto(buf)
+            if not n:
+                break
+            got += buf[:n]
+        assert got == data, key
+        assert raw.readall() == b""
+        raw.seek(0)
+        assert raw.readall() == data
+
+
+def read_everything(c, objs):
+    rnd = random.Random(1)
+    for key in sorted(objs):
+        check_object(c, key, objs[key], rnd)
+    listed = {e.key: e.size for e in c.list("", recursive=True)}
+    assert listed == {k: len(v) for k, v in objs.items()}
+
+
+def group_gets(harness, members):
+    return sum(harness.metrics(m).get("object_get_requests", 0) for m in members)
+
+
+def run_group(harness, storage, objs, client_settings, member_flags=()):
+    meta = "sqlite3://%s/meta.db" % harness.tmp
+    for m in ("a", "b"):
+        harness.member(m, storage, "--meta", meta, "--cache-group", "g", "--block-size", "256K",
+                       *member_flags)
+    harness.wait_members(meta, "g", 2)
+    before = shoal.counter("object_get_requests")
+    with shoal.Client(storage, meta=meta, cache_group="g", block_size="256K",
+                      **client_settings) as c:
+        read_everything(c, objs)
+        # Cold reads went to the owners: one store GET per block in the group, none here.
+        assert shoal.counter("object_get_requests") == before
+        assert group_gets(harness, ["a", "b"]) == blocks_of(objs)
+        # 8 threads at once (ctypes lets go of the GIL inside the library).
+        keys = sorted(objs) * 3
+
+        def one(key):
+            buf = bytearray(len(objs[key]))
+            n = c.readinto(key, 0, buf)
+            return n == len(objs[key]) and buf == objs[key]
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            assert all(ex.map(one, keys))
+        assert group_gets(harness, ["a", "b"]) == blocks_of(objs)
+        for missing in ("no/such/key", "space dir/file with spaces.bin.x"):
+            with pytest.raises(FileNotFoundError, match="no such object"):
+                c.stat(missing)
+            with pytest.raises(FileNotFoundError):
+                c.read(missing)
+            with pytest.raises(FileNotFoundError):
+                c.readinto(missing, 0, bytearray(10))
+            with pytest.raises(FileNotFoundError):
+                c.open(missing)
+
+
+def test_file_store_through_group(harness, tmp_path):
+    root = str(tmp_path / "store")
+    objs = make_tree(root, MULTI)
+    run_group(harness, "file://" + root, objs, {})
+
+
+def test_s3_store_through_group(harness, s3rver, tmp_path):
+    endpoint, bucket, put = s3rver
+    root = str(tmp_path / "store")
+    objs = make_tree(root, MULTI)
+    put(root)
+    run_group(harness, "s3://" + bucket, objs, {"endpoint": endpoint},
+              member_flags=("--endpoint", endpoint))
+
+
+def test_s3_store_without_group(harness, s3rver, tmp_path):
+    endpoint, bucket, put = s3rver
+    root = str(tmp_path / "store")
+    objs = make_tree(root)
+    put(root)
+    before = shoal.counter("object_get_requests")
+    with shoal.Client("s3://" + bucket, endpoint=endpoint, block_size="256K") as c:
+        read_everything(c, objs)
+    assert shoal.counter("object_get_requests") - before == blocks_of(objs)
+
+
+def test_bad_settings_raise_with_the_library_message(tmp_path):
+    storage = "file://" + str(tmp_path)
+    cases = [
+        ({"cache_size": "lots"}, "invalid cache-size lots"),
+        ({"block_size": "3K"}, "invalid block-size 3K"),
+        ({"no_such_setting": 1}, "unknown setting no-such-setting"),
+        ({"cache_group": "bad name!"}, "invalid cache-group bad name!"),
+        ({"use_iorpc": "maybe"}, "invalid use-iorpc maybe"),
+        ({"log_level": "loud"}, "invalid log-level loud"),
+        ({"metrics": "nowhere"}, "invalid metrics nowhere"),
+        ({"secret": b"short"}, "the group secret must be 16"),
+        ({"group_secret_file": str(tmp_path / "missing")}, "cannot read group-secret-file"),
+        ({"rdma_provider": "tcp"}, "rdma-provider needs rdma-network"),
+    ]
+    for settings, msg in cases:
+        with pytest.raises(ValueError, match="^" + __import__("re").escape(msg)):
+            shoal.Client(storage, **settings)
+    with pytest.raises(ValueError, match="storage"):
+        shoal.Client("bogus://x")
+    # [M3]: RDMA that cannot be set up is an error, never a silent fall back to TCP.
+    with pytest.raises(OSError, match="rdma-network no-such-if0: no such interface"):
+        shoal.Client(storage, cache_group="g", meta="sqlite3://%s/m.db" % tmp_path,
+                     rdma_network="no-such-if0")
+    # A runtime failure (the registry cannot be opened) is an OSError with the message.
+    with pytest.raises(OSError) as e:
+        shoal.Client(storage, cache_group="g", meta="sqlite3:///proc/no/such/dir/m.db")
+    assert not isinstance(e.value, ValueError) and "m.db" in str(e.value)
+    with pytest.raises(ValueError, match="closed"):
+        c = shoal.Client(storage)
+        c.close()
+        c.stat("x")
+
+
+def test_open_files_keep_the_client_open(tmp_path):
+    (tmp_path / "k").write_bytes(b"abc")
+    c = shoal.Client("file://" + str(tmp_path))
+    f = c.open("k")
+    with pytest.raises(OSError, match="open files"):
+        c.close()
+    assert f.read() == b"abc"
+    f.close()
+    c.close()
+    assert c.closed
+    assert SHOAL  # the harness found the binary
+    assert os.environ.get("SHOAL_LIBRARY") is None or os.path.exists(
+        os.environ["SHOAL_LIBRARY"])
+
+
+def test_group_secret_as_bytes(harness, tmp_path):
+    """A group with a secret (bytes, a NUL among them): a client given the secret (as bytes or
+    as the members' file) reads from the members; one without it is refused by them and reads
+    the store itself [S1, G5]."""
+    root = str(tmp_path / "store")
+    objs = make_tree(root, MULTI[:2])
+    secret = b"\x00shoal-secret\x01\x02\xff with a NUL"
+    path = tmp_path / "secret"
+    path.write_bytes(secret + b"\n")
+    meta = "sqlite3://%s/meta.db" % harness.tmp
+    for m in ("a", "b"):
+        harness.member(m, "file://" + root, "--meta", meta, "--cache-group", "g",
+                       "--block-size", "256K", "--group-secret-file", str(path))
+    harness.wait_members(meta, "g", 2)
+    common = dict(meta=meta, cache_group="g", block_size="256K")
+    for settings in ({"secret": secret}, {"group_secret_file": str(path)}):
+        before = shoal.counter("object_get_requests")
+        with shoal.Client("file://" + root, **common, **settings) as c:
+            for key, data in objs.items():
+                assert c.read(key) == data, key
+        assert shoal.counter("object_get_requests") == before, settings
+    before = shoal.counter("object_get_requests")
+    fallbacks = shoal.counter("remotecache_fallbacks")
+    with shoal.Client("file://" + root, **common) as c:
+        key = "multi/m1.bin"
+        assert c.read(key) == objs[key]
+    assert shoal.counter("object_get_requests") > before
+    assert shoal.counter("remotecache_fallbacks") > fallbacks

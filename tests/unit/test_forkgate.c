@@ -1,0 +1,153 @@
+/* The fork gate (common/forkgate.h): off until installed; closing waits for every thread inside
+ * and holds new entries off (blocking ones wait, trying ones are refused); a child's reset leaves
+ * an open, empty gate; a real fork through libshoal-style handlers neither deadlocks nor copies
+ * the gate closed. The order of the tests matters: the first runs before the gate is installed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "common/forkgate.h"
+#include "common/util.h"
+
+static void test_off_until_installed(void **state)
+{
+        bool taken = true;
+        assert_false(shoal_fork_gate_enter());
+        assert_true(shoal_fork_gate_tryenter(&taken));
+        assert_false(taken);
+        shoal_fork_gate_exit(false);
+}
+
+struct closer {
+        pthread_t th;
+        bool closed; /* atomic */
+};
+
+static void *close_main(void *arg)
+{
+        struct closer *c = arg;
+        shoal_fork_gate_close();
+        __atomic_store_n(&c->closed, true, __ATOMIC_RELEASE);
+        return NULL;
+}
+
+/* Whether the closer has closed the gate within NS nanoseconds (polled). */
+static bool closed_within(struct closer *c, uint64_t ns)
+{
+        uint64_t end = shoal_now_ns() + ns;
+        while (!__atomic_load_n(&c->closed, __ATOMIC_ACQUIRE)) {
+                if (shoal_now_ns() > end)
+                        return false;
+                shoal_sleep_ns(1000000);
+        }
+        return true;
+}
+
+static void test_close_waits_for_those_inside(void **state)
+{
+        shoal_fork_gate_install();
+        assert_true(shoal_fork_gate_enter());
+        bool taken;
+        assert_true(shoal_fork_gate_tryenter(&taken));
+        assert_true(taken);
+
+        struct closer c = {0};
+        assert_int_equal(pthread_create(&c.th, NULL, close_main, &c), 0);
+        /* Two are inside: the close must not finish. */
+        assert_false(closed_within(&c, 200000000ULL));
+        shoal_fork_gate_exit(true);
+        assert_false(closed_within(&c, 100000000ULL));
+        /* Pending: a try is refused even before the last one leaves. */
+        bool t2 = true;
+        assert_false(shoal_fork_gate_tryenter(&t2));
+        assert_false(t2);
+        shoal_fork_gate_exit(true);
+        assert_true(closed_within(&c, 5000000000ULL));
+        pthread_join(c.th, NULL);
+
+        /* Closed: tries are refused until it opens again. */
+        assert_false(shoal_fork_gate_tryenter(&t2));
+        shoal_fork_gate_open();
+        assert_true(shoal_fork_gate_tryenter(&t2));
+        assert_true(t2);
+        shoal_fork_gate_exit(t2);
+}
+
+static void *enter_main(void *arg)
+{
+        bool *entered = arg;
+        bool t = shoal_fork_gate_enter();
+        __atomic_store_n(entered, true, __ATOMIC_RELEASE);
+        shoal_fork_gate_exit(t);
+        return NULL;
+}
+
+static void test_entries_wait_while_closed(void **state)
+{
+        shoal_fork_gate_close();
+        bool entered = false;
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, enter_main, &entered), 0);
+        shoal_sleep_ns(200000000ULL);
+        assert_false(__atomic_load_n(&entered, __ATOMIC_ACQUIRE));
+        shoal_fork_gate_open();
+        pthread_join(th, NULL);
+        assert_true(entered);
+}
+
+static void before(void)
+{
+        shoal_fork_gate_close();
+}
+
+static void parent(void)
+{
+        shoal_fork_gate_open();
+}
+
+static void child(void)
+{
+        shoal_fork_gate_reset_child();
+}
+
+static void test_fork_with_handlers(void **state)
+{
+        assert_int_equal(pthread_atfork(before, parent, child), 0);
+        for (int i = 0; i < 20; i++) {
+                pid_t pid = fork();
+                assert_true(pid >= 0);
+                if (pid == 0) {
+                        /* The child's gate is open and empty: both kinds of entry work. */
+                        bool t;
+                        bool ok = shoal_fork_gate_tryenter(&t) && t;
+                        shoal_fork_gate_exit(t);
+                        bool e = shoal_fork_gate_enter();
+                        shoal_fork_gate_exit(e);
+                        _exit(ok && e ? 0 : 1);
+                }
+                int st;
+                assert_int_equal(waitpid(pid, &st, 0), pid);
+                assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+                bool t;
+                assert_true(shoal_fork_gate_tryenter(&t));
+                shoal_fork_gate_exit(t);
+        }
+}
+
+int main(void)
+{
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_off_until_installed),
+                cmocka_unit_test(test_close_waits_for_those_inside),
+                cmocka_unit_test(test_entries_wait_while_closed),
+                cmocka_unit_test(test_fork_with_handlers),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
