@@ -532,7 +532,9 @@ int shoal_fab_mr_reg_dom(struct shoal_fab *f, struct fid_domain *dom, void *buf,
                 int rc = shoal_fab_memlock_check(&limits, atomic_load(&pinned_bytes), len, msg,
                                                  sizeof(msg));
                 if (rc) {
-                        log_warn("rdma", "--rdma-network %s: %s", f->ifname, msg);
+                        /* per-request registrations can meet it at any rate */
+                        log_ratelimited(SHOAL_LOG_WARN, "rdma", "--rdma-network %s: %s", f->ifname,
+                                        msg);
                         return rc;
                 }
         }

@@ -96,8 +96,9 @@ struct rc_link {
         struct fid_cq *cq;
         int cq_fd;
         struct rc_q q;
-        char addr[64];         /* the member's listener for this interface */
-        _Atomic unsigned load; /* requests submitted and not back, for the callers' choice */
+        char addr[64];          /* the member's listener for this interface */
+        _Atomic unsigned load;  /* requests submitted and not back, for the callers' choice */
+        _Atomic unsigned ready; /* channels taking requests, as of the last tick */
 };
 
 struct rc_chan {
@@ -794,8 +795,11 @@ static void take_queues(struct shoal_rdma_client *cl, uint64_t now)
 static void tick(struct shoal_rdma_client *cl, uint64_t now)
 {
         for (struct rc_peer *p = atomic_load(&cl->peers); p; p = atomic_load(&p->next))
-                for (unsigned i = 0; i < p->nlinks; i++)
-                        shoal_rdma_link_tick(&p->links[i]->m, now);
+                for (unsigned i = 0; i < p->nlinks; i++) {
+                        struct rc_link *l = p->links[i];
+                        shoal_rdma_link_tick(&l->m, now);
+                        atomic_store(&l->ready, shoal_rdma_link_ready(&l->m));
+                }
         reap(cl, now);
 }
 
@@ -1195,7 +1199,7 @@ unsigned shoal_rdma_channels(struct shoal_rdma_client *cl, const char *member_id
         for (struct rc_peer *p = atomic_load(&cl->peers); p; p = atomic_load(&p->next))
                 if (!strcmp(p->id, member_id) && p->state == P_UP)
                         for (unsigned i = 0; i < p->nlinks; i++)
-                                n += shoal_rdma_link_ready(&p->links[i]->m);
+                                n += atomic_load(&p->links[i]->ready);
         pthread_mutex_unlock(&cl->mu);
         return n;
 }
