@@ -32,7 +32,8 @@ timeout 180 "$SHOAL" bench "$S" --meta "$META" --cache-group g1 "${BS[@]}" --rdm
   fail "bench with 200 threads did not finish cleanly ($?): $(tail -n 3 "$T/hang.out")"
 grep "^result" "$T/hang.out"
 grep -q "^result: .* 0 errors" "$T/hang.out" || fail "reads failed: $(grep '^result' "$T/hang.out")"
-! grep -q "rdma to member" "$T/hang.log" || fail "a failover: $(grep -m 1 'rdma to member' "$T/hang.log")"
+! grep -q -E "rdma to member|Cannot establish rpc connection" "$T/hang.log" ||
+  fail "a failover: $(grep -m 1 -E 'rdma to member|Cannot establish' "$T/hang.log")"
 w1=$(metric rdma_write_ops)
 reqs=$(grep -o "[0-9]* requests" "$T/hang.out" | tail -n 1 | awk '{print $1}')
 echo "  member RDMA writes $((${w1%.*} - ${w0%.*})) for $reqs timed requests (and the warm-up)"
@@ -48,7 +49,8 @@ lastc=$(grep "^idle" "$T/scale.out" | tail -n 1 | grep -o '=[0-9]*$' | tr -d =)
 [ "${maxc:-0}" -ge 2 ] || fail "channels did not grow under load (at most ${maxc:-0})"
 [ "${lastc:-0}" -eq 1 ] || fail "channels did not shrink back to one (${lastc:-none} at the end)"
 grep -q "^result: .* 0 errors" "$T/scale.out" || fail "reads failed under scaling"
-! grep -q "rdma to member" "$T/scale.log" || fail "a failover while scaling"
+! grep -q -E "rdma to member|Cannot establish rpc connection" "$T/scale.log" ||
+  fail "a failover while scaling"
 
 kill -TERM "$PID_a"
 wait_exit "$PID_a"

@@ -87,7 +87,7 @@ while [ "$(date +%s)" -lt "$end" ]; do
     cmp -s "$T/out" "$STORE/d/o$i" || fail "d/o$i differs while reconnecting"
   done
 done
-tries=$(grep -c "rdma to member .* failed: no connection to 127.0.0.1:$(cat "$T/hole.port") within" "$T/m.log" || true)
+tries=$(grep -c "Cannot establish rpc connection to member .* over RDMA: no connection to 127.0.0.1:$(cat "$T/hole.port") within" "$T/m.log" || true)
 scrape "127.0.0.1:$MP" /metrics "$T/m1.txt"
 w1=$(awk '$1 ~ "^rdma_write_ops" {print $2; exit}' "$T/m1.txt")
 echo "  $n reads of 1 MiB, the slowest $max ms; connects to the silent member timed out: $tries; live member's RDMA writes +$((${w1%.*} - ${w0%.*}))"
