@@ -498,8 +498,17 @@ static int request_key(const struct shoal_fab *f, uint64_t *key)
         *key = 0;
         if (f->mr_mode & FI_MR_PROV_KEY)
                 return 0;
-        if (shoal_random_bytes(key, sizeof(*key)))
-                return -EIO; /* no guessable fallback */
+        /* The client registers per request: draw keys from the CSPRNG 64 at a time (one
+         * system call), each used once, never from a predictable generator. */
+        static _Thread_local uint64_t keys[64];
+        static _Thread_local unsigned nkeys;
+        if (!nkeys) {
+                if (shoal_random_bytes(keys, sizeof(keys)))
+                        return -EIO; /* no guessable fallback */
+                nkeys = 64;
+        }
+        *key = keys[--nkeys];
+        keys[nkeys] = 0;
         if (f->key_size < 8)
                 *key &= (1ULL << (8 * f->key_size)) - 1;
         return 0;
