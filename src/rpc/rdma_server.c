@@ -14,8 +14,9 @@
  * PREAUTH_MAX connections per interface and PREAUTH_PER_SOURCE per source address are in that
  * state at once (more are rejected), and they have SHOAL_RDMA_CONN_HS_NS to finish (issue 11).
  *
- * READ answers: the payload is in a buffer of the server's dio pool (registered once per
- * interface, local access only), written with fi_write (no completion) into the requester's
+ * READ answers: the payload is in a buffer of the server's dio pool, or in the reader's block
+ * buffers for a block held in memory (both registered once per interface, local access only),
+ * written with fi_write (no completion) into the requester's
  * buffer, followed by the READ_RESP by fi_send on the same endpoint: send-after-write ordering
  * (FI_ORDER_SAW) means the data is in place when the requester sees the answer, and the send's
  * completion means the write is over.
@@ -97,6 +98,7 @@ struct rs_rail {
         int eq_fd, cq_fd;
         struct rs_q eq_q, cq_q;
         struct fid_mr *dio_mr;
+        struct fid_mr *held_mr;          /* the reader's block buffers, or NULL */
         struct shoal_fab_slots pool_mem; /* pre-authentication buffers, registered once */
         struct shoal_rdma_buf *pool_bufs, *pool_free;
         unsigned pool_nfree;
@@ -112,8 +114,8 @@ struct shoal_rdma_server {
         char member_id[SHOAL_WIRE_MEMBER_ID_MAX + 1];
         struct rs_rail rails[SHOAL_FAB_MAX_IFACES];
         unsigned nrails;
-        void *dio_base;
-        size_t dio_len;
+        void *dio_base, *held_base;
+        size_t dio_len, held_len;
         unsigned conn_budget; /* connections the open-files limit allows, all interfaces */
         unsigned nrails_wanted;
         int epfd, evfd;
@@ -149,8 +151,10 @@ static int op_post_write(void *env, struct shoal_rdma_conn *m, struct shoal_rdma
 {
         struct rs_conn *c = conn_of(m);
         struct rs_rail *r = c->r;
-        return shoal_fab_post_write(c->ep, m->peer, data, len, shoal_fab_desc(&r->fab, r->dio_mr),
-                                    raddr, rkey, &b->wop);
+        const char *p = data, *held = r->rs->held_base;
+        bool in_held = r->held_mr && p >= held && p + len <= held + r->rs->held_len;
+        void *desc = shoal_fab_desc(&r->fab, in_held ? r->held_mr : r->dio_mr);
+        return shoal_fab_post_write(c->ep, m->peer, data, len, desc, raddr, rkey, &b->wop);
 }
 
 static void op_shutdown(void *env, struct shoal_rdma_conn *m)
@@ -640,6 +644,14 @@ static int rail_open(struct shoal_rdma_server *rs, struct rs_rail *r, const char
                          ifname, rs->dio_len, fi_strerror(-rc));
                 return -1;
         }
+        /* Blocks held in memory are written from where they are (no copy into a dio buffer)
+         * when the reader's buffers can be registered too; local access only. */
+        if (rs->held_base &&
+            shoal_fab_mr_reg(&r->fab, rs->held_base, rs->held_len, FI_WRITE, &r->held_mr))
+                log_warn("rdma",
+                         "--rdma-network %s: blocks held in memory are copied before "
+                         "they are written (their buffers could not be registered)",
+                         ifname);
         r->pool_bufs = calloc(PREAUTH_MAX * 4, sizeof(*r->pool_bufs));
         if (!r->pool_bufs || shoal_fab_slots_open(&r->fab, NULL, PREAUTH_MAX * 4, &r->pool_mem)) {
                 snprintf(err, errlen, "--rdma-network %s: cannot register the connection pool",
@@ -719,6 +731,8 @@ static void rail_close(struct rs_rail *r)
         free(r->pool_bufs);
         if (r->dio_mr)
                 shoal_fab_mr_close(&r->fab, r->dio_mr, r->rs->dio_len);
+        if (r->held_mr)
+                shoal_fab_mr_close(&r->fab, r->held_mr, r->rs->held_len);
         shoal_fab_close(&r->fab);
 }
 
@@ -743,6 +757,7 @@ struct shoal_rdma_server *shoal_rdma_server_start(struct shoal_server *srv, cons
                 goto out_stop;
         }
         rs->dio_base = shoal_server_dio_region(srv, &rs->dio_len);
+        rs->held_base = shoal_server_held_region(srv, &rs->held_len);
         rs->epfd = epoll_create1(EPOLL_CLOEXEC);
         rs->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (rs->epfd < 0 || rs->evfd < 0) {
@@ -761,6 +776,11 @@ struct shoal_rdma_server *shoal_rdma_server_start(struct shoal_server *srv, cons
                 if (rail_open(rs, r, provider, ifaces[i], err, errlen))
                         goto out_stop;
         }
+        bool held = rs->held_base && n_if;
+        for (unsigned i = 0; i < n_if; i++)
+                held &= rs->rails[i].held_mr != NULL;
+        if (held)
+                shoal_server_rdma_held_direct(srv);
         if (pthread_create(&rs->thread, NULL, progress_main, rs)) {
                 snprintf(err, errlen, "rdma: cannot start the progress thread");
                 goto out_stop;

@@ -151,6 +151,7 @@ struct shoal_server {
         char tcp_addr[64], iorpc_addr[64];
         char rdma_addr[4][64];
         unsigned n_rdma;
+        _Atomic bool rdma_held_direct; /* the reader's buffers are registered for RDMA writes */
         struct shoal_group *_Atomic group;
         pthread_mutex_t cap_mu;
         unsigned active, active_max;
@@ -1326,7 +1327,13 @@ void shoal_server_stop(struct shoal_server *s)
 static void ext_finish(struct srv_req *r)
 {
         struct shoal_server *s = r->s;
-        if (r->status == SHOAL_ST_OK && r->src != SRC_BUF) {
+        /* A held block whose memory is registered is written from where it is, held until
+         * shoal_server_answer_done: one pass over it (the CRCs) instead of two. */
+        bool direct =
+                r->status == SHOAL_ST_OK && r->src == SRC_HELD && atomic_load(&s->rdma_held_direct);
+        if (direct) {
+                req_build_answer(r);
+        } else if (r->status == SHOAL_ST_OK && r->src != SRC_BUF) {
                 /* RDMA answers hold a buffer only until the write completes, so waiting a little
                  * here does not tie the pool to slow readers as on TCP. */
                 r->buf = shoal_bufpool_get(s->dio, 2ULL * 1000000000ULL);
@@ -1348,13 +1355,13 @@ static void ext_finish(struct srv_req *r)
                         r->src = SRC_BUF;
                 }
         }
-        if (r->status != SHOAL_ST_OK || r->src != SRC_BUF || !r->out_len)
+        if (!direct && (r->status != SHOAL_ST_OK || r->src != SRC_BUF || !r->out_len))
                 req_build_answer(r);
         shoal_metric_observe(SHOAL_M_mount_iorpc_processRespDur, shoal_now_ns() - r->t_start);
         r->ans.frame = r->out;
         r->ans.frame_len = r->out_len;
         r->ans.status = r->status;
-        r->ans.data = r->status == SHOAL_ST_OK ? r->buf : NULL;
+        r->ans.data = r->status != SHOAL_ST_OK ? NULL : direct ? r->hb.data + r->off : r->buf;
         r->ans.len = r->status == SHOAL_ST_OK ? r->len : 0;
         r->ans.ref = r;
         r->ext_fn(r->ext_arg, &r->ans);
@@ -1413,6 +1420,16 @@ void shoal_server_answer_done(struct shoal_server *s, struct shoal_server_answer
 void *shoal_server_dio_region(struct shoal_server *s, size_t *len)
 {
         return shoal_bufpool_base(s->dio, len);
+}
+
+void *shoal_server_held_region(struct shoal_server *s, size_t *len)
+{
+        return shoal_reader_buffers(s->cfg.reader, len);
+}
+
+void shoal_server_rdma_held_direct(struct shoal_server *s)
+{
+        atomic_store(&s->rdma_held_direct, true);
 }
 
 void *shoal_server_dio_get(struct shoal_server *s, uint64_t timeout_ns)
