@@ -159,8 +159,9 @@ def test_bad_settings_raise_with_the_library_message(tmp_path):
             shoal.Client(storage, **settings)
     with pytest.raises(ValueError, match="storage"):
         shoal.Client("bogus://x")
-    # [M3]: RDMA that cannot be set up is an error, never a silent fall back to TCP.
-    with pytest.raises(OSError, match="rdma-network no-such-if0: no such interface"):
+    # [M3]: RDMA that cannot be set up is an error, never a silent fall back to TCP; a missing
+    # interface is a bad setting (exit 2 on the command line), so ValueError.
+    with pytest.raises(ValueError, match="rdma-network no-such-if0: no such interface"):
         shoal.Client(storage, cache_group="g", meta="sqlite3://%s/m.db" % tmp_path,
                      rdma_network="no-such-if0")
     # A runtime failure (the registry cannot be opened) is an OSError with the message.
