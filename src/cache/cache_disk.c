@@ -95,7 +95,8 @@ struct shoal_cache {
         bool enabled; /* size != 0 and at least one dir */
         uint64_t capacity;
         double ratio;
-        uint64_t down_ns; /* how long a failing dir stays out of use */
+        uint64_t down_ns;    /* how long a failing dir stays out of use */
+        uint64_t clock_skew; /* atomic; added to the clock of dir health (tests move time) */
         _Atomic unsigned dirs_down;
         _Atomic uint64_t tmp_seq;
 
@@ -309,6 +310,12 @@ static void evict_locked(struct shoal_cache *c, struct cache_entry *e, struct ca
 
 /* ---- dir health [L5] ---- */
 
+/* The clock dir health runs on: monotonic, moved forward only by shoal_cache_debug_advance. */
+static uint64_t health_now(const struct shoal_cache *c)
+{
+        return shoal_now_ns() + __atomic_load_n(&c->clock_skew, __ATOMIC_RELAXED);
+}
+
 /* A dir out of use comes back (probing) once its time is up. */
 static bool dir_usable_locked(struct shoal_cache *c, struct cache_dir *d, uint64_t now)
 {
@@ -323,7 +330,7 @@ static bool dir_usable_locked(struct shoal_cache *c, struct cache_dir *d, uint64
 static void dir_io_error(struct shoal_cache *c, unsigned di, int err)
 {
         struct cache_dir *d = &c->dirs[di];
-        uint64_t now = shoal_now_ns();
+        uint64_t now = health_now(c);
         bool down = false;
 
         pthread_mutex_lock(&c->lock);
@@ -1056,7 +1063,7 @@ int shoal_cache_open_block(struct shoal_cache *c, const struct shoal_block_id *i
         }
         pthread_mutex_lock(&c->lock);
         e = index_find(c, id);
-        if (!e || !dir_usable_locked(c, &c->dirs[e->dir], shoal_now_ns())) {
+        if (!e || !dir_usable_locked(c, &c->dirs[e->dir], health_now(c))) {
                 pthread_mutex_unlock(&c->lock);
                 ret = -ENOENT;
                 goto out_miss;
@@ -1279,7 +1286,7 @@ int shoal_cache_insert(struct shoal_cache *c, const struct shoal_block_id *id, c
         lru_init(&e->lru);
 
         pthread_mutex_lock(&c->lock);
-        pick = pick_dir_locked(c, id, shoal_now_ns());
+        pick = pick_dir_locked(c, id, health_now(c));
         pthread_mutex_unlock(&c->lock);
         if (pick < 0) {
                 ret = -EIO; /* every dir is out of use: the insert is dropped */
@@ -1413,7 +1420,7 @@ bool shoal_cache_contains(struct shoal_cache *c, const struct shoal_block_id *id
                 return false;
         pthread_mutex_lock(&c->lock);
         struct cache_entry *e = index_find(c, id);
-        found = e && dir_usable_locked(c, &c->dirs[e->dir], shoal_now_ns());
+        found = e && dir_usable_locked(c, &c->dirs[e->dir], health_now(c));
         pthread_mutex_unlock(&c->lock);
         return found;
 }
@@ -1427,7 +1434,7 @@ void shoal_cache_usage(struct shoal_cache *c, struct shoal_cache_usage *u)
         if (!c->enabled)
                 return;
         pthread_mutex_lock(&c->lock);
-        uint64_t now = shoal_now_ns();
+        uint64_t now = health_now(c);
         for (unsigned i = 0; i < c->ndirs; i++)
                 dir_usable_locked(c, &c->dirs[i], now);
         u->blocks = c->count;
@@ -1471,4 +1478,9 @@ void shoal_cache_debug_set_down_ns(struct shoal_cache *c, uint64_t ns)
         pthread_mutex_lock(&c->lock);
         c->down_ns = ns;
         pthread_mutex_unlock(&c->lock);
+}
+
+void shoal_cache_debug_advance(struct shoal_cache *c, uint64_t ns)
+{
+        __atomic_add_fetch(&c->clock_skew, ns, __ATOMIC_RELAXED);
 }

@@ -15,4 +15,8 @@ void shoal_cache_debug_dir_error(struct shoal_cache *c, unsigned dir, int err);
 /* Sets how long a failing dir stays out of use before it is probed again (default 30 s). */
 void shoal_cache_debug_set_down_ns(struct shoal_cache *c, uint64_t ns);
 
+/* Moves the clock that dir health runs on NS forward (for C only), so a test sees a down time
+ * end without waiting for it. */
+void shoal_cache_debug_advance(struct shoal_cache *c, uint64_t ns);
+
 #endif

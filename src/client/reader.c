@@ -619,6 +619,7 @@ int shoal_reader_hold_block(struct shoal_reader *r, const struct shoal_object *o
         shoal_block_id_derive(r->cfg.vol, obj->key, obj->version, index, &id);
         pthread_mutex_lock(&r->mu);
         struct mblock *mb = mblock_get_locked(r, &id, len, true);
+        bool was_valid = mb && range_valid(mb, 0, len);
         pthread_mutex_unlock(&r->mu);
         if (!mb)
                 return -EBUSY;
@@ -629,6 +630,12 @@ int shoal_reader_hold_block(struct shoal_reader *r, const struct shoal_object *o
                 pthread_mutex_unlock(&r->mu);
                 return rc;
         }
+        /* Held in memory but gone from the disk cache (removed as corrupt on a peer's report, or
+         * evicted): write it back, or the owner would serve it from memory only and fetch it
+         * from the store again once the buffer is reused. A fill just inserted it already. */
+        if (was_valid && r->cfg.sharing && r->cfg.cache && shoal_cache_enabled(r->cfg.cache) &&
+            !shoal_cache_contains(r->cfg.cache, &id))
+                shoal_cache_insert(r->cfg.cache, &id, mb->buf, len);
         hb->data = mb->buf;
         hb->len = len;
         hb->id = id;

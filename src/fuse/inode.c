@@ -22,10 +22,16 @@ struct inode {
 struct shoal_itable {
         pthread_mutex_t mu;
         uint64_t ttl_ns;
-        size_t n, nbuckets; /* nbuckets is a power of two */
+        uint64_t (*now_ns)(void); /* the clock TTLs run on (tests inject their own) */
+        size_t n, nbuckets;       /* nbuckets is a power of two */
         struct inode **by_path, **by_ino;
         struct inode *root;
 };
+
+static uint64_t monotonic_ns(void)
+{
+        return shoal_now_ns();
+}
 
 static uint64_t hash_path(const char *p)
 {
@@ -143,6 +149,7 @@ struct shoal_itable *shoal_itable_create(uint64_t ttl_ns)
                 goto out_free;
         pthread_mutex_init(&t->mu, NULL);
         t->ttl_ns = ttl_ns;
+        t->now_ns = monotonic_ns;
         t->root->ino = SHOAL_INO_ROOT;
         t->root->path_hash = hash_path("");
         t->root->attr.is_dir = true;
@@ -223,7 +230,7 @@ int shoal_itable_ref(struct shoal_itable *t, const char *path, const struct shoa
                 e->list = NULL;
         }
         e->attr = *a;
-        e->attr_expiry_ns = shoal_now_ns() + t->ttl_ns;
+        e->attr_expiry_ns = t->now_ns() + t->ttl_ns;
         e->nlookup++;
         *ino = e->ino;
 out:
@@ -255,7 +262,7 @@ int shoal_itable_getattr(struct shoal_itable *t, uint64_t ino, struct shoal_inod
         if (e) {
                 *a = e->attr;
                 /* Folders have no attributes of their own in an object store. */
-                *fresh = e->attr.is_dir || shoal_now_ns() < e->attr_expiry_ns;
+                *fresh = e->attr.is_dir || t->now_ns() < e->attr_expiry_ns;
         } else {
                 rc = -ENOENT;
         }
@@ -269,7 +276,7 @@ void shoal_itable_setattr(struct shoal_itable *t, uint64_t ino, const struct sho
         struct inode *e = find_ino(t, ino);
         if (e && e->attr.is_dir == a->is_dir) {
                 e->attr = *a;
-                e->attr_expiry_ns = shoal_now_ns() + t->ttl_ns;
+                e->attr_expiry_ns = t->now_ns() + t->ttl_ns;
         }
         pthread_mutex_unlock(&t->mu);
 }
@@ -302,7 +309,7 @@ struct shoal_dirlist *shoal_itable_dirlist_get(struct shoal_itable *t, uint64_t 
         struct shoal_dirlist *l = NULL;
         pthread_mutex_lock(&t->mu);
         struct inode *e = find_ino(t, ino);
-        if (e && e->list && shoal_now_ns() < e->list->expiry_ns) {
+        if (e && e->list && t->now_ns() < e->list->expiry_ns) {
                 l = e->list;
                 shoal_dirlist_get(l);
         }
@@ -312,7 +319,7 @@ struct shoal_dirlist *shoal_itable_dirlist_get(struct shoal_itable *t, uint64_t 
 
 void shoal_itable_dirlist_set(struct shoal_itable *t, uint64_t ino, struct shoal_dirlist *l)
 {
-        l->expiry_ns = shoal_now_ns() + t->ttl_ns;
+        l->expiry_ns = t->now_ns() + t->ttl_ns;
         pthread_mutex_lock(&t->mu);
         struct inode *e = find_ino(t, ino);
         if (e && e->attr.is_dir) {
@@ -415,4 +422,11 @@ const struct shoal_dirent *shoal_dirlist_find(const struct shoal_dirlist *l, con
                         lo = mid + 1;
         }
         return NULL;
+}
+
+void shoal_itable_set_clock(struct shoal_itable *t, uint64_t (*now_ns)(void))
+{
+        pthread_mutex_lock(&t->mu);
+        t->now_ns = now_ns ? now_ns : monotonic_ns;
+        pthread_mutex_unlock(&t->mu);
 }

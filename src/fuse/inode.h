@@ -51,6 +51,9 @@ struct shoal_itable;
 struct shoal_itable *shoal_itable_create(uint64_t ttl_ns);
 /* Frees every entry and drops the table's listing references. */
 void shoal_itable_destroy(struct shoal_itable *t);
+/* Makes T's TTLs run on NOW_NS (nanoseconds, never going back) instead of the monotonic clock;
+ * NULL restores it. For tests, so that expiry is a step of their own clock, not a sleep. */
+void shoal_itable_set_clock(struct shoal_itable *t, uint64_t (*now_ns)(void));
 
 /* Copies INO's path ("" for the root, else "a/b" without a trailing '/') into BUF and its type
  * into *IS_DIR. Returns 0, -ENOENT for an unknown inode, -ENAMETOOLONG when BUF is too small. */

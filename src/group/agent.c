@@ -521,6 +521,11 @@ const char *shoal_group_self_id(const struct shoal_group *g)
         return g->self.id;
 }
 
+unsigned shoal_group_registry_failures(const struct shoal_group *g)
+{
+        return __atomic_load_n(&g->n_errors, __ATOMIC_RELAXED);
+}
+
 int shoal_group_list_once(const char *meta_url, const char *group, uint64_t wait_ns,
                           struct shoal_member **out, size_t *n, char *err, size_t errlen)
 {

@@ -65,6 +65,12 @@ const char *shoal_group_printable(const char *s, size_t len, char *out, size_t o
 /* A fast, well-mixed 64-bit hash (not cryptographic). SEED chains several inputs. */
 uint64_t shoal_group_hash64(const void *data, size_t len, uint64_t seed);
 
+struct shoal_group;
+/* Registry calls of G's agent that failed in a row, now (0 once a listing succeeds); a heartbeat
+ * against a dead registry adds two (its write and its listing). For tests, which wait for an
+ * outage to have lasted a number of heartbeats instead of sleeping. */
+unsigned shoal_group_registry_failures(const struct shoal_group *g);
+
 #define SHOAL_GROUP_HEARTBEAT_DEFAULT (1000000000ULL)
 #define SHOAL_GROUP_TIMEOUT_DEFAULT   (5000000000ULL)
 

@@ -9,20 +9,26 @@ Modes (server-to-client direction unless said):
   cut     close each connection after N bytes, N cycling through 10 (inside a header),
           32 (payload start), 100000 (mid-payload) and 1 byte short of the first answer
   pass    forward unchanged
+  mix     frame-aware: every connection ends cleanly after a random 1..40 read answers (so that a pooled
+          client keeps making new ones), and 1 of every 30 connections is damaged at a random
+          byte of a random answer, by turns cut (closed), reset (RST) or corrupted (one bit)
 Counts of damaged connections are printed to stdout on SIGTERM.
 """
 import os
 import random
+import select
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
 
 listen_port, target, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 thost, tport = target.rsplit(":", 1)
-stats = {"conns": 0, "flips": 0, "cuts": 0}
+stats = {"conns": 0, "flips": 0, "cuts": 0, "resets": 0, "answers": 0, "clean_closes": 0}
 lock = threading.Lock()
+READ_RESP = 17  # frame type of an answer to a read (docs/iorpc-protocol.md)
 cut_points = [10, 32, 100000, 32 + 28 + 4 * 64 + 4 * 1024 * 1024 - 1]
 
 
@@ -68,6 +74,83 @@ def pump(src, dst, damage, cut_at):
             pass
 
 
+def recv_exact(s, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            return None
+        buf += chunk
+    return buf
+
+
+def mix_conn(server, client, n):
+    """Mode mix: both directions of one connection in this one thread (so a close or a reset
+    takes effect at once: no other thread holds the sockets), answers parsed frame by frame."""
+    rnd = random.Random(n)
+    life = rnd.randint(1, 40)
+    damage = ["cut", "reset", "flip"][(n // 30) % 3] if n % 30 == 0 else None
+    hit = rnd.randint(1, life)
+    k = 0
+    sbuf = bytearray()
+    end = "closed"
+    try:
+        while k < life:
+            r, _, _ = select.select([client, server], [], [], 60)
+            if not r:
+                break
+            if client in r:
+                data = client.recv(65536)
+                if not data:
+                    break
+                server.sendall(data)
+            if server in r:
+                data = server.recv(1 << 20)
+                if not data:
+                    break
+                sbuf += data
+                while len(sbuf) >= 32 and k < life:
+                    body_len, payload_len = struct.unpack_from("<II", sbuf, 12)
+                    size = 32 + body_len + payload_len
+                    if len(sbuf) < size:
+                        break
+                    frame = sbuf[:size]
+                    del sbuf[:size]
+                    if frame[5] != READ_RESP:
+                        client.sendall(frame)  # the handshake: not an answer to count or damage
+                        continue
+                    k += 1
+                    if damage and k == hit:
+                        at = rnd.randrange(len(frame))
+                        if damage == "flip":
+                            frame[at] ^= 1 << rnd.randrange(8)
+                            with lock:
+                                stats["flips"] += 1
+                        else:
+                            client.sendall(frame[:at])
+                            end = damage
+                            with lock:
+                                stats["cuts" if damage == "cut" else "resets"] += 1
+                            raise StopIteration
+                    client.sendall(frame)
+                    with lock:
+                        stats["answers"] += 1
+                        if k == life:
+                            stats["clean_closes"] += 1
+    except (OSError, StopIteration):
+        pass
+    if end == "reset":
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    else:
+        for s in (client, server):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+    client.close()
+    server.close()
+
+
 def handle(client):
     with lock:
         stats["conns"] += 1
@@ -77,6 +160,9 @@ def handle(client):
         server.settimeout(None)
     except OSError:
         client.close()
+        return
+    if mode == "mix":
+        mix_conn(server, client, n)
         return
     cut_at = cut_points[n % len(cut_points)] if mode == "cut" else None
     t1 = threading.Thread(target=pump, args=(client, server, False, None), daemon=True)
@@ -90,7 +176,7 @@ def handle(client):
 
 
 def stop(*_):
-    print("conns %d flips %d cuts %d" % (stats["conns"], stats["flips"], stats["cuts"]), flush=True)
+    print(" ".join("%s %d" % kv for kv in stats.items()), flush=True)
     os._exit(0)
 
 

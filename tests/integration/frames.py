@@ -4,6 +4,9 @@
   frames.py hostile HOST:PORT            run the table of malformed and hostile frames
   frames.py flood HOST:PORT N KEY VERSION SIZE BLOCKSIZE
                                          pipeline N reads over IORPC connections, check all answered
+  frames.py flood-hold HOST:PORT N KEY VERSION SIZE BLOCKSIZE LENGTH GO_FILE
+                                         the same with reads of LENGTH bytes, but no answer is
+                                         read until GO_FILE exists ("sent N, holding" once sent)
   frames.py auth HOST:PORT SERVICE SECRET_FILE WRONG_SECRET_FILE DEADLINE_S
                                          the handshake against a member with a secret: the right
                                          secret works; a replay, a wrong secret, a proof made for
@@ -349,8 +352,8 @@ def not_answered(s):
         return True
 
 
-def run_flood(addr, n, key, version, size, bs):
-    n, size, bs = int(n), int(size), int(bs)
+def run_flood(addr, n, key, version, size, bs, length=65536, go_file=None):
+    n, size, bs, length = int(n), int(size), int(bs), int(length)
     per_conn = 1000
     conns = []
     sent = 0
@@ -364,11 +367,17 @@ def run_flood(addr, n, key, version, size, bs):
         for i in range(k):
             idx = (sent + i) % nblocks
             blen = min(bs, size - idx * bs)
-            body = read_body(key.encode(), version.encode(), size, bs, idx, 0, min(65536, blen))
+            body = read_body(key.encode(), version.encode(), size, bs, idx, 0, min(length, blen))
             out += frame(READ, body, id_=sent + i + 1, flags=FILL)
         s.sendall(out)
         conns.append((s, k))
         sent += k
+    if go_file:
+        # Hold every answer unread (the server can finish only what fits in socket buffers)
+        # until the test has looked at the server.
+        print("sent %d, holding" % n, flush=True)
+        while not os.path.exists(go_file):
+            time.sleep(0.05)
     answered = errors = 0
     for s, k in conns:
         for _ in range(k):
@@ -414,6 +423,8 @@ if __name__ == "__main__":
     if len(sys.argv) == 7 and sys.argv[1] == "auth":
         sys.exit(run_auth(*sys.argv[2:]))
     if len(sys.argv) == 8 and sys.argv[1] == "flood":
+        sys.exit(run_flood(*sys.argv[2:]))
+    if len(sys.argv) == 10 and sys.argv[1] == "flood-hold":
         sys.exit(run_flood(*sys.argv[2:]))
     print(__doc__)
     sys.exit(2)

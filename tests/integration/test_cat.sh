@@ -74,7 +74,7 @@ if [ "$(id -u)" -eq 0 ] && mkdir -p "$T/tiny" && mount -t tmpfs -o size=3m tmpfs
   umount "$T/tiny"
   MOUNTS=()
 else
-  echo "note: not root or no tmpfs; full-disk case skipped"
+  skip_section "full disk: not root or no tmpfs"
 fi
 
 # 8. --cache-size 0: no disk cache at all, still byte-exact.

@@ -217,6 +217,6 @@ if [ "$(id -u)" -eq 0 ] && [ -c /dev/fuse ] && command -v fusermount3 >/dev/null
   [ "$EXIT_RC" -eq 0 ] || fail "the mount exited $EXIT_RC once continued"
   expect_exit 2 "$SHOAL" umount "$MNT" --timeout soon
 else
-  echo "note: not root or no FUSE; mount -d and umount cases not run here"
+  skip_section "mount -d and umount: not root or no FUSE"
 fi
 echo "PASS"

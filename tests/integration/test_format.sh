@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every C file is formatted by the project's .clang-format.
-set -euo pipefail
-cd "${SHOAL_SRC:-$(dirname "$0")/../..}"
-command -v clang-format >/dev/null || { echo "SKIP: no clang-format"; exit 77; }
+. "$(dirname "$0")/lib.sh"
+cd "$SRC"
+command -v clang-format >/dev/null || skip "no clang-format"
 bad=0
 while IFS= read -r f; do
   if ! clang-format --dry-run -Werror "$f" >/dev/null 2>&1; then
@@ -10,4 +10,5 @@ while IFS= read -r f; do
     bad=1
   fi
 done < <(git ls-files '*.c' '*.h' 2>/dev/null || find src include tests bench -name '*.[ch]')
-exit $bad
+[ "$bad" -eq 0 ] || fail "files not formatted (clang-format -i FILE)"
+echo "PASS test_format"

@@ -39,7 +39,7 @@ MOUNTS+=("$MNT")
 mountpoint -q "$MNT" || fail "mount -d returned before the mount was ready"
 dpid=$(grep -o 'shoal\[[0-9]*\]' "$T/d.log" | tail -n 1 | tr -dc 0-9)
 [ -n "$dpid" ] && kill -0 "$dpid" || fail "no background mount process"
-PIDS+=("$dpid")
+track d "$dpid" daemon "$T/d.log" "$T/d.err"
 cmp -s "$MNT/dir/file.bin" "$STORE/dir/file.bin" || fail "read through the -d mount differs"
 one_line_exit2 "$SHOAL" mount "$S" "$MNT"
 grep -q "already a shoal mount" "$T/last.err" || fail "unclear error: $(cat "$T/last.err")"

@@ -90,24 +90,32 @@ echo "  members made $gets store reads for 192 blocks"
 [ "$gets" -eq 192 ] || fail "expected 192 store reads of cold.bin, saw $gets"
 
 echo "== kill -9 of a member under 16 readers"
-pids=()
+reads() { cat "$T/reads" 2>/dev/null | wc -l; }
 for r in $(seq 1 16); do
   (
-    end=$((SECONDS + 6))
+    end=$((SECONDS + 90))
     n=0
-    while [ $SECONDS -lt $end ] && [ $n -lt 200 ]; do
+    while [ ! -e "$T/stop" ] && [ $SECONDS -lt $end ] && [ $n -lt 400 ]; do
       k=multi/m$((n % 4))
       client "$META" g1 "$k" >"$T/r$r.out" || exit 1
       cmp -s "$T/r$r.out" "$STORE/$k" || exit 2
+      echo "$r" >>"$T/reads"
       n=$((n + 1))
     done
   ) &
-  pids+=($!)
+  track "reader$r" $! helper
 done
-sleep 2
-kill -9 "$PID_sb"
+# Kill once the readers are under way (16 reads done), stop them 32 reads later.
+wait_until 60 bash -c "[ \$(cat '$T/reads' 2>/dev/null | wc -l) -ge 16 ]" || fail "the readers did not start"
+kill9 sb
+after=$(($(reads) + 32))
+wait_until 120 bash -c "[ \$(cat '$T/reads' | wc -l) -ge $after ]" || fail "the readers stalled after kill -9"
+touch "$T/stop"
 bad=0
-for p in "${pids[@]}"; do wait "$p" || bad=$((bad + 1)); done
+for r in $(seq 1 16); do
+  wait_proc "reader$r" 60
+  [ "$EXIT_RC" -eq 0 ] || bad=$((bad + 1))
+done
 [ "$bad" -eq 0 ] || fail "$bad readers saw an error or wrong bytes after kill -9"
 
 echo "== a member with another block size is refused"

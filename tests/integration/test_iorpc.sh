@@ -20,13 +20,15 @@ read_all() { # read_all META GROUP LOG — every object via IORPC, byte-exact
       fail "read d/o$i failed"
     cmp -s "$T/out" "$STORE/d/o$i" || fail "d/o$i differs ($2)"
   done
+  [ "$(summary_lines "$T/summary")" -eq 12 ] || fail "expected 12 summaries: $(cat "$T/summary")"
   [ "$(summary_field "object store GETs" "$T/summary")" -eq 0 ] || fail "client went to the store"
+  [ "$(summary_field fallbacks "$T/summary")" -eq 0 ] || fail "client fell back to the store"
   : >"$T/summary"
 }
 
-stop_members() {
-  local p
-  for p in "$@"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+stop_members() { # stop_members NAME... — SIGTERM, exit 0, clean logs
+  local m
+  for m in "$@"; do stop_proc "$m"; done
 }
 
 # count_conns PORT... — established TCP connections to these local ports
@@ -53,19 +55,19 @@ echo "== 64 concurrent readers: IORPC needs far fewer connections than the TCP p
 iports=$(ports_of "$META" g1 6)
 pports=$(ports_of "$META" g1 5)
 "$SHOAL" bench "$S" --meta "$META" --cache-group g1 --use-iorpc --threads 64 --duration 4s \
-  --warm --prefix d/ --log-level warn >"$T/bench.iorpc" &
-bp=$!
-PIDS+=($bp)
-sleep 2.5
+  --warm --prefix d/ --log-level warn >"$T/bench.iorpc" 2>"$T/bench.iorpc.err" &
+track bench_iorpc $! client "$T/bench.iorpc.err"
+wait_log "$T/bench.iorpc" "^t=2s" 60 # mid-run, under full load
 ic=$(count_conns $iports)
-wait "$bp" || fail "iorpc bench failed: $(tail -n 3 "$T/bench.iorpc")"
+wait_proc bench_iorpc
+[ "$EXIT_RC" -eq 0 ] || fail "iorpc bench failed: $(tail -n 3 "$T/bench.iorpc")"
 "$SHOAL" bench "$S" --meta "$META" --cache-group g1 --threads 64 --duration 4s --prefix d/ \
-  --log-level warn >"$T/bench.pool" &
-bp=$!
-PIDS+=($bp)
-sleep 2.5
+  --log-level warn >"$T/bench.pool" 2>"$T/bench.pool.err" &
+track bench_pool $! client "$T/bench.pool.err"
+wait_log "$T/bench.pool" "^t=2s" 60
 pc=$(count_conns $pports)
-wait "$bp" || fail "pool bench failed: $(tail -n 3 "$T/bench.pool")"
+wait_proc bench_pool
+[ "$EXIT_RC" -eq 0 ] || fail "pool bench failed: $(tail -n 3 "$T/bench.pool")"
 grep "^result" "$T/bench.iorpc" "$T/bench.pool"
 echo "  connections: iorpc $ic, tcp pool $pc"
 grep -q " 0 errors" "$T/bench.iorpc" || fail "iorpc bench had errors"
@@ -77,7 +79,7 @@ pp=$(echo "$pports" | head -n 1)
 grep -q "^tcp .* ok" "$T/ping" && grep -q "^iorpc .* ok" "$T/ping" || fail "ping output: $(cat "$T/ping")"
 expect_exit 1 "$SHOAL" ping "127.0.0.1:1"
 expect_exit 2 "$SHOAL" ping nohostport
-stop_members $PID_a $PID_b $PID_c
+stop_members a b c
 
 for mode in pagecache splice; do
   echo "== --iorpc-mode $mode"
@@ -99,11 +101,11 @@ for mode in pagecache splice; do
     flock -u 9
   fi
   if [ "$mode" = splice ] && [ -z "$restore" ]; then
-    echo "  (not root: splice may have fallen back to dio)"
+    skip_section "splice: fs.pipe-max-size is not writable, so the members may run dio"
   else
     grep -q "iorpc: $mode," "$T/${mode}a.log" || fail "member does not run $mode: $(grep 'max pipe' "$T/${mode}a.log")"
   fi
-  eval "stop_members \$PID_${mode}a \$PID_${mode}b \$PID_${mode}c"
+  stop_members "${mode}a" "${mode}b" "${mode}c"
 done
 
 if [ -w /proc/sys/fs/pipe-max-size ]; then
@@ -119,9 +121,9 @@ if [ -w /proc/sys/fs/pipe-max-size ]; then
   grep -q "splice iorpc is disabled since max pipe size is 1048576 or RDMA is enabled, use dio instead" "$T/sp.log" || fail "no splice fallback line"
   grep -q "iorpc: dio," "$T/sp.log" || fail "splice fallback is not dio"
   read_all "$META" gsp "$T/client.log"
-  stop_members $PID_sp
+  stop_members sp
 else
-  echo "note: fs.pipe-max-size not writable; splice fallback case skipped"
+  skip_section "splice fallback: fs.pipe-max-size is not writable"
 fi
 
 echo "== an invalid mode is logged and served by dio"
@@ -129,7 +131,7 @@ start_member bad "$S" --meta "$META" --cache-group gbad --group-ip 127.0.0.1 --i
 wait_members "$META" gbad 1
 grep -q "iorpc-mode should be one of dio, pagecache, splice, disable, but got bogus, set to dio" "$T/bad.log" || fail "no invalid-mode line"
 read_all "$META" gbad "$T/client.log"
-stop_members $PID_bad
+stop_members bad
 
 echo "== disable: clients log 'rpc disabled' and use the TCP pool"
 for m in a b; do start_member "dis$m" "$S" --meta "$META" --cache-group gdis --group-ip 127.0.0.1 --iorpc-mode disable; done
@@ -138,7 +140,7 @@ wait_members "$META" gdis 2
 read_all "$META" gdis "$T/dis-client.log"
 grep -q "get iorpc address from 127.0.0.1 failed: rpc disabled" "$T/dis-client.log" || fail "no 'rpc disabled' line"
 grep -q "iorpc: disable" "$T/disa.log" || fail "member does not say iorpc is disabled"
-stop_members $PID_disa $PID_disb
+stop_members disa disb
 
 echo "== connections grow under load and shrink back to one"
 start_member as "$S" --meta "$META" --cache-group gas --group-ip 127.0.0.1

@@ -97,8 +97,7 @@ reader_loop() { # reads every object until $T/stop exists (at most 60 s); logs b
   done
 }
 reader_loop &
-RPID=$!
-PIDS+=("$RPID")
+track reader $! helper
 wait_for test -s "$T/read.bytes" || fail "the read loop did not start"
 
 "$SHOAL" stats --schema ufmcreo -l 1 -c 3 "$A1" >"$T/stats.full" 2>"$T/stats.err" ||
@@ -136,7 +135,7 @@ done
 [ "$served_rows" -ge 1 ] || fail "no member showed a serve rate during the reads"
 
 touch "$T/stop"
-wait "$RPID" || true
+wait_proc reader 70
 grep -q "FAIL\|DIFF" "$T/read.bytes" && fail "the read loop failed ($(grep -c . "$T/read.bytes") reads)"
 read_bytes=$(awk '{s += $1} END {print s}' "$T/read.bytes")
 reads=$(wc -l <"$T/read.bytes")
@@ -252,6 +251,7 @@ if [ -e /dev/fuse ] && command -v fusermount3 >/dev/null &&
   if timeout 20 "$SHOAL" mount "$S" "$T/mnt" -d --meta "$META" --cache-group $G --no-sharing \
     --cache-size 0 "${BS[@]}" --log-file "$T/mount.log" >"$T/mount.out" 2>&1; then
     MOUNTS+=("$T/mnt")
+    track mnt "$(grep -o 'shoal\[[0-9]*\]' "$T/mount.log" | tail -n 1 | tr -dc 0-9)" daemon "$T/mount.log" "$T/mount.out"
     if wait_for test -r "$T/mnt/.stats"; then
       mount_ok=1
     fi
@@ -265,13 +265,14 @@ if [ $mount_ok = 1 ]; then
   [ "$(sed -n 2p "$T/stats.mnt" | tr -s ' |' '  ' | xargs)" = "$want" ] ||
     fail "mount: column names differ from the member's"
   # Files not read through the mount yet, so the kernel's page cache cannot hide the reads.
-  "$SHOAL" stats --schema fr -c 4 "$T/mnt" >"$T/stats.fr" &
-  SPID=$!
-  sleep 1.5
+  "$SHOAL" stats --schema fr -c 4 "$T/mnt" >"$T/stats.fr" 2>"$T/stats.fr.err" &
+  track stats_fr $! client "$T/stats.fr.err"
+  wait_log "$T/stats.fr" "." 30 3 # its first row is out: the reads below fall in rows 2-4
   for f in $(seq 0 $((NOBJ - 1))); do
     cmp -s "$T/mnt/data/f$f" "$STORE/data/f$f" || fail "data/f$f differs through the mount"
   done
-  wait "$SPID" || fail "shoal stats --schema fr on the mount failed"
+  wait_proc stats_fr
+  [ "$EXIT_RC" -eq 0 ] || fail "shoal stats --schema fr on the mount failed"
   cat "$T/stats.fr"
   python3 - "$T/stats.fr" <<'PY' || fail "the mount's fuse read and remotecache read did not move"
 import sys
@@ -285,7 +286,7 @@ sys.exit(0 if fuse_read and remote_read else 1)
 PY
   "$SHOAL" umount "$T/mnt" 2>/dev/null || fusermount3 -u "$T/mnt" 2>/dev/null || true
 else
-  echo "  skipped: shoal mount is not available here ($(head -c 200 "$T/mount.out" 2>/dev/null))"
+  skip_section "shoal stats against a mount: shoal mount is not available here ($(head -c 200 "$T/mount.out" 2>/dev/null))"
 fi
 
 echo "PASS"

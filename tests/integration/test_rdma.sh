@@ -23,13 +23,10 @@ read_all() { # read_all LOG FLAGS... — every object, byte-exact; the summaries
       fail "read d/o$i failed ($*)"
     cmp -s "$out" "$STORE/d/o$i" || fail "d/o$i differs ($*)"
   done
+  [ "$(summary_lines "$log.sum")" -eq 6 ] || fail "expected 6 summaries in $log.sum"
   [ "$(summary_field "object store GETs" "$log.sum")" -eq 0 ] || fail "client went to the store"
 }
-sum_field() { grep -o "$2 [0-9]*" "$1.sum" | awk '{s+=$NF} END {print s+0}'; }
-metric() { # metric ADDR NAME — one counter from a member's metrics endpoint
-  scrape "$1" /metrics "$T/m.txt"
-  awk -v n="$2" '$1 ~ "^"n"({|$)" {print $2; exit}' "$T/m.txt"
-}
+sum_field() { summary_field "$2" "$1.sum"; } # sum_field LOG NAME — over the 6 reads of read_all
 
 echo "== start-up failures exit 2 with one clear line [M3]"
 expect_exit 2 "$SHOAL" cat "$S" d/o0 --meta "$META" --cache-group g0 --rdma-network nosuch0
@@ -62,20 +59,20 @@ grep -q "iorpc client started, server address 127.0.0.1:[0-9]*, transport:RDMA" 
 w=0
 for m in a b; do
   v=$(metric "$(metrics_addr "$m")" rdma_write_bytes)
-  w=$((w + ${v:-0}))
+  w=$((w + v))
 done
 [ "$w" -gt 0 ] || fail "members report no rdma_write_bytes"
 echo "  members wrote $w bytes by RDMA"
 
 echo "== mixed: an RDMA client and an IORPC/TCP client at once, both byte-exact"
 (read_all "$T/mixed-rdma.log" --rdma-network lo) &
-p1=$!
-PIDS+=($p1)
+track mix_rdma $! helper
 (read_all "$T/mixed-tcp.log" --use-iorpc) &
-p2=$!
-PIDS+=($p2)
-wait "$p1" || fail "RDMA client failed in the mix"
-wait "$p2" || fail "TCP client failed in the mix"
+track mix_tcp $! helper
+wait_proc mix_rdma 120
+[ "$EXIT_RC" -eq 0 ] || fail "RDMA client failed in the mix"
+wait_proc mix_tcp 120
+[ "$EXIT_RC" -eq 0 ] || fail "TCP client failed in the mix"
 grep -q "transport:RDMA" "$T/mixed-tcp.log" && fail "the TCP client used RDMA"
 grep -q "iorpc client started, server address 127.0.0.1:[0-9]*$" "$T/mixed-tcp.log" ||
   fail "the TCP client did not use IORPC"

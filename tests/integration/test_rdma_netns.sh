@@ -13,20 +13,12 @@ command -v ip >/dev/null || skip "no ip(8)"
 SUF=$(($$ % 100000))
 NSM=shoal-m-$SUF
 NSC=shoal-c-$SUF
-NSS=()
-ns_cleanup() {
-  local p ns
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
-  # Deleting a namespace deletes the veth ends inside it, and with them their peers.
-  for ns in "${NSS[@]:-}"; do [ -n "$ns" ] && ip netns del "$ns" 2>/dev/null || true; done
-}
-trap 'rc=$?; ns_cleanup; (exit $rc); cleanup' EXIT
-
+# Deleting a namespace (after the harness stopped every process) deletes the veth ends inside
+# it, and with them their peers.
 ip netns add "$NSM" 2>/dev/null || skip "cannot create a network namespace"
-NSS+=("$NSM")
+AT_EXIT+=("ip netns del $NSM")
 ip netns add "$NSC" || fail "cannot create a second namespace"
-NSS+=("$NSC")
+AT_EXIT+=("ip netns del $NSC")
 for k in 1 2 3; do
   ip link add "c$k-$SUF" netns "$NSC" type veth peer name "m$k-$SUF" netns "$NSM" 2>/dev/null ||
     skip "cannot create veth pairs"
@@ -56,8 +48,8 @@ grep -q "rdma-network nx-$SUF: it has no IPv4 address" "$T/last.err" || fail "no
 echo "== a member on two RDMA interfaces, TCP on a third"
 ip netns exec "$NSM" "$SHOAL" serve "$S" --cache-dir "$T/m.cache" --log-file "$T/m.log" \
   --log-level debug "${COMMON[@]}" --group-ip 10.201.3.2 --rdma-network "m1-$SUF:m2-$SUF" \
-  --metrics 127.0.0.1:19599 &
-PIDS+=($!)
+  --metrics 127.0.0.1:19599 2>>"$T/m.err" &
+track m $! member "$T/m.log" "$T/m.err"
 wait_members "$META" g1 1
 grep -q "rdma listening on 10.201.1.2:" "$T/m.log" && grep -q "rdma listening on 10.201.2.2:" "$T/m.log" ||
   fail "member does not listen on both interfaces"
@@ -95,16 +87,20 @@ echo "  interface bytes: m1 $if0, m2 $if1; $ops writes for $reqs requests"
 echo "== RDMA interfaces down mid-read: no read error, TCP carries; back up: RDMA again [M4]"
 ip netns exec "$NSC" "$SHOAL" bench "$S" "${COMMON[@]}" --rdma-network "c1-$SUF:c2-$SUF" --threads 4 \
   --duration 16s --warm --prefix d/ --log-level info --log-file "$T/b.log" >"$T/b.out" 2>&1 &
-bp=$!
-PIDS+=($bp)
-sleep 3
+track bench $! client "$T/b.log"
+# Take the interfaces down once RDMA carries the bench's reads.
+w00=$(mmetric rdma_write_bytes)
+carrying() { [ "$(mmetric rdma_write_bytes)" -gt $((w00 + 8 * 1024 * 1024)) ]; }
+wait_until 60 carrying || fail "RDMA carried nothing for the bench"
 w0=$(mmetric rdma_write_bytes)
 ip -n "$NSC" link set "c1-$SUF" down
 ip -n "$NSC" link set "c2-$SUF" down
-sleep 5
-grep -q "rdma to member .* lost" "$T/b.log" || fail "no failover logged: $(tail -n 3 "$T/b.log")"
+wait_log "$T/b.log" "rdma to member .* lost" 30
 w1=$(mmetric rdma_write_bytes)
-sleep 1
+# While 20 more requests are served (over TCP), RDMA moves nothing.
+s1=$(mmetric remotecache_serve_requests)
+served() { [ "$(mmetric remotecache_serve_requests)" -ge $((s1 + 20)) ]; }
+wait_until 30 served || fail "nothing was served with the RDMA interfaces down"
 [ "$(mmetric rdma_write_bytes)" -eq "$w1" ] || fail "RDMA moved bytes with its interfaces down"
 ip -n "$NSC" link set "c1-$SUF" up
 ip -n "$NSC" link set "c2-$SUF" up
@@ -116,7 +112,8 @@ for i in $(seq 1 50); do
 done
 [ "$ok" = 1 ] || fail "RDMA did not carry traffic again within 10 s"
 echo "  rdma bytes: before down $w0, while down $w1, back after $((i * 200)) ms"
-wait "$bp" || fail "bench failed: $(tail -n 3 "$T/b.out")"
+wait_proc bench 60
+[ "$EXIT_RC" -eq 0 ] || fail "bench failed: $(tail -n 3 "$T/b.out")"
 grep -q " 0 errors" "$T/b.out" || fail "reads failed: $(tail -n 2 "$T/b.out")"
 fo=$(grep -c "rdma to member .* lost" "$T/b.log")
 echo "  failovers logged: $fo"

@@ -221,7 +221,7 @@ EOF
   lister "$URL/pct" "$EP" "%" "" >"$T/pct.txt" || fail "list with a % prefix failed"
   [ "$(cut -f2 "$T/pct.txt" | tr '\n' ' ')" = "%%.bin %41%2F%zz.bin " ] || fail "% listing: $(cat "$T/pct.txt")"
 else
-  echo "note: no $LIB or no cc; listing checks skipped"
+  skip_section "ListObjectsV2 checks: no $LIB or no cc"
 fi
 
 echo "== a 3-member group over s3:// and a --no-sharing client: 500 objects byte-exact"
@@ -266,7 +266,7 @@ if command -v openssl >/dev/null; then
   node --openssl-legacy-provider "$SRC/.deps/node_modules/s3rver/bin/s3rver.js" \
     -d "$T/s3rver.data" -a 127.0.0.1 -p "$tls_port" --key "$T/tls.key" --cert "$T/tls.crt" \
     --silent >"$T/s3rver-tls.log" 2>&1 &
-  PIDS+=($!)
+  track s3rver_tls $! infra "$T/s3rver-tls.log"
   wait_for curl -sf --cacert "$T/tls.crt" "https://127.0.0.1:$tls_port/$BUCKET?list-type=2&max-keys=1" ||
     fail "TLS s3rver did not start"
   key="unicode/ünïcødé-日本語-😀.bin"
@@ -278,7 +278,7 @@ if command -v openssl >/dev/null; then
   grep -q "SHOAL_S3_CA_FILE" "$T/last.err" || fail "untrusted certificate message: $(cat "$T/last.err")"
   [ $(($(date +%s) - start)) -le 5 ] || fail "an untrusted certificate was retried"
 else
-  echo "note: no openssl; HTTPS case skipped"
+  skip_section "HTTPS: no openssl"
 fi
 
 echo "== bad configuration: one line, exit 2"

@@ -46,7 +46,7 @@ for k in multi/m5 multi/m6 multi/m7 $(cd "$OBJS" && ls small/* | tail -n 15); do
   cmp -s "$T/out" "$OBJS/$k" || fail "$k differs through the group under 10% 503"
 done
 echo "  $(grep -c "503 fault" "$S3F_LOG") of $(grep -c "^GET " "$S3F_LOG") GETs answered 503"
-for m in a b c; do kill -9 "$(eval echo "\$PID_$m")"; done
+for m in a b c; do stop_proc "$m"; done
 
 echo "== every GET answered 503: the default 5 attempts, then exit 1"
 s3_mode 503all

@@ -19,11 +19,13 @@ grep -q "warmup: 10/10 blocks" "$T/warm.err" || fail "no progress line: $(cat "$
 blocks=$(find "$T/a.cache" "$T/b.cache" -type f -path '*/blocks/*' | wc -l)
 [ "$blocks" -eq 10 ] || fail "members hold $blocks blocks after warmup, expected 10"
 before=$(cat "$T/a.log" "$T/b.log" | grep -c "store: get" || true)
+[ "$before" -ge 10 ] || fail "members logged $before store reads for the 10 blocks they warmed up"
 for i in $(seq 0 9); do
   "$SHOAL" cat "$S" "ds/part-$i" --meta "$META" --cache-group g --no-sharing --cache-size 0 \
     --log-level error --summary >"$T/out" 2>"$T/sum" || fail "read part-$i"
   cmp -s "$T/out" "$STORE/ds/part-$i" || fail "part-$i differs"
   [ "$(summary_field "object store GETs" "$T/sum")" -eq 0 ] || fail "client went to the store"
+  [ "$(summary_field fallbacks "$T/sum")" -eq 0 ] || fail "client fell back to the store"
 done
 after=$(cat "$T/a.log" "$T/b.log" | grep -c "store: get" || true)
 [ "$before" -eq "$after" ] || fail "members went to the store after warmup ($before -> $after)"
@@ -46,6 +48,7 @@ if [ "$(id -u)" -eq 0 ] && [ -e /dev/fuse ] && command -v fusermount3 >/dev/null
   "$SHOAL" mount "$S" "$T/mnt" --meta "$META" --cache-group g2 --no-sharing --cache-size 0 \
     --log-file "$T/mount.log" -d || fail "mount failed"
   MOUNTS+=("$T/mnt")
+  track mnt "$(grep -o 'shoal\[[0-9]*\]' "$T/mount.log" | tail -n 1 | tr -dc 0-9)" daemon "$T/mount.log"
   for m in c d; do start_member "$m" "$S" --meta "$META" --cache-group g2 --group-ip 127.0.0.1; done
   wait_members "$META" g2 3
   "$SHOAL" warmup "$T/mnt/ds" --log-level warn 2>"$T/warm2.err" || fail "mount warmup: $(cat "$T/warm2.err")"
@@ -55,6 +58,6 @@ if [ "$(id -u)" -eq 0 ] && [ -e /dev/fuse ] && command -v fusermount3 >/dev/null
   "$SHOAL" umount "$T/mnt" || fail "umount"
   MOUNTS=()
 else
-  echo "note: no root or /dev/fuse; mount-path warmup skipped"
+  skip_section "warmup of a mount path: no root, /dev/fuse or fusermount3"
 fi
 echo "PASS test_warmup"

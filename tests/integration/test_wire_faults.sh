@@ -26,24 +26,24 @@ read_all() { # read_all LABEL — every object, byte-exact, summaries appended t
     cmp -s "$T/out" "$STORE/o$i" || fail "$1: o$i has wrong bytes"
   done
 }
-total() { grep -o "$2 [0-9]*" "$T/sum.$1" | awk '{s += $NF} END {print s + 0}'; }
-remote_bytes() { grep -o 'remote [0-9]* ([0-9]* bytes)' "$T/sum.$1" | grep -o '([0-9]*' | tr -d '(' | awk '{s += $1} END {print s + 0}'; }
+total() { summary_field "$2" "$T/sum.$1"; } # total LABEL FIELD — over every read of LABEL
+remote_bytes() { # remote_bytes LABEL — bytes read from members over every read of LABEL
+  [ "$(grep -c 'remote [0-9]* ([0-9]* bytes)' "$T/sum.$1")" -eq "$(summary_lines "$T/sum.$1")" ] ||
+    fail "remote bytes missing from a summary of $1"
+  grep -o 'remote [0-9]* ([0-9]* bytes)' "$T/sum.$1" | grep -o '([0-9]*' | tr -d '(' | awk '{s += $1} END {print s + 0}'
+}
 
 for mode in slice flip cut; do
   echo "== $mode"
   PP=$(free_port)
-  python3 "$HERE/faultproxy.py" "$PP" "127.0.0.1:$RPORT" "$mode" >"$T/proxy.$mode" &
-  PROXY=$!
-  PIDS+=($PROXY)
-  python3 "$HERE/fakemember.py" "$T/meta.db" g "127.0.0.1:$PP" "$S" 4194304 >"$T/fake.$mode" &
-  FAKE=$!
-  PIDS+=($FAKE)
+  python3 "$HERE/faultproxy.py" "$PP" "127.0.0.1:$RPORT" "$mode" >"$T/proxy.$mode" 2>"$T/proxy.$mode.err" &
+  track proxy $! helper "$T/proxy.$mode.err"
+  python3 "$HERE/fakemember.py" "$T/meta.db" g "127.0.0.1:$PP" "$S" 4194304 >"$T/fake.$mode" 2>"$T/fake.$mode.err" &
+  track fake $! helper "$T/fake.$mode.err"
   wait_members "$META" g 2
   for round in 1 2 3; do read_all "$mode"; done
-  kill "$FAKE"
-  wait "$FAKE" 2>/dev/null || true
-  kill "$PROXY"
-  wait "$PROXY" 2>/dev/null || true
+  stop_proc fake
+  stop_proc proxy
   echo "  proxy: $(cat "$T/proxy.$mode"); client: remote $(remote_bytes "$mode") bytes," \
     "fallbacks $(total "$mode" fallbacks), checksum errors $(total "$mode" corrupt)," \
     "store GETs $(total "$mode" "object store GETs")"

@@ -68,10 +68,19 @@ static void test_numbers_and_paths(void **state)
         shoal_itable_destroy(t);
 }
 
+/* The tables' clock in these tests: it moves only when a test says so. */
+static uint64_t fake_now;
+
+static uint64_t fake_clock(void)
+{
+        return fake_now;
+}
+
 static void test_attr_ttl_and_open_version(void **state)
 {
         (void)state;
         struct shoal_itable *t = shoal_itable_create(400000000ULL); /* 400 ms */
+        shoal_itable_set_clock(t, fake_clock);
         struct shoal_inode_attr a = file_attr(10, "v1"), got;
         uint64_t ino;
         bool fresh;
@@ -80,7 +89,10 @@ static void test_attr_ttl_and_open_version(void **state)
         assert_true(fresh);
         assert_int_equal(got.size, 10);
         assert_string_equal(got.version, "v1");
-        shoal_sleep_ns(500000000ULL);
+        fake_now += 399999999ULL; /* 1 ns before the TTL ends */
+        assert_int_equal(shoal_itable_getattr(t, ino, &got, &fresh), 0);
+        assert_true(fresh);
+        fake_now += 1;
         assert_int_equal(shoal_itable_getattr(t, ino, &got, &fresh), 0);
         assert_false(fresh);
         struct shoal_inode_attr b = file_attr(20, "v2");
@@ -100,6 +112,7 @@ static void test_dirlist(void **state)
 {
         (void)state;
         struct shoal_itable *t = shoal_itable_create(400000000ULL);
+        shoal_itable_set_clock(t, fake_clock);
         struct shoal_dirlist *l = shoal_dirlist_new();
         assert_non_null(l);
         assert_int_equal(shoal_dirlist_add(l, "zeta", 4, false, 1, 0, "v"), 0);
@@ -120,7 +133,11 @@ static void test_dirlist(void **state)
         shoal_dirlist_put(l); /* the table holds its own reference */
         struct shoal_dirlist *g = shoal_itable_dirlist_get(t, SHOAL_INO_ROOT);
         assert_ptr_equal(g, l);
-        shoal_sleep_ns(500000000ULL);
+        fake_now += 399999999ULL;
+        struct shoal_dirlist *g2 = shoal_itable_dirlist_get(t, SHOAL_INO_ROOT);
+        assert_ptr_equal(g2, l); /* still within the TTL */
+        shoal_dirlist_put(g2);
+        fake_now += 1;
         assert_null(shoal_itable_dirlist_get(t, SHOAL_INO_ROOT)); /* expired */
         assert_int_equal(g->n, 3);                                /* a held reference stays valid */
         shoal_dirlist_put(g);

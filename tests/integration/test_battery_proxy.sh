@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Battery: 1 of every 30 connections cut, reset or corrupted, over 100 000 reads [RELIABILITY:
+# connection reset, member crash mid-transfer, bit flips on the wire]. A member holds every block
+# but owns none (weight 0); the owner of every block is a fault proxy registered as a member
+# (tests/integration/fakemember.py, faultproxy.py mode mix) in front of it. The proxy ends each
+# connection cleanly after 1..40 answers, so the pooled client keeps opening new ones, and
+# damages one connection in 30 at a random byte of a random answer: closed there, reset there, or
+# one bit flipped. 16 reader threads (tests/tools/readers.c, 64 KiB blocks) make 100 000 remote
+# reads (at least 85% of them through the proxy): every one byte-exact, 0 application errors;
+# damaged answers end in a retry or a fallback, never in a wrong byte.
+. "$(dirname "$0")/lib.sh"
+export SHOAL_GROUP_TIMEOUT=10s SHOAL_GROUP_HEARTBEAT=200ms SHOAL_AVOID_DURATION=1ms SHOAL_REMOTE_TIMEOUT=2s
+HERE=$(dirname "$0")
+READS=${SHOAL_BATTERY_READS:-100000}
+STORE=$T/store
+for i in $(seq 0 23); do make_object "$STORE/o$i" $((1000000 + i * 4099)); done
+S="file://$STORE"
+META="sqlite3://$T/meta.db"
+G=(--meta "$META" --cache-group g --block-size 64K)
+
+echo "== member r fills its cache with every block, then serves them with weight 0"
+start_member r "$S" "${G[@]}" --group-ip 127.0.0.1
+wait_members "$META" g 1
+"$SHOAL" warmup --storage "$S" "${G[@]}" --log-level error 2>"$T/warm.err" ||
+  fail "warmup: $(cat "$T/warm.err")"
+nblocks=$(find "$T/r.cache" -type f -path '*/blocks/*' | wc -l)
+stop_proc r
+start_member r "$S" "${G[@]}" --group-ip 127.0.0.1 --group-weight 0
+RPORT=$(member_port r)
+PP=$(free_port)
+start_bg proxy -- python3 "$HERE/faultproxy.py" "$PP" "127.0.0.1:$RPORT" mix
+start_bg fake -- python3 "$HERE/fakemember.py" "$T/meta.db" g "127.0.0.1:$PP" "$S" 65536
+wait_members "$META" g 2
+echo "  $nblocks blocks; every one owned by the proxy at 127.0.0.1:$PP"
+
+echo "== 16 readers, $READS reads through the proxy"
+readers mix "$S" --verify-dir "$STORE" "${G[@]}" --threads 16 --reads "$READS" \
+  --buffer-blocks 16 --seconds 500 --log-file "$T/mix.log" --log-level warn
+echo "  readers: $(grep '^result' "$T/mix.out" | cut -d' ' -f2-)"
+stop_proc fake
+stop_proc proxy
+echo "  proxy: $(cat "$T/proxy.out")"
+pstat() { awk -v k="$1" '{for (i = 1; i < NF; i += 2) if ($i == k) print $(i + 1)}' "$T/proxy.out"; }
+conns=$(pstat conns)
+cuts=$(pstat cuts)
+resets=$(pstat resets)
+flips=$(pstat flips)
+damaged=$((cuts + resets + flips))
+remote=$(result_field mix remote)
+[ "$(result_field mix errors)" -eq 0 ] && [ "$(result_field mix wrong)" -eq 0 ] ||
+  fail "application-visible errors or wrong bytes"
+[ "$(result_field mix reads)" -ge "$READS" ] || fail "only $(result_field mix reads) reads"
+# The rest: buffer hits, reads that joined another thread's fill of the same block, and reads
+# in the moment a failed member is avoided.
+[ "$remote" -ge $((READS * 85 / 100)) ] || fail "only $remote of $READS reads went to the proxy"
+# 1 in 30 connections damaged, each kind by turns: enough of each to mean something.
+[ "$conns" -ge $((READS / 60)) ] && [ $((damaged * 30)) -ge $((conns - 30)) ] &&
+  [ $((damaged * 30)) -le $((conns + 30)) ] ||
+  fail "the proxy damaged $damaged of $conns connections"
+[ "$cuts" -ge $((READS / 6000)) ] && [ "$resets" -ge $((READS / 6000)) ] && [ "$flips" -ge $((READS / 6000)) ] ||
+  fail "too few of each fault: cut $cuts, reset $resets, corrupted $flips"
+fb=$(result_field mix fallbacks)
+echo "  $damaged damaged connections (cut $cuts, reset $resets, corrupted $flips) of $conns;" \
+  "$fb reads fell back to the store, 0 errors, 0 wrong bytes"
+# Fallbacks are fine, but the transport must still carry nearly everything.
+[ $((fb * 50)) -le "$READS" ] || fail "$fb fallbacks in $READS reads: the transport hardly works"
+echo "PASS test_battery_proxy"
