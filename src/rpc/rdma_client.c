@@ -340,8 +340,10 @@ static void chan_prepare(struct rc_chan *ch)
         if (!ch->bufs || !ch->slots)
                 return;
         ch->open_call = "fi_mr_reg";
-        if ((ch->open_rc = shoal_fab_slots_open(f, l->dom, 2 * NSLOTS, &ch->mem)))
+        if ((ch->open_rc = shoal_fab_slots_open(f, l->dom, 2 * NSLOTS, &ch->mem))) {
+                shoal_fab_slots_close(f, &ch->mem); /* counted only once registered */
                 return;
+        }
         shoal_metric_gauge_add(SHOAL_M_rdma_registered_bytes, (int64_t)ch->mem.len);
         for (unsigned i = 0; i < 2 * NSLOTS; i++) {
                 ch->bufs[i].data = shoal_fab_slot(&ch->mem, i);
@@ -621,8 +623,14 @@ static void peer_fail(struct rc_peer *p, const char *why, uint64_t now)
         p->down_until = now + cl->cfg.retry_ns;
         pthread_mutex_unlock(&cl->mu);
         p->gen++; /* channels still with the connector are dropped when they come back */
-        for (unsigned i = 0; i < p->nlinks; i++)
+        unsigned waiting = 0;
+        for (unsigned i = 0; i < p->nlinks; i++) {
+                waiting += p->links[i]->m.nwaiting;
                 shoal_rdma_link_fail(&p->links[i]->m, now);
+        }
+        if (waiting)
+                log_debug("rdma", "member %s: %u requests waiting for a channel go over TCP", p->id,
+                          waiting);
         if (was_down || atomic_load(&cl->stop))
                 return;
         char retry[32];
@@ -836,15 +844,21 @@ static void *progress_main(void *arg)
         /* Stopping: shut every channel down (requests return -ENOTCONN), then free them. */
         for (struct rc_peer *p = atomic_load(&cl->peers); p; p = atomic_load(&p->next))
                 peer_fail(p, "client stopping", shoal_now_ns());
-        take_queues(cl, shoal_now_ns()); /* late submissions: -ENOTCONN below */
         pthread_mutex_lock(&cl->mu);
         struct rreq *r = cl->subq;
         cl->subq = cl->subq_tail = NULL;
+        struct rc_chan *opened = cl->opened;
+        cl->opened = NULL;
         pthread_mutex_unlock(&cl->mu);
-        while (r) {
+        while (r) { /* late submissions: nothing connects any more */
                 struct rreq *next = r->next;
                 op_complete(cl, &r->q, -ENOTCONN);
                 r = next;
+        }
+        while (opened) {
+                struct rc_chan *next = opened->next;
+                chan_free(opened);
+                opened = next;
         }
         while (cl->dying) {
                 struct rc_chan *ch = cl->dying;

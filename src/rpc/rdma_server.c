@@ -173,8 +173,10 @@ static int op_upgrade(void *env, struct shoal_rdma_conn *m)
         if (!c->bufs || !c->reqs)
                 return -ENOMEM;
         int rc = shoal_fab_slots_open(&r->fab, NULL, n, &c->mem);
-        if (rc)
+        if (rc) {
+                shoal_fab_slots_close(&r->fab, &c->mem); /* counted only once registered */
                 return rc;
+        }
         shoal_metric_gauge_add(SHOAL_M_rdma_registered_bytes, (int64_t)c->mem.len);
         for (unsigned i = 0; i < n; i++) {
                 c->bufs[i].data = shoal_fab_slot(&c->mem, i);

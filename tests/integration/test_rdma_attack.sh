@@ -58,7 +58,7 @@ start_member a "$S" --meta "sqlite3://$T/a.db" --cache-group ga --group-ip 127.0
   --group-secret-file "$T/secret" "${BS[@]}" --metrics "127.0.0.1:$MP" 2>"$T/a.err"
 wait_members "sqlite3://$T/a.db" ga 1
 RA=$(grep -o "rdma listening on 127.0.0.1:[0-9]*" "$T/a.log" | head -n 1 | awk '{print $NF}')
-"$PEER" flood "$RA" 127.0.0.2 200 30 "$T/flood.stats" 2>"$T/flood.err" &
+"$PEER" flood "$RA" 127.0.0.2 200 600 "$T/flood.stats" 2>"$T/flood.err" &
 FLOOD=$!
 PIDS+=("$FLOOD")
 wait_for grep -q "refused [1-9]" "$T/flood.stats" || fail "the flood was never refused: $(cat "$T/flood.stats" "$T/flood.err" 2>/dev/null)"
@@ -88,7 +88,7 @@ PID_f=$!
 PIDS+=("$PID_f")
 wait_members "sqlite3://$T/f.db" gf 1
 RF=$(grep -o "rdma listening on 127.0.0.1:[0-9]*" "$T/f.log" | head -n 1 | awk '{print $NF}')
-"$PEER" flood "$RF" 127.0.0.2 200 20 "$T/flood2.stats" 2>"$T/flood2.err" &
+"$PEER" flood "$RF" 127.0.0.2 200 600 "$T/flood2.stats" 2>"$T/flood2.err" &
 FLOOD=$!
 PIDS+=("$FLOOD")
 wait_for grep -q "refused [1-9]" "$T/flood2.stats" || fail "the flood at nofile 256 was never refused"

@@ -436,6 +436,12 @@ static int run_clients(const char *addr, const char *src, unsigned n, unsigned s
         write_stats();
         for (unsigned i = 0; i < n; i++)
                 conn_close(&conns[i]);
+        free(dest);
+        fi_close(&cq->fid);
+        fi_close(&eq->fid);
+        fi_close(&domain->fid);
+        fi_close(&fabric->fid);
+        fi_freeinfo(info);
         return 0;
 }
 
