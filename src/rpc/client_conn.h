@@ -48,6 +48,11 @@ int shoal_rpc_status_errno(uint32_t status);
 int shoal_rpc_check_answer(const struct shoal_volume *vol, const struct shoal_object *obj,
                            uint32_t index, uint32_t off, uint32_t len,
                            const struct shoal_wire_hdr *h, const struct shoal_wire_read_resp *resp);
+/* Decodes the READ_RESP body of LEN bytes at BODY into *RESP (shoal_wire_read_resp_decode),
+ * timing it in SERVICE's decode histogram: mount_iorpc_decodeBodyDur for IORPC (on TCP or RDMA),
+ * remotecache_pool_decodeBodyDur for the TCP pool [V2]. Returns 0 or < 0 as the decoder does. */
+int shoal_rpc_decode_answer(uint8_t service, const uint8_t *body, size_t len,
+                            struct shoal_wire_read_resp *resp);
 int shoal_rpc_verify_payload(const struct shoal_volume *vol, const struct shoal_object *obj,
                              uint32_t index, uint32_t off, uint32_t len, const void *dst,
                              const struct shoal_wire_read_resp *resp);

@@ -437,7 +437,7 @@ static int request_once(struct shoal_iorpc *cl, const char *addr, const struct s
         *conn_fault = rc == -ECONNRESET || rc == -EPROTO;
         if (!rc) {
                 struct shoal_wire_read_resp resp;
-                if (shoal_wire_read_resp_decode(w->body, w->h.body_len, &resp) ||
+                if (shoal_rpc_decode_answer(SHOAL_SERVICE_IORPC, w->body, w->h.body_len, &resp) ||
                     shoal_rpc_check_answer(vol, obj, index, off, len, &w->h, &resp)) {
                         rc = -EPROTO;
                         iconn_break_locked(ic);

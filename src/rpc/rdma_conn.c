@@ -451,6 +451,7 @@ static void served(struct shoal_rdma_conn *c, struct shoal_rdma_buf *b, uint64_t
         shoal_metric_add(SHOAL_M_rdma_write_bytes, b->wlen);
         shoal_metric_inc(SHOAL_M_rdma_write_ops);
         shoal_metric_observe(SHOAL_M_rdma_write_dur, dur);
+        shoal_metric_observe(SHOAL_M_mount_iorpc_writeBodyDur, dur);
         shoal_metric_add(SHOAL_M_rdma_if0_bytes + c->iface, b->wlen);
         shoal_metric_add(SHOAL_M_remotecache_rdma_serve_bytes, b->wlen);
         shoal_metric_add(SHOAL_M_remotecache_serve_bytes, b->wlen);
