@@ -53,7 +53,7 @@ static void chan_down(struct shoal_rdma_chan *ch, uint64_t now)
                 return;
         ch->broken = true;
         ch->broken_at = now;
-        if (ch->state == SHOAL_RDMA_CHAN_READY)
+        if (ch->state == SHOAL_RDMA_CHAN_READY && !ch->draining) /* draining: already off */
                 shoal_metric_gauge_add(SHOAL_M_rdma_channels, -1);
         link_remove(l, ch);
         l->ops->shutdown(l->env, ch);

@@ -82,6 +82,16 @@ static int posted_first(const struct posted *p, enum shoal_fab_op_kind kind)
         return -1;
 }
 
+/* The value of gauge ID now (a gauge is one process-wide atomic). */
+static int64_t gauge(enum shoal_metric_id id)
+{
+        struct shoal_metrics_snap snap;
+        assert_int_equal(shoal_metrics_snap_take(&snap), 0);
+        int64_t v = (int64_t)snap.counters[id];
+        shoal_metrics_snap_free(&snap);
+        return v;
+}
+
 /* ==== the member's connection ================================================================ */
 
 struct srv {
@@ -1002,9 +1012,11 @@ static void test_cli_grow_failure(void **state)
  * one, a drained channel shuts down once idle without failing the member. */
 static void test_cli_scaling(void **state)
 {
+        int64_t g0 = gauge(SHOAL_M_rdma_channels);
         struct cli *c = cli_new(60, 4);
         struct shoal_rdma_chan *a = cli_add(c, 64, 64);
         cli_open(c, a);
+        assert_int_equal(gauge(SHOAL_M_rdma_channels), g0 + 1);
         a->win_ops = 600; /* 6000/s over the 100 ms period */
         shoal_rdma_link_tick(&c->l, c->now + 100 * MS);
         assert_int_equal(c->grows, 1);
@@ -1016,6 +1028,7 @@ static void test_cli_scaling(void **state)
         cli_open(c, b);
         a->last_rx = b->last_rx = c->now;
         assert_int_equal(shoal_rdma_link_ready(&c->l), 2);
+        assert_int_equal(gauge(SHOAL_M_rdma_channels), g0 + 2);
         /* quiet for a whole shrink period */
         for (int k = 0; k < 70; k++) {
                 c->now += 100 * MS;
@@ -1028,6 +1041,8 @@ static void test_cli_scaling(void **state)
         assert_int_equal(c->l.nchans, 1);
         assert_int_equal(c->fails, 0);
         assert_int_equal(c->shutdowns, 1);
+        /* the drained channel left the gauge once (when it stopped taking requests) */
+        assert_int_equal(gauge(SHOAL_M_rdma_channels), g0 + 1);
         /* never below one */
         for (int k = 0; k < 70; k++) {
                 c->now += 100 * MS;
@@ -1036,6 +1051,8 @@ static void test_cli_scaling(void **state)
                 shoal_rdma_link_tick(&c->l, c->now);
         }
         assert_int_equal(c->l.nchans, 1);
+        shoal_rdma_link_fail(&c->l, c->now);
+        assert_int_equal(gauge(SHOAL_M_rdma_channels), g0);
         free(c);
 }
 
