@@ -81,6 +81,7 @@ struct rs_conn {
         struct fid_ep *ep;
         uint32_t src; /* source IPv4, host order */
         bool counted_preauth, parked_logged;
+        _Atomic bool gone;          /* shut down: the engine drops its requests not started yet */
         struct shoal_fab_slots mem; /* own region, after authentication */
         struct shoal_rdma_buf *bufs;
         struct shoal_rdma_req *reqs;
@@ -160,6 +161,7 @@ static int op_post_write(void *env, struct shoal_rdma_conn *m, struct shoal_rdma
 static void op_shutdown(void *env, struct shoal_rdma_conn *m)
 {
         struct rs_conn *c = conn_of(m);
+        atomic_store_explicit(&c->gone, true, memory_order_release);
         shoal_fab_ep_shutdown(c->ep, m->peer);
 }
 
@@ -218,8 +220,9 @@ static int op_submit(void *env, struct shoal_rdma_conn *m, struct shoal_rdma_req
                      char *why, size_t whylen)
 {
         struct shoal_rdma_server *rs = env;
+        /* C stays allocated until every request it submitted came back (conn_reap). */
         return shoal_server_submit_rdma(rs->srv, h->id, h->flags, body, h->body_len, answer_cb, rq,
-                                        status, why, whylen);
+                                        &conn_of(m)->gone, status, why, whylen);
 }
 
 static void op_answer_done(void *env, struct shoal_server_answer *a)

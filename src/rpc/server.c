@@ -131,6 +131,7 @@ struct srv_req {
         /* RDMA requests (c == NULL): answered through this callback instead of a connection */
         shoal_server_answer_fn ext_fn;
         void *ext_arg;
+        const _Atomic bool *ext_gone; /* the RDMA connection closed (NULL: never) */
         struct shoal_server_answer ans;
 };
 
@@ -419,7 +420,9 @@ static void req_finish(struct srv_req *r)
  * work whose answer is dropped on the loop. */
 static bool req_orphaned(const struct srv_req *r)
 {
-        return r->c && __atomic_load_n(&r->c->gone, __ATOMIC_ACQUIRE);
+        if (!r->c)
+                return r->ext_gone && atomic_load_explicit(r->ext_gone, memory_order_acquire);
+        return __atomic_load_n(&r->c->gone, __ATOMIC_ACQUIRE);
 }
 
 static void req_refuse(struct srv_req *r, uint32_t status, const char *fmt, ...)
@@ -1788,6 +1791,11 @@ void shoal_server_stop(struct shoal_server *s)
 static void ext_finish(struct srv_req *r)
 {
         struct shoal_server *s = r->s;
+        if (r->status == SHOAL_ST_OK && req_orphaned(r)) {
+                /* Nobody will read it (the connection only gives the answer back): no copy. */
+                req_release_resources(r);
+                req_refuse(r, SHOAL_ST_BUSY, "connection closed");
+        }
         /* A held block whose memory is registered is written from where it is, held until
          * shoal_server_answer_done: one pass over it (the CRCs) instead of two. */
         bool direct =
@@ -1830,7 +1838,8 @@ static void ext_finish(struct srv_req *r)
 
 int shoal_server_submit_rdma(struct shoal_server *s, uint64_t id, uint16_t flags,
                              const uint8_t *body, size_t body_len, shoal_server_answer_fn fn,
-                             void *arg, uint32_t *status, char *why, size_t whylen)
+                             void *arg, const _Atomic bool *gone, uint32_t *status, char *why,
+                             size_t whylen)
 {
         struct srv_req *r = req_from_read(s, SVC_M_IORPC, SHOAL_MSG_READ, id, flags, body, body_len,
                                           true, status, why, whylen);
@@ -1840,6 +1849,7 @@ int shoal_server_submit_rdma(struct shoal_server *s, uint64_t id, uint16_t flags
                                                   : -EPROTO;
         r->ext_fn = fn;
         r->ext_arg = arg;
+        r->ext_gone = gone;
         req_dispatch(r);
         return 0;
 }

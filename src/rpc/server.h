@@ -79,10 +79,13 @@ typedef void (*shoal_server_answer_fn)(void *arg, struct shoal_server_answer *a)
  * shoal_server_dio_region and shoal_server_held_region covers every answer. Returns 0 (FN(ARG,
  * answer) follows exactly once), or a negative errno with a reason in WHY when the request is
  * refused at once (-EPROTO: malformed body, -EXDEV: another block size, -ENOMEM); *STATUS then
- * holds the ERROR status. */
+ * holds the ERROR status. GONE (NULL: never) is the requester's connection's "closed" flag, read
+ * by worker threads until FN ran: once it is set, work not started yet is dropped (FN then gets
+ * an ERROR answer), as for a closed TCP connection; it must outlive the request. */
 int shoal_server_submit_rdma(struct shoal_server *s, uint64_t id, uint16_t flags,
                              const uint8_t *body, size_t body_len, shoal_server_answer_fn fn,
-                             void *arg, uint32_t *status, char *why, size_t whylen);
+                             void *arg, const _Atomic bool *gone, uint32_t *status, char *why,
+                             size_t whylen);
 /* Gives the answer's buffer and processing slot back; A is invalid afterwards. Any thread. */
 void shoal_server_answer_done(struct shoal_server *s, struct shoal_server_answer *a);
 /* Base and length of the dio pool mapping (to register for RDMA once). */

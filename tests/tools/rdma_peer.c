@@ -13,9 +13,16 @@
  *       after each answer writes 'Z's over the requester's buffer with the address and key the
  *       READ named. Every late write asks for delivery completion, so the peer learns whether the
  *       requester's side took it ("landed") or refused it ("refused").
+ *   rdma_peer pipeclose ADDR SECRET_FILE BODIES PER_CONN STATS
+ *       a requester holding the secret that, one connection after another, sends PER_CONN READs
+ *       with FILL (the READ bodies in file BODIES, each a u32 length and the body, as
+ *       tests/integration/frames.py makes them) and closes the connection as soon as they are
+ *       sent, never waiting for an answer (the member's writes go to a buffer it never
+ *       registered); a refused connection is retried. Exits when every body was sent.
  *
  * STATS is rewritten every 100 ms with "NAME N" lines (flood: connected, refused, closed; idle:
- * ready, pings, pongs; evil: conns, auths, reads, rewrites, landed, refused). */
+ * ready, pings, pongs; evil: conns, auths, reads, rewrites, landed, refused; pipeclose: conns,
+ * reads, refused). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -78,6 +85,7 @@ static const char *stats_path;
 static const char *stat_names[8];
 static struct late lates[4096];
 static unsigned nlates;
+static unsigned long tx_posted, tx_done; /* sends posted, their completions read */
 
 static void die(const char *what, int rc)
 {
@@ -132,6 +140,8 @@ static int send_frame(struct conn *c, const void *frame, size_t len)
         if (rc) {
                 free(op->buf);
                 free(op);
+        } else {
+                tx_posted++;
         }
         return rc;
 }
@@ -328,6 +338,8 @@ static void poll_cq(bool server)
                                 continue;
                         if (op->kind == OP_LATE)
                                 st[5]++; /* refused */
+                        if (op->kind == OP_TX)
+                                tx_done++; /* flushed */
                         if (op->kind != OP_RX) {
                                 free(op->buf);
                                 free(op);
@@ -348,6 +360,8 @@ static void poll_cq(bool server)
                         }
                         if (op->kind == OP_LATE)
                                 st[4]++; /* landed */
+                        if (op->kind == OP_TX)
+                                tx_done++;
                         free(op->buf);
                         free(op);
                 }
@@ -442,6 +456,101 @@ static int run_clients(const char *addr, const char *src, unsigned n, unsigned s
         fi_close(&domain->fid);
         fi_close(&fabric->fid);
         fi_freeinfo(info);
+        return 0;
+}
+
+/* pipeclose: reads every event of the EQ; true once C is connected, false when it failed. */
+static bool wait_connected(struct conn *c, uint64_t until)
+{
+        while (shoal_now_ns() < until) {
+                uint32_t event;
+                struct fi_eq_cm_entry entry;
+                ssize_t rd = fi_eq_read(eq, &event, &entry, sizeof(entry), 0);
+                if (rd == -FI_EAVAIL) {
+                        struct fi_eq_err_entry ee;
+                        memset(&ee, 0, sizeof(ee));
+                        fi_eq_readerr(eq, &ee, 0);
+                        return false;
+                }
+                if (rd > 0 && event == FI_CONNECTED && entry.fid == &c->ep->fid)
+                        return true;
+                poll_cq(false);
+                sleep_ms(1);
+        }
+        return false;
+}
+
+static int run_pipeclose(const char *addr, const char *bodies_path, unsigned per_conn)
+{
+        static uint8_t bodies[1 << 22];
+        FILE *f = fopen(bodies_path, "rb");
+        size_t blen = f ? fread(bodies, 1, sizeof(bodies), f) : 0;
+        if (f)
+                fclose(f);
+        struct sockaddr_in *dest = shoal_fab_addr_parse(addr);
+        if (!dest || !blen || !per_conn) {
+                fprintf(stderr, "rdma_peer: bad address, bodies or count\n");
+                return 2;
+        }
+        shoal_strlcpy(addr_dialed, addr, sizeof(addr_dialed));
+        open_fabric("127.0.0.1", FI_SOURCE);
+        size_t pos = 0;
+        while (pos + 4 <= blen) {
+                struct conn *c = &conns[0];
+                uint64_t until = shoal_now_ns() + 30000000000ULL;
+                /* A member at its connection cap refuses until the last one is freed. */
+                while (conn_connect(c, dest) || !wait_connected(c, until)) {
+                        conn_close(c);
+                        if (shoal_now_ns() >= until) {
+                                fprintf(stderr, "rdma_peer: cannot connect to %s\n", addr);
+                                return 1;
+                        }
+                        st[2]++;
+                        sleep_ms(20);
+                }
+                struct shoal_hs_config hc = {.role = SHOAL_HS_REQUESTER,
+                                             .key = &gkey,
+                                             .service = 3,
+                                             .addr = addr_dialed};
+                shoal_hs_start(&c->hs, &hc);
+                send_frame(c, c->hs.out, c->hs.out_len);
+                while (!c->ready && shoal_now_ns() < until) {
+                        poll_cq(false);
+                        sleep_ms(1);
+                }
+                if (!c->ready) {
+                        fprintf(stderr, "rdma_peer: no handshake with %s\n", addr);
+                        return 1;
+                }
+                st[0]++;
+                /* Never more than the member's credits: past them it would close at once. */
+                unsigned n = SHOAL_MIN(per_conn, c->hs.peer_max_inflight);
+                for (unsigned k = 0; k < n && pos + 4 <= blen; k++) {
+                        uint32_t len;
+                        memcpy(&len, bodies + pos, 4);
+                        if (len > SLOT - SHOAL_WIRE_HDR_LEN || pos + 4 + len > blen)
+                                return 2;
+                        uint8_t fr[SLOT];
+                        size_t fl = shoal_wire_frame_encode(fr, SHOAL_MSG_READ,
+                                                            SHOAL_WF_FILL | SHOAL_WF_RDMA_TARGET, 0,
+                                                            100 + k, bodies + pos + 4, len);
+                        if (send_frame(c, fr, fl))
+                                break;
+                        pos += 4 + len;
+                        st[1]++;
+                }
+                /* Sent means its completion was read (tcp moves the bytes inside fi_cq_read). */
+                while (tx_done < tx_posted && shoal_now_ns() < until) {
+                        poll_cq(false);
+                        sleep_ms(1);
+                }
+                conn_close(c);
+                poll_cq(false);
+                write_stats();
+        }
+        write_stats();
+        printf("pipelined %lu reads on %lu connections and closed each\n", st[1], st[0]);
+        free(dest);
         return 0;
 }
 
@@ -544,6 +653,14 @@ int main(int argc, char **argv)
                 return run_clients(argv[2], "127.0.0.1", (unsigned)atoi(argv[4]),
                                    (unsigned)atoi(argv[5]), true);
         }
+        if (argc >= 7 && !strcmp(argv[1], "pipeclose")) {
+                stats_path = argv[6];
+                stat_names[0] = "conns";
+                stat_names[1] = "reads";
+                stat_names[2] = "refused";
+                load_key(argv[3]);
+                return run_pipeclose(argv[2], argv[4], (unsigned)atoi(argv[5]));
+        }
         if (argc >= 9 && !strcmp(argv[1], "evil")) {
                 load_key(argv[2]);
                 member_id = argv[3];
@@ -560,9 +677,9 @@ int main(int argc, char **argv)
                 stat_names[5] = "refused";
                 run_evil();
         }
-        fprintf(stderr,
-                "usage: rdma_peer flood ADDR SRC_IP N SECONDS STATS\n"
-                "       rdma_peer idle ADDR SECRET_FILE N SECONDS STATS\n"
-                "       rdma_peer evil SECRET_FILE MEMBER_ID STORE URL BS DELAY_MS STATS\n");
+        fprintf(stderr, "usage: rdma_peer flood ADDR SRC_IP N SECONDS STATS\n"
+                        "       rdma_peer idle ADDR SECRET_FILE N SECONDS STATS\n"
+                        "       rdma_peer evil SECRET_FILE MEMBER_ID STORE URL BS DELAY_MS STATS\n"
+                        "       rdma_peer pipeclose ADDR SECRET_FILE BODIES PER_CONN STATS\n");
         return 2;
 }
