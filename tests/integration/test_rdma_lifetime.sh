@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Work does not outlive its RDMA connection (issue 11 finding 7, the RDMA side; libfabric's tcp
-# provider on lo): a requester holding the secret (tests/tools/rdma_peer pipeclose) sends a
-# connection's worth of READs with FILL for objects nobody cached, and closes the connection as
-# soon as they are sent, connection after connection. The member's processing cap is small here
-# (RLIMIT_NOFILE 512), so most of them wait for a slot: once the connection is shut down they
-# never start, the store GETs stay well under the reads sent and stop growing when the peer is
-# gone, and the member still serves an honest client exact bytes over RDMA and stops cleanly.
-# Before, every request of a closed RDMA connection ran: a GET per read sent.
+# provider on lo). The order is made certain rather than raced:
+# - the member's processing cap is small (RLIMIT_NOFILE 512) and an IORPC peer that never reads
+#   its answers (frames.py hog) holds every processing slot with reads of a cached object;
+# - a requester (tests/tools/rdma_peer pipeclose) sends READs with FILL for objects nobody cached
+#   over RDMA and closes the connection as soon as they are sent: they all wait for a slot;
+# - once the member logged that connection's shutdown, the hog goes and frees the slots.
+# None of the RDMA requests may start: no store GET for them (before: one GET each), the member
+# frees the connection, serves an honest client exact bytes over RDMA and stops cleanly.
 . "$(dirname "$0")/lib.sh"
 export SHOAL_GROUP_TIMEOUT=3s SHOAL_GROUP_HEARTBEAT=200ms FI_PROVIDER=tcp
 command -v fi_info >/dev/null && ! fi_info -p tcp >/dev/null 2>&1 && skip "libfabric has no tcp provider"
@@ -14,75 +15,79 @@ command -v prlimit >/dev/null || skip "no prlimit"
 PEER=$(dirname "$SHOAL")/rdma_peer
 [ -x "$PEER" ] || fail "no $PEER (built with shoal)"
 HERE=$(dirname "$0")
+FRAMES="/usr/bin/python3 $HERE/frames.py"
 
 STORE=$T/store
-NOBJ=496 # 8 connections of 62 (a member connection's credits on the tcp provider)
-BSZ=$((64 * 1024))
-/usr/bin/python3 - "$STORE" "$NOBJ" "$HERE" "$T/bodies" "$BSZ" <<'PY'
+NOBJ=24 # fewer than a member connection's credits: one RDMA connection
+/usr/bin/python3 - "$STORE" "$NOBJ" "$HERE" "$T/bodies" <<'PY'
 import os, struct, sys
-store, n, here, out, bs = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+store, n, here, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 sys.path.insert(0, here)
 import frames
-for d in ("w", "x"):
-    os.makedirs(os.path.join(store, d))
+os.makedirs(os.path.join(store, "x"))
+with open(out, "wb") as f:
     for i in range(n):
-        with open(os.path.join(store, d, "o%d" % i), "wb") as f:
-            f.write(os.urandom(bs))
-for d in ("w", "x"):
-    with open(out + "." + d, "wb") as f:
-        for i in range(n):
-            body = frames.block_bodies(store, "%s/o%d" % (d, i), bs)[0]
-            f.write(struct.pack("<I", len(body)) + body)
+        with open(os.path.join(store, "x", "o%d" % i), "wb") as o:
+            o.write(os.urandom(4096))
+        body = frames.block_bodies(store, "x/o%d" % i)[0]
+        f.write(struct.pack("<I", len(body)) + body)
 PY
-make_object "$STORE/honest" $((3 * BSZ + 12345))
+make_object "$STORE/big" $((8 * 4 * 1024 * 1024))
+make_object "$STORE/honest" $((5 * 1024 * 1024 + 12345))
 S="file://$STORE"
-printf 'correct horse battery staple\n' >"$T/secret"
+META="sqlite3://$T/a.db"
 MP=$(free_port)
+# No secret: RDMA on loopback only, so that frames.py (no secret) can hog the slots.
 prlimit --nofile=512:512 -- "$SHOAL" serve "$S" --cache-dir "$T/a.cache" --log-file "$T/a.log" \
-  --log-level debug --meta "sqlite3://$T/a.db" --cache-group ga --group-ip 127.0.0.1 \
-  --rdma-network lo --group-secret-file "$T/secret" --block-size 64K \
+  --log-level debug --meta "$META" --cache-group ga --group-ip 127.0.0.1 --rdma-network lo \
   --metrics "127.0.0.1:$MP" 2>>"$T/a.err" &
 track a $! member "$T/a.log" "$T/a.err"
-wait_members "sqlite3://$T/a.db" ga 1
+wait_members "$META" ga 1
 RA=$(grep -o "rdma listening on 127.0.0.1:[0-9]*" "$T/a.log" | head -n 1 | awk '{print $NF}')
+RPC=$(member_port a iorpc)
+# (from the log: the remotecache_inflight_limit gauge is set before RLIMIT_NOFILE lowers the cap)
 cap=$(grep -o "[0-9]* requests in process" "$T/a.log" | head -n 1 | awk '{print $1}')
 echo "  the member processes at most $cap requests at once"
-[ -n "$cap" ] && [ "$cap" -lt 62 ] || fail "processing cap ${cap:-unknown}: not below a connection's credits"
-gets() { metric "127.0.0.1:$MP" object_get_requests; }
-# settle — waits until the member's store GETs stop growing; prints the count.
-settle() {
-  local prev=-1 g i
-  for i in $(seq 1 100); do
-    g=$(gets)
-    [ "$g" -eq "$prev" ] && break
-    prev=$g
-    sleep 0.3
-  done
-  echo "$g"
+[ -n "$cap" ] && [ "$cap" -lt 64 ] || fail "processing cap ${cap:-unknown}: one hog connection cannot hold it"
+m() { metric "127.0.0.1:$MP" "$1"; }
+honest() { # honest KEY — a client reads KEY exact over RDMA
+  "$SHOAL" cat "$S" "$1" --meta "$META" --cache-group ga --no-sharing --cache-size 0 \
+    --rdma-network lo --summary --log-file "$T/cat.log" >"$T/out" 2>"$T/sum" ||
+    fail "read of $1 failed: $(tail -n 2 "$T/sum")"
+  cmp -s "$T/out" "$STORE/$1" || fail "read of $1: wrong bytes"
+  [ "$(summary_field "rdma bytes" "$T/sum")" -gt 0 ] || fail "$1 did not go over RDMA: $(cat "$T/sum")"
 }
+honest big # cached on the member now: the hog's reads are hits
 
-echo "== pipeline-and-close over RDMA: $NOBJ reads with FILL, 62 per connection"
-# A first round (set w) warms the member up; the second (set x, nothing cached) is counted.
-"$PEER" pipeclose "$RA" "$T/secret" "$T/bodies.w" 62 "$T/w.stats" >"$T/w.out" 2>&1 ||
-  fail "pipeclose w: $(cat "$T/w.out")"
-g0=$(settle)
-"$PEER" pipeclose "$RA" "$T/secret" "$T/bodies.x" 62 "$T/x.stats" >"$T/x.out" 2>&1 ||
-  fail "pipeclose x: $(cat "$T/x.out")"
+echo "== every processing slot held by a peer that never reads"
+$FRAMES hog "127.0.0.1:$RPC" "$STORE" big 200 "$T/stop.hog" >"$T/hog.out" 2>&1 &
+track hog $! helper "$T/hog.out"
+wait_log "$T/hog.out" hogging 30
+held() { [ "$(m mount_iorpc_inflight)" -ge "$cap" ]; }
+wait_until 60 held || fail "the hog holds $(m mount_iorpc_inflight) of $cap slots"
+g0=$(m object_get_requests)
+
+echo "== $NOBJ READs with FILL over RDMA, the connection closed once they are sent"
+closes0=$(grep -c "rdma: server: closing 127.0.0.1" "$T/a.log" || true)
+"$PEER" pipeclose "$RA" - "$T/bodies" "$NOBJ" "$T/x.stats" >"$T/x.out" 2>&1 ||
+  fail "pipeclose: $(cat "$T/x.out")"
 cat "$T/x.out"
-sent=$(awk '$1 == "reads" {print $2}' "$T/x.stats")
-[ "$sent" -eq "$NOBJ" ] || fail "the peer sent $sent reads, not $NOBJ"
-g1=$(settle)
-sleep 1
-[ "$(gets)" -eq "$g1" ] || fail "store GETs still growing after the peer left"
-n=$((g1 - g0))
-echo "  store GETs for $sent reads of closed RDMA connections: $n"
-[ "$n" -le $((sent / 2)) ] || fail "requests of closed RDMA connections still ran: $n store GETs"
+[ "$(awk '$1 == "reads" {print $2}' "$T/x.stats")" -eq "$NOBJ" ] || fail "not every read sent"
+wait_log "$T/a.log" "rdma: server: closing 127.0.0.1" 30 $((closes0 + 1))
+queued=$(m mount_iorpc_queued)
+echo "  requests waiting for a slot: $queued"
+[ "$queued" -ge "$NOBJ" ] || fail "the RDMA reads are not all waiting ($queued queued)"
 
-echo "== an honest client is served over RDMA, the member stops cleanly"
-"$SHOAL" cat "$S" honest --meta "sqlite3://$T/a.db" --cache-group ga --no-sharing --cache-size 0 \
-  --block-size 64K --rdma-network lo --group-secret-file "$T/secret" --summary \
-  --log-file "$T/cat.log" >"$T/out" 2>"$T/sum" || fail "honest read failed: $(tail -n 2 "$T/sum")"
-cmp -s "$T/out" "$STORE/honest" || fail "honest read: wrong bytes"
-[ "$(summary_field "rdma bytes" "$T/sum")" -gt 0 ] || fail "the honest read did not go over RDMA: $(cat "$T/sum")"
+echo "== the hog goes: the slots free up, the closed connection's reads never start"
+touch "$T/stop.hog"
+wait_proc hog 30
+drained() { [ "$(m mount_iorpc_queued)" -eq 0 ] && [ "$(m mount_iorpc_inflight)" -eq 0 ]; }
+wait_until 60 drained || fail "requests still in process: $(m mount_iorpc_inflight) + $(m mount_iorpc_queued)"
+freed() { [ "$(m rdma_registered_bytes)" -eq 0 ]; }
+wait_until 30 freed || fail "the closed connection was not freed ($(m rdma_registered_bytes) bytes registered)"
+n=$(($(m object_get_requests) - g0))
+echo "  store GETs for $NOBJ reads of a closed RDMA connection: $n"
+[ "$n" -eq 0 ] || fail "requests of a closed RDMA connection still ran: $n store GETs"
+honest honest
 stop_proc a
 echo "PASS test_rdma_lifetime"

@@ -14,10 +14,10 @@
  *       READ named. Every late write asks for delivery completion, so the peer learns whether the
  *       requester's side took it ("landed") or refused it ("refused").
  *   rdma_peer pipeclose ADDR SECRET_FILE BODIES PER_CONN STATS
- *       a requester holding the secret that, one connection after another, sends PER_CONN READs
- *       with FILL (the READ bodies in file BODIES, each a u32 length and the body, as
- *       tests/integration/frames.py makes them) and closes the connection as soon as they are
- *       sent, never waiting for an answer (the member's writes go to a buffer it never
+ *       a requester holding the secret (SECRET_FILE "-": a member without one) that, one connection
+ * after another, sends PER_CONN READs with FILL (the READ bodies in file BODIES, each a u32 length
+ * and the body, as tests/integration/frames.py makes them) and closes the connection as soon as
+ * they are sent, never waiting for an answer (the member's writes go to a buffer it never
  *       registered); a refused connection is retried. Exits when every body was sent.
  *
  * STATS is rewritten every 100 ms with "NAME N" lines (flood: connected, refused, closed; idle:
@@ -480,7 +480,8 @@ static bool wait_connected(struct conn *c, uint64_t until)
         return false;
 }
 
-static int run_pipeclose(const char *addr, const char *bodies_path, unsigned per_conn)
+static int run_pipeclose(const char *addr, bool with_key, const char *bodies_path,
+                         unsigned per_conn)
 {
         static uint8_t bodies[1 << 22];
         FILE *f = fopen(bodies_path, "rb");
@@ -509,7 +510,7 @@ static int run_pipeclose(const char *addr, const char *bodies_path, unsigned per
                         sleep_ms(20);
                 }
                 struct shoal_hs_config hc = {.role = SHOAL_HS_REQUESTER,
-                                             .key = &gkey,
+                                             .key = with_key ? &gkey : NULL,
                                              .service = 3,
                                              .addr = addr_dialed};
                 shoal_hs_start(&c->hs, &hc);
@@ -522,8 +523,8 @@ static int run_pipeclose(const char *addr, const char *bodies_path, unsigned per
                         fprintf(stderr, "rdma_peer: no handshake with %s\n", addr);
                         return 1;
                 }
-                st[0]++;
-                /* Never more than the member's credits: past them it would close at once. */
+                /* (on_frame counted the connection.) Never more than the member's credits: past
+                 * them it would close at once. */
                 unsigned n = SHOAL_MIN(per_conn, c->hs.peer_max_inflight);
                 for (unsigned k = 0; k < n && pos + 4 <= blen; k++) {
                         uint32_t len;
@@ -534,8 +535,13 @@ static int run_pipeclose(const char *addr, const char *bodies_path, unsigned per
                         size_t fl = shoal_wire_frame_encode(fr, SHOAL_MSG_READ,
                                                             SHOAL_WF_FILL | SHOAL_WF_RDMA_TARGET, 0,
                                                             100 + k, bodies + pos + 4, len);
-                        if (send_frame(c, fr, fl))
+                        int rc;
+                        while ((rc = send_frame(c, fr, fl)) == -FI_EAGAIN && shoal_now_ns() < until)
+                                poll_cq(false); /* the send queue is full for now */
+                        if (rc) {
+                                fprintf(stderr, "rdma_peer: send: %s\n", fi_strerror(-rc));
                                 break;
+                        }
                         pos += 4 + len;
                         st[1]++;
                 }
@@ -658,8 +664,10 @@ int main(int argc, char **argv)
                 stat_names[0] = "conns";
                 stat_names[1] = "reads";
                 stat_names[2] = "refused";
-                load_key(argv[3]);
-                return run_pipeclose(argv[2], argv[4], (unsigned)atoi(argv[5]));
+                bool with_key = strcmp(argv[3], "-") != 0;
+                if (with_key)
+                        load_key(argv[3]);
+                return run_pipeclose(argv[2], with_key, argv[4], (unsigned)atoi(argv[5]));
         }
         if (argc >= 9 && !strcmp(argv[1], "evil")) {
                 load_key(argv[2]);
