@@ -109,6 +109,12 @@
         X(rdma_write_dur, HIST, "RDMA write latency")                                              \
         X(rdma_recv_bytes, COUNTER, "Payload bytes received over RDMA")                            \
         X(rdma_failovers, COUNTER, "RDMA connections that failed over to TCP")                     \
+        X(rdma_channels, GAUGE, "RDMA channels open to members (client)")                          \
+        X(rdma_wait_spills, COUNTER,                                                               \
+          "RDMA requests that waited too long for a credit: sent by TCP")                          \
+        X(rdma_preauth_conns, GAUGE, "RDMA connections not yet authenticated (member)")            \
+        X(rdma_registered_bytes, GAUGE, "Bytes registered for RDMA connections' own buffers")      \
+        X(rdma_rejected, COUNTER, "RDMA connection requests refused by the member's limits")       \
         X(rdma_if0_bytes, COUNTER, "RDMA payload bytes on the 1st --rdma-network interface")       \
         X(rdma_if1_bytes, COUNTER, "RDMA payload bytes on the 2nd --rdma-network interface")       \
         X(rdma_if2_bytes, COUNTER, "RDMA payload bytes on the 3rd --rdma-network interface")       \

@@ -177,7 +177,12 @@ int shoal_fab_memlock_check(const struct shoal_fab_limits *l, size_t pinned, siz
         return -ENOMEM;
 }
 
-static struct shoal_fab_limits limits;
+static struct shoal_fab_limits limits = {.nofile = SIZE_MAX, .memlock = SIZE_MAX};
+
+const struct shoal_fab_limits *shoal_fab_process_limits(void)
+{
+        return &limits;
+}
 
 static void process_setup(void)
 {
@@ -339,6 +344,10 @@ struct fi_info *shoal_fab_hints(const char *provider)
         /* Every op context we post starts with a struct fi_context2. */
         hints->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
         hints->addr_format = FI_SOCKADDR_IN;
+        /* Registrations (the client's, per request, on the caller's thread) and endpoint
+         * creation (on a connector thread: it blocks on verbs) run beside the progress thread's
+         * completion reads. Verbs and tcp both offer it. */
+        hints->domain_attr->threading = FI_THREAD_SAFE;
         /* The answer's send must not overtake its RMA write: the requester reads the payload as
          * soon as it sees the answer (RDMA.md). Verbs RC and tcp both keep it; asking makes a
          * provider that does not drop out here instead of handing out early answers. */
@@ -489,8 +498,17 @@ static int request_key(const struct shoal_fab *f, uint64_t *key)
         *key = 0;
         if (f->mr_mode & FI_MR_PROV_KEY)
                 return 0;
-        if (shoal_random_bytes(key, sizeof(*key)))
-                return -EIO; /* no guessable fallback */
+        /* The client registers per request: draw keys from the CSPRNG 64 at a time (one
+         * system call), each used once, never from a predictable generator. */
+        static _Thread_local uint64_t keys[64];
+        static _Thread_local unsigned nkeys;
+        if (!nkeys) {
+                if (shoal_random_bytes(keys, sizeof(keys)))
+                        return -EIO; /* no guessable fallback */
+                nkeys = 64;
+        }
+        *key = keys[--nkeys];
+        keys[nkeys] = 0;
         if (f->key_size < 8)
                 *key &= (1ULL << (8 * f->key_size)) - 1;
         return 0;
@@ -511,26 +529,35 @@ void shoal_fab_dontfork(void *buf, size_t len)
 int shoal_fab_mr_reg(struct shoal_fab *f, void *buf, size_t len, uint64_t access,
                      struct fid_mr **mr)
 {
+        return shoal_fab_mr_reg_dom(f, NULL, buf, len, access, true, mr);
+}
+
+int shoal_fab_mr_reg_dom(struct shoal_fab *f, struct fid_domain *dom, void *buf, size_t len,
+                         uint64_t access, bool dontfork, struct fid_mr **mr)
+{
         bool pins = pins_memory(f);
         if (pins) {
                 char msg[400];
                 int rc = shoal_fab_memlock_check(&limits, atomic_load(&pinned_bytes), len, msg,
                                                  sizeof(msg));
                 if (rc) {
-                        log_warn("rdma", "--rdma-network %s: %s", f->ifname, msg);
+                        /* per-request registrations can meet it at any rate */
+                        log_ratelimited(SHOAL_LOG_WARN, "rdma", "--rdma-network %s: %s", f->ifname,
+                                        msg);
                         return rc;
                 }
         }
         /* Registered pages must stay where the NIC was told they are: without this a fork
          * (libfuse runs fusermount3) makes them copy-on-write and the parent's next write moves
          * them on kernels before 5.13. Pools are page-aligned; the child never uses them. */
-        shoal_fab_dontfork(buf, len);
+        if (dontfork)
+                shoal_fab_dontfork(buf, len);
         int rc;
         for (int tries = 0;; tries++) {
                 uint64_t key;
                 if ((rc = request_key(f, &key)))
                         break;
-                rc = fi_mr_reg(f->domain, buf, len, access, 0, key, 0, mr, NULL);
+                rc = fi_mr_reg(dom ? dom : f->domain, buf, len, access, 0, key, 0, mr, NULL);
                 if (rc != -FI_ENOKEY || tries == 3 || (f->mr_mode & FI_MR_PROV_KEY))
                         break; /* a random key that is taken: draw another */
         }
@@ -605,208 +632,184 @@ int shoal_fab_eq_err(struct fid_eq *eq, char *msg, size_t msglen)
         return e.err ? e.err : FI_EOTHER;
 }
 
-int shoal_fab_mep_alloc(struct shoal_fab_mep *m, struct shoal_fab *f, const char *peer,
-                        unsigned nrx, unsigned nslots)
+int shoal_fab_domain_open(struct shoal_fab *f, struct fid_domain **dom)
 {
-        memset(m, 0, sizeof(*m));
-        m->fab = f;
-        m->peer = peer;
-        m->eq_fd = m->cq_fd = -1;
-        m->nrx = nrx;
-        m->nslots = nslots;
+        int rc = fi_domain(f->fabric, f->info, dom, NULL);
+        if (rc) {
+                shoal_fab_log_err(f->ifname, "fi_domain", rc);
+                *dom = NULL;
+        }
+        return rc;
+}
+
+int shoal_fab_slots_open(struct shoal_fab *f, struct fid_domain *dom, unsigned n,
+                         struct shoal_fab_slots *s)
+{
+        memset(s, 0, sizeof(*s));
         /* Whole pages of its own (mmap): MADV_DONTFORK at registration then touches nothing
          * else, and nothing of it returns to the heap with the flag set. */
-        size_t memlen = (size_t)(nrx + nslots) * SHOAL_FAB_MSG_SLOT;
-        m->memlen = (memlen + 4095) / 4096 * 4096;
-        m->mem = mmap(NULL, m->memlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (m->mem == MAP_FAILED)
-                m->mem = NULL;
-        m->rx = calloc(nrx, sizeof(*m->rx));
-        if (!m->mem || !m->rx)
+        size_t len = (size_t)n * SHOAL_FAB_MSG_SLOT;
+        s->len = (len + 4095) / 4096 * 4096;
+        s->mem = mmap(NULL, s->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (s->mem == MAP_FAILED) {
+                s->mem = NULL;
                 return -ENOMEM;
-        for (unsigned i = 0; i < nrx; i++) {
-                m->rx[i].op.kind = SHOAL_FAB_OP_RX;
-                m->rx[i].op.owner = &m->rx[i];
-                m->rx[i].buf = m->mem + (size_t)i * SHOAL_FAB_MSG_SLOT;
         }
+        s->n = n;
+        int rc = shoal_fab_mr_reg_dom(f, dom, s->mem, s->len, FI_SEND | FI_RECV, true, &s->mr);
+        if (rc)
+                return rc;
+        s->desc = shoal_fab_desc(f, s->mr);
         return 0;
 }
 
-char *shoal_fab_mep_sbuf(const struct shoal_fab_mep *m, unsigned i)
+char *shoal_fab_slot(const struct shoal_fab_slots *s, unsigned i)
 {
-        return m->mem + (size_t)(m->nrx + i) * SHOAL_FAB_MSG_SLOT;
+        return s->mem + (size_t)i * SHOAL_FAB_MSG_SLOT;
 }
 
-void *shoal_fab_mep_desc(const struct shoal_fab_mep *m)
+void shoal_fab_slots_close(struct shoal_fab *f, struct shoal_fab_slots *s)
 {
-        return shoal_fab_desc(m->fab, m->mr);
+        shoal_fab_mr_close(f, s->mr, s->len);
+        if (s->mem)
+                munmap(s->mem, s->len);
+        memset(s, 0, sizeof(*s));
 }
 
-int shoal_fab_mep_open(struct shoal_fab_mep *m, struct fi_info *info, void *ep_ctx, size_t cq_size,
-                       const char **call)
+int shoal_fab_ep_create(struct fid_domain *dom, struct fi_info *info, size_t rx, size_t tx,
+                        void *ctx, struct fid_ep **ep)
 {
-        struct shoal_fab *f = m->fab;
-        int rc;
-        *call = "cq size";
-        if (cq_size <= m->nrx)
-                return -EINVAL;
         /* The queues hold what we post and the CQ all of it: verbs reserves rx_attr->size CQ
          * entries for receives at bind time (and reserves none, with a warning, when the CQ is
-         * smaller: then sends can overrun the CQ, which kills the QP); its default receive
-         * queue (384) is larger than any CQ we would otherwise open. */
+         * short of them: then sends can overrun the CQ, which kills the QP); its default
+         * receive queue (384) is larger than we ever post. */
+        if (!rx || !tx)
+                return -EINVAL;
         if (info->rx_attr)
-                info->rx_attr->size = SHOAL_MIN(info->rx_attr->size, (size_t)m->nrx);
+                info->rx_attr->size = SHOAL_MIN(info->rx_attr->size, rx);
         if (info->tx_attr)
-                info->tx_attr->size = SHOAL_MIN(info->tx_attr->size, cq_size - m->nrx);
-        *call = "fi_mr_reg";
-        if ((rc = shoal_fab_mr_reg(f, m->mem, m->memlen, FI_SEND | FI_RECV, &m->mr)))
-                return rc;
-        *call = "fi_endpoint";
-        if ((rc = fi_endpoint(f->domain, info, &m->ep, ep_ctx)))
-                return rc;
-        *call = "fi_eq_open";
-        if ((rc = shoal_fab_eq_open(f, &m->eq, &m->eq_fd)))
-                return rc;
-        *call = "fi_cq_open";
-        if ((rc = shoal_fab_cq_open(f, cq_size, &m->cq, &m->cq_fd)))
-                return rc;
+                info->tx_attr->size = SHOAL_MIN(info->tx_attr->size, tx);
+        int rc = fi_endpoint(dom, info, ep, ctx);
+        if (rc)
+                *ep = NULL;
+        return rc;
+}
+
+int shoal_fab_ep_bind(struct fid_ep *ep, struct fid_eq *eq, struct fid_cq *cq, const char **call)
+{
+        int rc;
         *call = "fi_ep_bind(eq)";
-        if ((rc = fi_ep_bind(m->ep, &m->eq->fid, 0)))
+        if ((rc = fi_ep_bind(ep, &eq->fid, 0)))
                 return rc;
         *call = "fi_ep_bind(cq)";
-        if ((rc = fi_ep_bind(m->ep, &m->cq->fid, FI_TRANSMIT | FI_RECV)))
+        if ((rc = fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV | FI_SELECTIVE_COMPLETION)))
                 return rc;
         *call = "fi_enable";
-        if ((rc = fi_enable(m->ep)))
-                return rc;
-        *call = "fi_recv";
-        for (unsigned i = 0; i < m->nrx; i++)
-                if ((rc = shoal_fab_mep_post_rx(m, &m->rx[i])))
-                        return rc;
-        return 0;
+        return fi_enable(ep);
 }
 
-void shoal_fab_mep_watch(struct shoal_fab_mep *m, int epfd)
+int shoal_fab_post_rx(struct fid_ep *ep, const char *peer, void *buf, void *desc,
+                      struct shoal_fab_op *op)
 {
-        struct epoll_event ev = {.events = EPOLLIN};
-        epoll_ctl(epfd, EPOLL_CTL_ADD, m->eq_fd, &ev);
-        epoll_ctl(epfd, EPOLL_CTL_ADD, m->cq_fd, &ev);
+        struct iovec iov = {.iov_base = buf, .iov_len = SHOAL_FAB_MSG_SLOT};
+        struct fi_msg msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1, .context = &op->ctx};
+        ssize_t rc = fi_recvmsg(ep, &msg, FI_COMPLETION);
+        if (rc && rc != -FI_EAGAIN)
+                shoal_fab_log_err(peer, "fi_recv", (int)rc);
+        return (int)rc;
 }
 
-bool shoal_fab_mep_trywait(struct shoal_fab_mep *m)
+int shoal_fab_post_send(struct fid_ep *ep, const char *peer, const void *buf, size_t len,
+                        void *desc, struct shoal_fab_op *op)
 {
-        struct fid *fids[2] = {&m->eq->fid, &m->cq->fid};
-        return fi_trywait(m->fab->fabric, fids, 2) == 0;
+        struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+        struct fi_msg msg = {.msg_iov = &iov, .desc = &desc, .iov_count = 1, .context = &op->ctx};
+        ssize_t rc = fi_sendmsg(ep, &msg, FI_COMPLETION);
+        if (rc && rc != -FI_EAGAIN)
+                shoal_fab_log_err(peer, "fi_send", (int)rc);
+        return (int)rc;
 }
 
-int shoal_fab_mep_post_rx(struct shoal_fab_mep *m, struct shoal_fab_rx *rx)
+int shoal_fab_post_write(struct fid_ep *ep, const char *peer, const void *buf, size_t len,
+                         void *desc, uint64_t raddr, uint64_t rkey, struct shoal_fab_op *op)
 {
-        ssize_t rc =
-                fi_recv(m->ep, rx->buf, SHOAL_FAB_MSG_SLOT, shoal_fab_mep_desc(m), 0, &rx->op.ctx);
-        if (rc) {
-                shoal_fab_log_err(m->peer, "fi_recv", (int)rc);
-                return (int)rc;
-        }
-        m->posted++;
-        return 0;
+        struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+        struct fi_rma_iov rma = {.addr = raddr, .len = len, .key = rkey};
+        struct fi_msg_rma msg = {.msg_iov = &iov,
+                                 .desc = &desc,
+                                 .iov_count = 1,
+                                 .rma_iov = &rma,
+                                 .rma_iov_count = 1,
+                                 .context = &op->ctx};
+        /* No FI_COMPLETION: the send that follows on this endpoint stands for it. */
+        ssize_t rc = fi_writemsg(ep, &msg, FI_MORE);
+        if (rc && rc != -FI_EAGAIN)
+                shoal_fab_log_err(peer, "fi_write", (int)rc);
+        return (int)rc;
 }
 
-int shoal_fab_mep_send(struct shoal_fab_mep *m, const void *buf, size_t len,
-                       struct shoal_fab_op *op)
+ssize_t shoal_fab_cq_next(struct fid_cq *cq, const char *place, struct fi_cq_msg_entry *e,
+                          size_t count, void **err_ctx, int *err)
 {
-        ssize_t rc = fi_send(m->ep, buf, len, shoal_fab_mep_desc(m), 0, &op->ctx);
-        if (rc) {
-                shoal_fab_log_err(m->peer, "fi_send", (int)rc);
-                return (int)rc;
-        }
-        m->posted++;
-        return 0;
-}
-
-int shoal_fab_mep_write(struct shoal_fab_mep *m, const void *buf, size_t len, void *desc,
-                        uint64_t raddr, uint64_t rkey, struct shoal_fab_op *op)
-{
-        ssize_t rc = fi_write(m->ep, buf, len, desc, 0, raddr, rkey, &op->ctx);
-        if (rc) {
-                shoal_fab_log_err(m->peer, "fi_write", (int)rc);
-                return (int)rc;
-        }
-        m->posted++;
-        return 0;
-}
-
-int shoal_fab_mep_eq_read(struct shoal_fab_mep *m, uint32_t *event, char *msg, size_t msglen)
-{
-        struct fi_eq_cm_entry entry;
-        ssize_t n = fi_eq_read(m->eq, event, &entry, sizeof(entry), 0);
+        ssize_t n = fi_cq_read(cq, e, count);
         if (n == -FI_EAGAIN)
                 return 0;
         if (n == -FI_EAVAIL) {
-                shoal_fab_eq_err(m->eq, msg, msglen);
+                *err = shoal_fab_cq_err(cq, place, err_ctx);
                 return -FI_EAVAIL;
         }
+        if (n < 0)
+                shoal_fab_log_err(place, "fi_cq_read", (int)n);
+        return n;
+}
+
+int shoal_fab_eq_next(struct fid_eq *eq, const char *place, struct shoal_fab_event *ev)
+{
+        struct fi_eq_cm_entry entry;
+        memset(ev, 0, sizeof(*ev));
+        memset(&entry, 0, sizeof(entry));
+        ssize_t n = fi_eq_read(eq, &ev->event, &entry, sizeof(entry), 0);
+        if (n == -FI_EAGAIN)
+                return 0;
+        if (n == -FI_EAVAIL) {
+                struct fi_eq_err_entry e;
+                memset(&e, 0, sizeof(e));
+                n = fi_eq_readerr(eq, &e, 0);
+                if (n != (ssize_t)sizeof(e)) {
+                        shoal_fab_log_err(place, "fi_eq_readerr", (int)n);
+                        return n < 0 ? (int)n : -FI_EOTHER;
+                }
+                char buf[128] = "";
+                const char *pe = fi_eq_strerror(eq, e.prov_errno, e.err_data, buf, sizeof(buf));
+                snprintf(ev->msg, sizeof(ev->msg), "%s (%d)%s%s", fi_strerror(e.err), e.err,
+                         pe && *pe ? ", " : "", pe ? pe : "");
+                ev->event = 0;
+                ev->err = e.err ? e.err : FI_EOTHER;
+                ev->ctx = e.fid ? e.fid->context : e.context;
+                return 1;
+        }
         if (n < 0) {
-                shoal_fab_log_err(m->peer, "fi_eq_read", (int)n);
+                shoal_fab_log_err(place, "fi_eq_read", (int)n);
                 return (int)n;
+        }
+        if (n >= (ssize_t)offsetof(struct fi_eq_cm_entry, info)) {
+                ev->ctx = entry.fid ? entry.fid->context : NULL;
+                if (n >= (ssize_t)sizeof(entry))
+                        ev->info = entry.info;
         }
         return 1;
 }
 
-ssize_t shoal_fab_mep_cq_read(struct shoal_fab_mep *m, struct fi_cq_msg_entry *e, size_t count,
-                              void **err_ctx)
+bool shoal_fab_trywait(struct shoal_fab *f, struct fid *fid)
 {
-        ssize_t n = fi_cq_read(m->cq, e, count);
-        if (n == -FI_EAGAIN)
-                return 0;
-        if (n == -FI_EAVAIL) {
-                shoal_fab_cq_err(m->cq, m->peer, err_ctx);
-                if (*err_ctx)
-                        m->posted--;
-                return -FI_EAVAIL;
-        }
-        if (n < 0) {
-                shoal_fab_log_err(m->peer, "fi_cq_read", (int)n);
-                return n;
-        }
-        m->posted -= (int)n;
-        return n;
+        return fi_trywait(f->fabric, &fid, 1) == 0;
 }
 
-void shoal_fab_mep_shutdown(struct shoal_fab_mep *m)
+void shoal_fab_ep_shutdown(struct fid_ep *ep, const char *peer)
 {
-        if (!m->ep)
+        if (!ep)
                 return;
-        int rc = fi_shutdown(m->ep, 0);
-        if (rc && rc != -FI_ENOTCONN)
-                shoal_fab_log_err(m->peer, "fi_shutdown", rc);
-}
-
-void shoal_fab_mep_close_ep(struct shoal_fab_mep *m, int epfd)
-{
-        if (m->eq_fd >= 0)
-                epoll_ctl(epfd, EPOLL_CTL_DEL, m->eq_fd, NULL);
-        if (m->cq_fd >= 0)
-                epoll_ctl(epfd, EPOLL_CTL_DEL, m->cq_fd, NULL);
-        m->eq_fd = m->cq_fd = -1;
-        if (m->ep)
-                fi_close(&m->ep->fid);
-        m->ep = NULL;
-}
-
-void shoal_fab_mep_close(struct shoal_fab_mep *m, int epfd)
-{
-        shoal_fab_mep_close_ep(m, epfd);
-        if (m->cq)
-                fi_close(&m->cq->fid);
-        if (m->eq)
-                fi_close(&m->eq->fid);
-        shoal_fab_mr_close(m->fab, m->mr, m->memlen);
-        if (m->mem)
-                munmap(m->mem, m->memlen);
-        free(m->rx);
-        m->cq = NULL;
-        m->eq = NULL;
-        m->mr = NULL;
-        m->mem = NULL;
-        m->rx = NULL;
+        int rc = fi_shutdown(ep, 0);
+        if (rc && rc != -FI_ENOTCONN && rc != -FI_EINVAL && rc != -FI_EOPBADSTATE)
+                shoal_fab_log_err(peer, "fi_shutdown", rc);
 }

@@ -10,7 +10,8 @@
  * RLIMIT_MEMLOCK are raised to the hard limits, with a warning when the fds allow few
  * connections. Registrations are MADV_DONTFORK and checked against RLIMIT_MEMLOCK first.
  *
- * Objects are not thread-safe: one progress thread owns every object opened through it. */
+ * Domains are opened FI_THREAD_SAFE: registrations and endpoint creation may run on other
+ * threads than the one progress thread that posts operations and reads the queues. */
 #ifndef SHOAL_NET_FABRIC_H
 #define SHOAL_NET_FABRIC_H
 
@@ -77,6 +78,9 @@ unsigned shoal_fab_conn_budget(const struct shoal_fab_limits *l, size_t reserve)
  * none, or CAP_IPC_LOCK); else -ENOMEM with one line in MSG that says how to raise it. */
 int shoal_fab_memlock_check(const struct shoal_fab_limits *l, size_t pinned, size_t len, char *msg,
                             size_t msglen);
+/* The limits in force after the process set-up of the first shoal_fab_open (all unlimited
+ * before it). */
+const struct shoal_fab_limits *shoal_fab_process_limits(void);
 /* Bytes this process has registered with providers that pin memory (all interfaces). */
 size_t shoal_fab_pinned(void);
 
@@ -160,10 +164,13 @@ void shoal_fab_addr_str(const void *sa, char *out, size_t outlen);
 /* Parses "ip:port" into a freshly malloc'd sockaddr_in (for fi_info dest_addr). NULL on error. */
 struct sockaddr_in *shoal_fab_addr_parse(const char *addr);
 
-/* ---- message endpoint --------------------------------------------------------------------- */
+/* ---- endpoints on shared queues --------------------------------------------------------- */
 
 /* What a posted operation was; libfabric hands back a pointer to CTX, which therefore comes
- * first. OWNER is the receive buffer or the caller's slot the operation belongs to. */
+ * first. OWNER is the buffer the operation belongs to. Receives and sends are posted with a
+ * completion; writes without one (FI_SELECTIVE_COMPLETION), so a write is never counted: its
+ * send, posted after it on the same endpoint, completes after it. A failed write may still be
+ * reported (tcp does, verbs does not). */
 enum shoal_fab_op_kind {
         SHOAL_FAB_OP_RX,
         SHOAL_FAB_OP_SEND,
@@ -176,78 +183,85 @@ struct shoal_fab_op {
         void *owner;
 };
 
-/* One posted receive buffer of SHOAL_FAB_MSG_SLOT bytes. */
-struct shoal_fab_rx {
-        struct shoal_fab_op op; /* owner = this */
-        char *buf;
-};
+/* Opens another domain of F's fabric on F's fi_info (the client opens one per member and
+ * interface: verbs scopes a remote key to its protection domain and tcp looks keys up per
+ * domain, so a key made for one member is worth nothing on another member's connections).
+ * Returns 0 or a negative errno (logged). */
+int shoal_fab_domain_open(struct shoal_fab *f, struct fid_domain **dom);
 
-/* The part of an FI_EP_MSG connection both IORPC sides share: one registered region holding
- * NRX receive buffers and then NSLOTS send buffers, the endpoint with its own EQ and CQ, and the
- * count of posted operations. What a send slot carries besides its buffer is the caller's.
- * Posted buffers belong to the provider until their completion was read or the endpoint was
- * closed. */
-struct shoal_fab_mep {
-        struct shoal_fab *fab;
-        const char *peer; /* for log lines; the caller's string, valid as long as this */
-        struct fid_ep *ep;
-        struct fid_eq *eq;
-        struct fid_cq *cq;
-        int eq_fd, cq_fd; /* -1: not open, or not to be taken out of epoll */
+/* shoal_fab_mr_reg on domain DOM (NULL: F's own), marking the pages MADV_DONTFORK only when
+ * DONTFORK (memory the caller marked once already need not be marked per registration). */
+int shoal_fab_mr_reg_dom(struct shoal_fab *f, struct fid_domain *dom, void *buf, size_t len,
+                         uint64_t access, bool dontfork, struct fid_mr **mr);
+
+/* N message buffers of SHOAL_FAB_MSG_SLOT bytes in whole pages of their own, registered for
+ * sends and receives (local access only). */
+struct shoal_fab_slots {
+        char *mem;
+        size_t len;
         struct fid_mr *mr;
-        char *mem; /* MEMLEN bytes, whole pages */
-        size_t memlen;
-        struct shoal_fab_rx *rx;
-        unsigned nrx, nslots;
-        int posted; /* operations posted whose completion was not read yet */
+        void *desc; /* to pass with every buffer of it (NULL unless FI_MR_LOCAL) */
+        unsigned n;
 };
 
-/* Zeroes M and allocates its region and receive buffers for F (nothing registered or opened
- * yet). Returns 0 or -ENOMEM; undo with shoal_fab_mep_close (also after a failure). */
-int shoal_fab_mep_alloc(struct shoal_fab_mep *m, struct shoal_fab *f, const char *peer,
-                        unsigned nrx, unsigned nslots);
-/* Send buffer I (< nslots) of M's region. */
-char *shoal_fab_mep_sbuf(const struct shoal_fab_mep *m, unsigned i);
-/* The descriptor to pass with buffers of M's region. */
-void *shoal_fab_mep_desc(const struct shoal_fab_mep *m);
-/* Registers M's region, opens the endpoint for INFO (context EP_CTX), its EQ and a CQ of
- * CQ_SIZE entries (> nrx), binds and enables it and posts every receive: what is left is
- * fi_connect or fi_accept. INFO's queue sizes are cut to what fits the CQ first: the receive
- * queue to nrx, the transmit queue to CQ_SIZE - nrx (so CQ_SIZE must cover every send and write
- * the caller keeps posted, plus nrx). Returns 0, or a negative error with the failed call's name
- * in *CALL (not logged); undo with shoal_fab_mep_close. */
-int shoal_fab_mep_open(struct shoal_fab_mep *m, struct fi_info *info, void *ep_ctx, size_t cq_size,
-                       const char **call);
-/* Adds M's EQ and CQ fds to EPFD for reading. */
-void shoal_fab_mep_watch(struct shoal_fab_mep *m, int epfd);
-/* True when neither queue of M has work pending, so the caller may sleep in epoll (fi_trywait). */
-bool shoal_fab_mep_trywait(struct shoal_fab_mep *m);
+/* Maps and registers S with N buffers on DOM (NULL: F's domain). Returns 0 or a negative errno
+ * (logged); undo with shoal_fab_slots_close (also after a failure). */
+int shoal_fab_slots_open(struct shoal_fab *f, struct fid_domain *dom, unsigned n,
+                         struct shoal_fab_slots *s);
+/* Buffer I (< S->n) of S. */
+char *shoal_fab_slot(const struct shoal_fab_slots *s, unsigned i);
+/* Deregisters and unmaps S (zeroed: closing twice is harmless). No endpoint may still have one
+ * of its buffers posted. */
+void shoal_fab_slots_close(struct shoal_fab *f, struct shoal_fab_slots *s);
 
-/* Post a receive, a send of [BUF, BUF+LEN) from M's region, or an RMA write of [BUF, BUF+LEN)
- * (DESC its local descriptor) to RADDR/RKEY; OP comes back with the completion. Each returns 0
- * (M->posted counts it) or the negative error, logged with M's peer. */
-int shoal_fab_mep_post_rx(struct shoal_fab_mep *m, struct shoal_fab_rx *rx);
-int shoal_fab_mep_send(struct shoal_fab_mep *m, const void *buf, size_t len,
-                       struct shoal_fab_op *op);
-int shoal_fab_mep_write(struct shoal_fab_mep *m, const void *buf, size_t len, void *desc,
-                        uint64_t raddr, uint64_t rkey, struct shoal_fab_op *op);
+/* fi_endpoint on DOM for INFO (context CTX) with its queues cut to RX receives and TX sends and
+ * writes (never more than INFO offers): the CQ the caller binds must hold RX + TX entries for it
+ * (verbs reserves rx_attr->size entries of the CQ at bind). On verbs an active endpoint (INFO
+ * with a destination) resolves the address and route here, which can block for up to about 2 s:
+ * call it off the progress thread. Returns 0 or a negative errno (not logged). */
+int shoal_fab_ep_create(struct fid_domain *dom, struct fi_info *info, size_t rx, size_t tx,
+                        void *ctx, struct fid_ep **ep);
+/* Binds EP to EQ and to CQ for receives and transmits (FI_SELECTIVE_COMPLETION) and enables it;
+ * what is left is posting receives and fi_connect or fi_accept. Returns 0 or a negative errno
+ * with the failed call's name in *CALL (not logged). */
+int shoal_fab_ep_bind(struct fid_ep *ep, struct fid_eq *eq, struct fid_cq *cq, const char **call);
 
-/* Reads one CM event of M's EQ into *EVENT. Returns 1, 0 when none is queued, -FI_EAVAIL with
- * the error entry's line in MSG, or another negative error (logged). */
-int shoal_fab_mep_eq_read(struct shoal_fab_mep *m, uint32_t *event, char *msg, size_t msglen);
-/* Reads up to COUNT completions of M's CQ into E and takes them off M->posted. Returns their
- * number, 0 when none is queued, -FI_EAVAIL after reading (and logging, unless FI_ECANCELED)
- * one error entry whose op context is in *ERR_CTX (taken off M->posted when not NULL), or
- * another negative error (logged). */
-ssize_t shoal_fab_mep_cq_read(struct shoal_fab_mep *m, struct fi_cq_msg_entry *e, size_t count,
-                              void **err_ctx);
+/* Post a receive into BUF (SHOAL_FAB_MSG_SLOT bytes), a send of [BUF, BUF+LEN) with a
+ * completion, or a write of [BUF, BUF+LEN) to RADDR/RKEY without one (FI_MORE: a send follows
+ * at once; one doorbell where the provider honours it). DESC is the local descriptor; OP comes
+ * back with the completion. Each returns 0, -FI_EAGAIN when the queues are full for now (not
+ * logged: post again after reading completions), or another negative error (logged with PEER). */
+int shoal_fab_post_rx(struct fid_ep *ep, const char *peer, void *buf, void *desc,
+                      struct shoal_fab_op *op);
+int shoal_fab_post_send(struct fid_ep *ep, const char *peer, const void *buf, size_t len,
+                        void *desc, struct shoal_fab_op *op);
+int shoal_fab_post_write(struct fid_ep *ep, const char *peer, const void *buf, size_t len,
+                         void *desc, uint64_t raddr, uint64_t rkey, struct shoal_fab_op *op);
 
-/* fi_shutdown of M's endpoint (call once connected); the peer sees FI_SHUTDOWN. */
-void shoal_fab_mep_shutdown(struct shoal_fab_mep *m);
-/* Takes M's fds out of EPFD and closes the endpoint: the provider touches no buffer of M after
- * this and reports no more completions (posted ones are simply dropped). */
-void shoal_fab_mep_close_ep(struct shoal_fab_mep *m, int epfd);
-/* shoal_fab_mep_close_ep, then closes the queues, deregisters and frees the region. */
-void shoal_fab_mep_close(struct shoal_fab_mep *m, int epfd);
+/* Reads up to COUNT completions of CQ into E. Returns their number, 0 when none is queued,
+ * -FI_EAVAIL after reading one error entry (logged unless FI_ECANCELED, with PLACE): its op
+ * context in *ERR_CTX (NULL when unknown) and its positive error code in *ERR; or another
+ * negative error (logged). */
+ssize_t shoal_fab_cq_next(struct fid_cq *cq, const char *place, struct fi_cq_msg_entry *e,
+                          size_t count, void **err_ctx, int *err);
+
+/* One event of an EQ that several endpoints (and a listener) share. */
+struct shoal_fab_event {
+        uint32_t event;       /* FI_CONNREQ, FI_CONNECTED, FI_SHUTDOWN, ...; 0 for an error */
+        void *ctx;            /* the context of the endpoint it concerns (fid->context) */
+        struct fi_info *info; /* FI_CONNREQ: the request (the caller frees it) */
+        int err;              /* an error entry's positive error code */
+        char msg[200];        /* an error entry's text */
+};
+
+/* Reads one event of EQ into *EV. Returns 1, 0 when none is queued, or a negative error
+ * (logged with PLACE). An error entry is returned as an event with err set. */
+int shoal_fab_eq_next(struct fid_eq *eq, const char *place, struct shoal_fab_event *ev);
+
+/* fi_trywait on one object of F's fabric: true when its wait fd may be slept on. */
+bool shoal_fab_trywait(struct shoal_fab *f, struct fid *fid);
+
+/* fi_shutdown of EP (once connected; errors of an endpoint that never connected ignored). */
+void shoal_fab_ep_shutdown(struct fid_ep *ep, const char *peer);
 
 #endif

@@ -209,6 +209,11 @@ int shoal_remote_read(struct shoal_remote *rm, const struct shoal_member *m,
 unsigned shoal_remote_conns(struct shoal_remote *rm, const struct shoal_member *m)
 {
         char iorpc[SHOAL_ADDR_LEN] = "";
+        if (rm->cfg.rdma && m->n_rdma) {
+                unsigned n = shoal_rdma_channels(rm->cfg.rdma, m->id);
+                if (n)
+                        return n;
+        }
         pthread_mutex_lock(&rm->mu);
         struct member_state *ms = member_locked(rm, m->id);
         if (ms->rpc == RPC_OK)

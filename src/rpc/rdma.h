@@ -57,8 +57,10 @@ struct shoal_rdma_client_config {
 struct shoal_rdma_client *shoal_rdma_client_create(const struct shoal_rdma_client_config *cfg,
                                                    char *err, size_t errlen);
 void shoal_rdma_client_destroy(struct shoal_rdma_client *c);
-/* Registers [BASE, BASE+LEN) on every interface once, so that reads into it land in place (no
- * bounce copy). The memory must outlive the client. Returns 0 or a negative errno (ERR). */
+/* Records [BASE, BASE+LEN) (whole pages, marked MADV_DONTFORK here) as memory that reads may
+ * land in directly (no bounce copy): each request into it registers its own buffer for remote
+ * writes while it is in flight. Nothing is registered now. The memory must outlive the client.
+ * Returns 0 or a negative errno (ERR). */
 int shoal_rdma_client_register(struct shoal_rdma_client *c, void *base, size_t len, char *err,
                                size_t errlen);
 
@@ -73,6 +75,10 @@ int shoal_rdma_read(struct shoal_rdma_client *c, const char *member_id, const ch
                     unsigned n_addrs, const struct shoal_volume *vol,
                     const struct shoal_object *obj, uint32_t index, uint32_t off, uint32_t len,
                     void *dst, uint64_t view_version, uint64_t deadline);
+
+/* Channels to member MEMBER_ID that finished their handshake and take requests, all
+ * interfaces together (0 while it is not up over RDMA). */
+unsigned shoal_rdma_channels(struct shoal_rdma_client *c, const char *member_id);
 
 /* `shoal ping --rdma-network IF`: connects from IF to ADDR over PROVIDER, handshakes, measures
  * PING round trips and checks an RMA write of a test pattern into a registered buffer. Prints one

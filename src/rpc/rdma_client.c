@@ -1,19 +1,32 @@
-/* The RDMA requester [M2, M4]: per member, one FI_EP_MSG channel from each --rdma-network
- * interface to the member's listener on the matching subnet, all driven by one progress thread.
+/* The RDMA requester [M2, M4]: per member and --rdma-network interface a "link" of 1 to 8
+ * FI_EP_MSG channels to the member's listener on the matching subnet ([R5]: more under load,
+ * fewer after). What a link and its channels do on each event is rpc/rdma_chan.c's state
+ * machine; this file backs its actions with libfabric and runs the threads.
  *
- * Callers never touch libfabric: shoal_rdma_read encodes the READ, picks the local buffer (the
- * caller's own when it lies in a registered region, else a registered bounce buffer), hands the
- * request to the progress thread and sleeps on a semaphore. The progress thread sends it on a
- * random idle channel of the member (one with no request in flight; else any with a free
- * credit), matches the answer by its 64-bit id and wakes the caller, who checks the chunk CRCs
- * on its own thread. A request leaves the progress thread only with its answer or after its
- * channel was shut down, so the member never writes into a buffer the caller has taken back.
+ * Exposure (issue 11 finding 6): a member can write only into the buffer of a request in flight
+ * to it. The caller registers that buffer for remote writes, per request, on the member's own
+ * domain for that interface (a verbs protection domain, a tcp key table: a key made for one
+ * member is worth nothing on another's connections), under a random key where the provider takes
+ * requested keys (tcp; verbs picks its own), and closes the registration as soon as the answer
+ * is back, before it checks a single CRC: a write after that fails and breaks the connection.
+ * Long-lived memory (the reader's block buffers, the bounce pool) is never registered for remote
+ * access; it is only recorded (and marked MADV_DONTFORK) so that a request into it can be
+ * registered in place.
  *
- * Failure of any channel of a member (connect or handshake failure, EQ error, FI_SHUTDOWN, CQ
- * error, missing heartbeat answers, a request past its deadline) shuts all of that member's
- * channels down: in-flight and waiting requests return -ENOTCONN and the caller re-issues them
- * over IORPC on TCP, and so do new ones until the retry time passes; then the next request
- * starts a reconnect in the background while it goes over TCP itself. */
+ * Threads: callers register, hand the request to the progress thread and sleep on a semaphore;
+ * the progress thread makes every libfabric call on endpoints and queues: it sleeps in epoll on
+ * one EQ per interface and one CQ per link (issue 14 finding 5) and an eventfd, and reads only
+ * what epoll reported; a connector thread makes fi_endpoint (which resolves the address and
+ * route synchronously on verbs, up to ~2 s: finding 6) and registers channel memory, so opening
+ * a channel never stalls the traffic of other members. A request leaves the progress thread only
+ * with its answer or after its channel was shut down, so the member never writes into a buffer
+ * its caller took back.
+ *
+ * Failure of a member's channel (connect or handshake failure, EQ error, FI_SHUTDOWN, CQ error,
+ * missing heartbeat answers, a request past its deadline) fails every link of that member:
+ * in-flight and waiting requests return -ENOTCONN and the caller re-issues them over IORPC on
+ * TCP, and so do new ones until the retry time passes; then the next request starts a reconnect
+ * in the background while it goes over TCP itself. */
 #include "rpc/rdma.h"
 
 #include <errno.h>
@@ -36,86 +49,71 @@
 #include "metrics/metrics.h"
 #include "rpc/client_conn.h"
 #include "rpc/handshake.h"
+#include "rpc/rdma_chan.h"
+#include "rpc/rdma_conn.h"
 #include "rpc/wire.h"
 
-#define SERVICE_RDMA 3
-#define MAX_SLOTS    64
-#define MAX_REGIONS  256
-#define RESP_MAX     (28 + 4 * SHOAL_MAX_CHUNKS)
-#define CONNECT_NS   (3ULL * 1000000000ULL)
-#define DRAIN_NS     (2ULL * 1000000000ULL)
-#define BOUNCE_BUFS  8
-#define WTEST_MAGIC  "SHOALWT1"
+#define NSLOTS      64 /* receives and send buffers per channel */
+#define MAX_REGIONS 256
+#define CONNECT_NS  (3ULL * 1000000000ULL)
+#define WAIT_NS     (3ULL * 1000000000ULL) /* longest wait for a channel before TCP takes it */
+#define DRAIN_NS    (2ULL * 1000000000ULL)
+#define PARK_NS     (10ULL * 1000000000ULL)
+#define TICK_NS     (100ULL * 1000000ULL)
+#define BOUNCE_BUFS 8
+#define CQ_BATCH    32
+#define POLL_BUDGET 1024
 
-enum req_kind {
-        RQ_READ,
-        RQ_PING,
-        RQ_WTEST
+enum q_kind {
+        Q_EVENTS, /* the eventfd: submissions, opened channels */
+        Q_EQ,
+        Q_CQ
 };
 
-struct rreq {
-        enum req_kind kind;
-        const char *member;
-        const char (*addrs)[64];
-        unsigned naddrs;
-        uint8_t body[1280];
-        size_t body_len;
-        char *local;  /* where the payload lands (registered) */
-        int region;   /* index of the region holding LOCAL */
-        uint32_t len; /* payload length */
-        uint64_t id, deadline;
-        sem_t done;
-        int rc;
-        unsigned rail; /* the interface that carried it */
-        struct shoal_wire_hdr h;
-        uint8_t resp[RESP_MAX];
-        struct rreq *next;
-};
-
-struct rc_chan;
-
-struct rc_slot {
-        struct shoal_fab_op sop;
-        struct rc_chan *ch;
-        uint64_t id;
-        struct rreq *req; /* NULL for handshake frames and heartbeats */
-        bool used, send_done, answered;
-        char *sbuf;
-        struct rc_slot *next;
+/* What epoll reports. */
+struct rc_q {
+        enum q_kind kind;
+        void *obj; /* struct rc_rail (EQ) or struct rc_link (CQ) */
+        bool armed;
 };
 
 struct rc_rail {
         struct shoal_fab fab;
         unsigned index;
-};
-
-struct region {
-        char *base;
-        size_t len;
-        struct fid_mr *mr[SHOAL_FAB_MAX_IFACES];
+        struct fid_eq *eq; /* every channel on this interface */
+        int eq_fd;
+        struct rc_q q;
 };
 
 struct rc_peer;
 
-struct rc_chan {
-        struct shoal_rdma_client *cl;
-        struct rc_peer *peer;
+/* One member over one interface: its own domain and CQ, and the channels' state machine. */
+struct rc_link {
+        struct shoal_rdma_link m;
+        struct rc_peer *p;
         struct rc_rail *rail;
-        struct shoal_fab_mep m;
-        struct rc_slot *slots, *free;
-        unsigned credits, inflight;
-        enum {
-                CH_CONNECTING,
-                CH_HELLO,
-                CH_AUTH,
-                CH_READY
-        } state;
-        bool broken;
-        uint64_t deadline, last_rx, last_ping, broken_at;
-        bool ping_out;
-        struct shoal_hs hs; /* until CH_READY */
-        char addr[64];
-        struct rc_chan *next; /* the dying list */
+        struct fid_domain *dom;
+        struct fid_cq *cq;
+        int cq_fd;
+        struct rc_q q;
+        char addr[64];          /* the member's listener for this interface */
+        _Atomic unsigned load;  /* requests submitted and not back, for the callers' choice */
+        _Atomic unsigned ready; /* channels taking requests, as of the last tick */
+};
+
+struct rc_chan {
+        struct shoal_rdma_chan m;
+        struct rc_link *link;
+        struct fid_ep *ep;
+        struct shoal_fab_slots mem;
+        struct shoal_rdma_cbuf *bufs;
+        struct shoal_rdma_creq **slots;
+        unsigned gen; /* the member's connect generation it was opened for */
+        bool grow;    /* opened for load */
+        int open_rc;  /* the connector's verdict */
+        const char *open_call;
+        struct sockaddr_in *dest;
+        struct rc_chan *next; /* connector queue, opened queue, or the dying list */
 };
 
 enum peer_state {
@@ -128,15 +126,33 @@ enum peer_state {
 struct rc_peer {
         struct shoal_rdma_client *cl;
         char id[64];
+        /* mu: */
+        enum peer_state state;
+        bool ever_up, failed, addrs_changed; /* failed: at least once, so reconnects are
+                                                 waited for by no request */
+        uint64_t down_until;
         char addrs[SHOAL_FAB_MAX_IFACES][64];
         unsigned naddrs;
-        struct rc_chan *chans[SHOAL_FAB_MAX_IFACES];
-        unsigned nchans;
-        enum peer_state state;
-        bool ever_up;
-        uint64_t down_until;
-        struct rreq *waiting, *waiting_tail; /* for the first connection or for a credit */
-        struct rc_peer *next;
+        /* progress thread: */
+        unsigned gen;
+        struct rc_link *links[SHOAL_FAB_MAX_IFACES];
+        unsigned nlinks;
+        struct rc_peer *_Atomic next;
+};
+
+/* A caller's request. */
+struct rreq {
+        struct shoal_rdma_creq q;
+        struct rc_link *link;
+        uint8_t body[1280];
+        sem_t done;
+        int rc;
+        struct rreq *next; /* the submission queue */
+};
+
+struct region {
+        char *base;
+        size_t len;
 };
 
 struct shoal_rdma_client {
@@ -145,19 +161,23 @@ struct shoal_rdma_client {
         struct shoal_hs_key key;
         struct rc_rail rails[SHOAL_FAB_MAX_IFACES];
         unsigned nrails;
-        pthread_mutex_t mu; /* regions, submit queue */
+        struct shoal_rdma_link_config lcfg;
+        pthread_mutex_t mu; /* regions, peers' shared fields and list, the queues below */
         struct region regions[MAX_REGIONS];
         _Atomic unsigned nregions;
         struct shoal_bufpool *bounce;
         struct rreq *subq, *subq_tail;
+        struct rc_chan *connq, *connq_tail; /* for the connector */
+        struct rc_chan *opened;             /* back from the connector */
+        pthread_cond_t conn_cond;
         int epfd, evfd;
-        pthread_t thread;
-        bool started;
+        struct rc_q ev_q;
+        pthread_t thread, connector;
+        bool started, connector_started;
         _Atomic bool stop;
         uint64_t next_id;
-        uint64_t hb_ns;
-        struct rc_peer *peers;
-        struct rc_chan *dying;
+        struct rc_peer *_Atomic peers; /* appended under mu, read by the progress thread */
+        struct rc_chan *dying;         /* progress thread */
 };
 
 static void wake(struct shoal_rdma_client *cl)
@@ -168,84 +188,291 @@ static void wake(struct shoal_rdma_client *cl)
         }
 }
 
-static void req_complete(struct rreq *r, int rc)
-{
-        r->rc = rc;
-        sem_post(&r->done); /* R belongs to the caller from here on */
-}
-
-/* ---- channels ---------------------------------------------------------------------------- */
-
-static void peer_fail(struct rc_peer *p, const char *why);
-
-static void chan_shutdown(struct rc_chan *ch)
-{
-        if (ch->broken)
-                return;
-        ch->broken = true;
-        ch->broken_at = shoal_now_ns();
-        if (ch->state != CH_CONNECTING)
-                shoal_fab_mep_shutdown(&ch->m);
-        /* The endpoint is shut down: the member can no longer write into request buffers. */
-        for (unsigned i = 0; i < ch->m.nslots; i++) {
-                struct rc_slot *sl = &ch->slots[i];
-                if (sl->used && sl->req && !sl->answered) {
-                        req_complete(sl->req, -ENOTCONN);
-                        sl->req = NULL;
-                }
-        }
-        ch->next = ch->cl->dying;
-        ch->cl->dying = ch;
-}
-
-static void chan_free(struct rc_chan *ch)
-{
-        shoal_fab_mep_close(&ch->m, ch->cl->epfd);
-        free(ch->slots);
-        shoal_metric_gauge_add(SHOAL_M_remotecache_connections, -1);
-        free(ch);
-}
-
-static struct rc_slot *slot_get(struct rc_chan *ch)
-{
-        struct rc_slot *sl = ch->free;
-        if (!sl)
-                return NULL;
-        ch->free = sl->next;
-        sl->used = true;
-        sl->send_done = sl->answered = false;
-        sl->req = NULL;
-        return sl;
-}
-
-static void slot_put(struct rc_chan *ch, struct rc_slot *sl)
-{
-        if (!sl->send_done || !sl->answered)
-                return;
-        sl->used = false;
-        sl->next = ch->free;
-        ch->free = sl;
-}
-
-/* Sends a frame from slot SL (its body already at sbuf + header). */
-static int send_slot(struct rc_chan *ch, struct rc_slot *sl, uint8_t type, uint16_t flags,
-                     uint64_t id, size_t body_len)
-{
-        sl->id = id;
-        size_t len =
-                shoal_wire_frame_encode((uint8_t *)sl->sbuf, type, flags, 0, id, NULL, body_len);
-        int rc = shoal_fab_mep_send(&ch->m, sl->sbuf, len, &sl->sop);
-        if (rc) {
-                sl->send_done = sl->answered = true;
-                slot_put(ch, sl);
-        }
-        return rc;
-}
-
 static uint64_t new_id(struct shoal_rdma_client *cl)
 {
         return __atomic_add_fetch(&cl->next_id, 1, __ATOMIC_RELAXED);
 }
+
+static struct rc_chan *chan_of(struct shoal_rdma_chan *m)
+{
+        return (struct rc_chan *)((char *)m - offsetof(struct rc_chan, m));
+}
+
+static struct rc_link *link_of(struct shoal_rdma_link *m)
+{
+        return (struct rc_link *)((char *)m - offsetof(struct rc_link, m));
+}
+
+static void peer_fail(struct rc_peer *p, const char *why, uint64_t now);
+static int chan_request(struct rc_link *l, bool grow);
+
+/* ---- the machine's actions ----------------------------------------------------------------- */
+
+static int op_post_rx(void *env, struct shoal_rdma_chan *m, struct shoal_rdma_cbuf *b)
+{
+        return shoal_fab_post_rx(chan_of(m)->ep, m->addr, b->data, b->desc, &b->op);
+}
+
+static int op_post_send(void *env, struct shoal_rdma_chan *m, struct shoal_rdma_cbuf *b, size_t len)
+{
+        return shoal_fab_post_send(chan_of(m)->ep, m->addr, b->data, len, b->desc, &b->op);
+}
+
+static void op_shutdown(void *env, struct shoal_rdma_chan *m)
+{
+        struct shoal_rdma_client *cl = env;
+        struct rc_chan *ch = chan_of(m);
+        /* After this the member cannot write into any request buffer of the channel (tcp stops
+         * reading the socket, verbs moves the QP to the error state). */
+        shoal_fab_ep_shutdown(ch->ep, m->addr);
+        ch->next = cl->dying;
+        cl->dying = ch;
+}
+
+static void op_complete(void *env, struct shoal_rdma_creq *q, int rc)
+{
+        struct rreq *r = (struct rreq *)((char *)q - offsetof(struct rreq, q));
+        r->rc = rc;
+        sem_post(&r->done); /* R belongs to the caller from here on */
+}
+
+static int op_grow(void *env, struct shoal_rdma_link *m)
+{
+        return chan_request(link_of(m), true);
+}
+
+static void op_fail(void *env, struct shoal_rdma_link *m, const char *why, uint64_t now)
+{
+        peer_fail(link_of(m)->p, why, now);
+}
+
+static void op_ready(void *env, struct shoal_rdma_chan *m)
+{
+        struct shoal_rdma_client *cl = env;
+        struct rc_link *l = chan_of(m)->link;
+        struct rc_peer *p = l->p;
+        log_info("iorpc", "iorpc client started, server address %s, transport:RDMA (%s, %s)",
+                 m->addr, l->rail->fab.ifname, l->rail->fab.prov);
+        for (unsigned i = 0; i < p->nlinks; i++)
+                if (!shoal_rdma_link_ready(&p->links[i]->m))
+                        return;
+        pthread_mutex_lock(&cl->mu);
+        if (p->state == P_CONNECTING) {
+                p->state = P_UP;
+                p->ever_up = true;
+        }
+        pthread_mutex_unlock(&cl->mu);
+}
+
+static uint64_t op_new_id(void *env)
+{
+        return new_id(env);
+}
+
+static uint64_t op_rand(void *env)
+{
+        return shoal_rand64();
+}
+
+static const struct shoal_rdma_link_ops link_ops = {
+        .post_rx = op_post_rx,
+        .post_send = op_post_send,
+        .shutdown = op_shutdown,
+        .complete = op_complete,
+        .grow = op_grow,
+        .fail = op_fail,
+        .ready = op_ready,
+        .new_id = op_new_id,
+        .rand = op_rand,
+};
+
+/* ---- channels: opened by the connector thread, run by the progress thread ------------------- */
+
+static void chan_free(struct rc_chan *ch)
+{
+        struct rc_link *l = ch->link;
+        if (ch->ep)
+                fi_close(&ch->ep->fid);
+        if (ch->mem.mem)
+                shoal_metric_gauge_add(SHOAL_M_rdma_registered_bytes, -(int64_t)ch->mem.len);
+        shoal_fab_slots_close(&l->rail->fab, &ch->mem);
+        free(ch->bufs);
+        free(ch->slots);
+        free(ch->dest);
+        shoal_metric_gauge_add(SHOAL_M_remotecache_connections, -1);
+        free(ch);
+}
+
+/* Asks the connector for one more channel of L (progress thread). */
+static int chan_request(struct rc_link *l, bool grow)
+{
+        struct shoal_rdma_client *cl = l->p->cl;
+        struct rc_chan *ch = calloc(1, sizeof(*ch));
+        if (!ch)
+                return -ENOMEM;
+        ch->link = l;
+        ch->gen = l->p->gen;
+        ch->grow = grow;
+        shoal_strlcpy(ch->m.addr, l->addr, sizeof(ch->m.addr));
+        ch->m.owner = ch;
+        shoal_metric_gauge_add(SHOAL_M_remotecache_connections, 1);
+        pthread_mutex_lock(&cl->mu);
+        if (cl->connq_tail)
+                cl->connq_tail->next = ch;
+        else
+                cl->connq = ch;
+        cl->connq_tail = ch;
+        pthread_cond_signal(&cl->conn_cond);
+        pthread_mutex_unlock(&cl->mu);
+        return 0;
+}
+
+/* Connector thread: what may block — registering the channel's buffers, and fi_endpoint. */
+static void chan_prepare(struct rc_chan *ch)
+{
+        struct rc_link *l = ch->link;
+        struct shoal_fab *f = &l->rail->fab;
+        struct fi_info *info = NULL;
+        ch->open_call = "calloc";
+        ch->open_rc = -ENOMEM;
+        ch->bufs = calloc(2 * NSLOTS, sizeof(*ch->bufs));
+        ch->slots = calloc(NSLOTS, sizeof(*ch->slots));
+        if (!ch->bufs || !ch->slots)
+                return;
+        ch->open_call = "fi_mr_reg";
+        if ((ch->open_rc = shoal_fab_slots_open(f, l->dom, 2 * NSLOTS, &ch->mem))) {
+                shoal_fab_slots_close(f, &ch->mem); /* counted only once registered */
+                return;
+        }
+        shoal_metric_gauge_add(SHOAL_M_rdma_registered_bytes, (int64_t)ch->mem.len);
+        for (unsigned i = 0; i < 2 * NSLOTS; i++) {
+                ch->bufs[i].data = shoal_fab_slot(&ch->mem, i);
+                ch->bufs[i].desc = ch->mem.desc;
+        }
+        ch->m.rx = ch->bufs;
+        ch->m.nrx = NSLOTS;
+        ch->m.sb = ch->bufs + NSLOTS;
+        ch->m.nsb = NSLOTS;
+        ch->m.slots = ch->slots;
+        ch->open_call = "fi_dupinfo";
+        ch->open_rc = -EINVAL;
+        ch->dest = shoal_fab_addr_parse(ch->m.addr);
+        info = fi_dupinfo(f->info);
+        if (!info || !ch->dest)
+                goto out;
+        free(info->dest_addr);
+        info->dest_addr = malloc(sizeof(*ch->dest));
+        if (!info->dest_addr)
+                goto out;
+        memcpy(info->dest_addr, ch->dest, sizeof(*ch->dest));
+        info->dest_addrlen = sizeof(*ch->dest);
+        ch->open_call = "fi_endpoint";
+        /* Queues: NSLOTS receives, NSLOTS sends; the link's CQ holds them all. */
+        ch->open_rc = shoal_fab_ep_create(l->dom, info, NSLOTS, NSLOTS, ch, &ch->ep);
+out:
+        if (info)
+                fi_freeinfo(info);
+}
+
+static void *connector_main(void *arg)
+{
+        struct shoal_rdma_client *cl = arg;
+        pthread_mutex_lock(&cl->mu);
+        while (!atomic_load(&cl->stop)) {
+                struct rc_chan *ch = cl->connq;
+                if (!ch) {
+                        pthread_cond_wait(&cl->conn_cond, &cl->mu);
+                        continue;
+                }
+                cl->connq = ch->next;
+                if (!cl->connq)
+                        cl->connq_tail = NULL;
+                pthread_mutex_unlock(&cl->mu);
+                chan_prepare(ch);
+                pthread_mutex_lock(&cl->mu);
+                ch->next = cl->opened;
+                cl->opened = ch;
+                wake(cl);
+        }
+        pthread_mutex_unlock(&cl->mu);
+        return NULL;
+}
+
+/* Progress thread: a channel back from the connector joins its link and connects. */
+static void chan_opened(struct shoal_rdma_client *cl, struct rc_chan *ch, uint64_t now)
+{
+        struct rc_link *l = ch->link;
+        struct rc_peer *p = l->p;
+        if (ch->gen != p->gen || p->state == P_DOWN) {
+                chan_free(ch); /* the member failed meanwhile */
+                return;
+        }
+        int rc = ch->open_rc;
+        const char *call = ch->open_call;
+        if (!rc)
+                rc = shoal_fab_ep_bind(ch->ep, l->rail->eq, l->cq, &call);
+        if (!rc) {
+                rc = shoal_rdma_link_add(&l->m, &ch->m, now);
+                call = "posting receives";
+                if (rc && ch->m.posted) {
+                        /* some receives are out: let the flush bring them back */
+                        ch->m.broken = true;
+                        ch->m.broken_at = now;
+                        ch->next = cl->dying;
+                        cl->dying = ch;
+                        ch = NULL;
+                }
+        }
+        if (!rc) {
+                call = "fi_connect";
+                if ((rc = fi_connect(ch->ep, ch->dest, NULL, 0))) {
+                        shoal_fab_log_err(ch->m.addr, call, rc);
+                        shoal_rdma_chan_error(&ch->m, "cannot connect", now);
+                }
+                return;
+        }
+        if (ch) {
+                shoal_fab_log_err(l->addr, call, rc);
+                bool grow = ch->grow;
+                chan_free(ch);
+                if (grow) {
+                        shoal_rdma_link_grow_failed(&l->m);
+                        return;
+                }
+        }
+        peer_fail(p, "cannot open a channel", now);
+}
+
+/* Closes the endpoints of shut-down channels once nothing is posted (or after DRAIN_NS) and frees
+ * them once every completion was read; parks the rare one whose completions never come. */
+static void reap(struct shoal_rdma_client *cl, uint64_t now)
+{
+        for (struct rc_chan **pp = &cl->dying; *pp;) {
+                struct rc_chan *ch = *pp;
+                struct shoal_rdma_chan *m = &ch->m;
+                uint64_t age = now > m->broken_at ? now - m->broken_at : 0;
+                if (!m->ep_closed && (!m->posted || age > DRAIN_NS)) {
+                        fi_close(&ch->ep->fid);
+                        ch->ep = NULL;
+                        shoal_rdma_chan_ep_closed(m);
+                }
+                if (shoal_rdma_chan_can_free(m)) {
+                        *pp = ch->next;
+                        chan_free(ch);
+                        continue;
+                }
+                if (m->ep_closed && age > PARK_NS && ch->mem.mem) {
+                        log_warn("rdma", "channel to %s: %d operations never completed; parked",
+                                 m->addr, m->posted);
+                        shoal_metric_gauge_add(SHOAL_M_rdma_registered_bytes,
+                                               -(int64_t)ch->mem.len);
+                        shoal_fab_slots_close(&ch->link->rail->fab, &ch->mem);
+                }
+                pp = &ch->next;
+        }
+}
+
+/* ---- members ------------------------------------------------------------------------------- */
 
 static uint32_t ipv4_of(const char *addr)
 {
@@ -257,14 +484,14 @@ static uint32_t ipv4_of(const char *addr)
 
 /* The member address for rail R: the one sharing the longest IPv4 prefix with R's address (the
  * same subnet), else the one at R's position. */
-static const char *addr_for_rail(struct rc_peer *p, struct rc_rail *r)
+static const char *addr_for_rail(const char (*addrs)[64], unsigned n, struct rc_rail *r)
 {
         char tmp[80];
         snprintf(tmp, sizeof(tmp), "%s:1", r->fab.ip);
         uint32_t a = ipv4_of(tmp);
         int best = -1, best_bits = -1;
-        for (unsigned i = 0; i < p->naddrs; i++) {
-                uint32_t x = a ^ ipv4_of(p->addrs[i]);
+        for (unsigned i = 0; i < n; i++) {
+                uint32_t x = a ^ ipv4_of(addrs[i]);
                 int bits = x ? __builtin_clz(x) : 32;
                 if (bits > best_bits) {
                         best_bits = bits;
@@ -274,632 +501,391 @@ static const char *addr_for_rail(struct rc_peer *p, struct rc_rail *r)
         if (best < 0)
                 return NULL;
         if (best_bits < 8)
-                best = (int)(r->index % p->naddrs);
-        return p->addrs[best];
+                best = (int)(r->index % n);
+        return addrs[best];
 }
 
-static void epoll_watch(struct shoal_rdma_client *cl, int fd)
+static void epoll_add(struct shoal_rdma_client *cl, int fd, struct rc_q *q)
 {
-        struct epoll_event ev = {.events = EPOLLIN};
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = q};
         epoll_ctl(cl->epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
-/* Opens a channel from rail R to ADDR for peer P and starts connecting. */
-static struct rc_chan *chan_open(struct shoal_rdma_client *cl, struct rc_peer *p, struct rc_rail *r,
-                                 const char *addr)
+static void link_close(struct rc_link *l)
 {
-        struct shoal_fab *f = &r->fab;
-        struct rc_chan *ch = calloc(1, sizeof(*ch));
-        struct fi_info *info = NULL;
-        const char *call = "calloc";
-        int rc = -ENOMEM;
-        if (!ch)
+        if (l->cq)
+                fi_close(&l->cq->fid);
+        if (l->dom)
+                fi_close(&l->dom->fid);
+        free(l);
+}
+
+/* A link of P on rail R: the member's own domain and CQ (caller thread, under mu). */
+static struct rc_link *link_open(struct shoal_rdma_client *cl, struct rc_peer *p, struct rc_rail *r)
+{
+        struct rc_link *l = calloc(1, sizeof(*l));
+        if (!l)
                 return NULL;
-        ch->cl = cl;
-        ch->peer = p;
-        ch->rail = r;
-        ch->m.eq_fd = ch->m.cq_fd = -1;
-        shoal_strlcpy(ch->addr, addr, sizeof(ch->addr));
-        shoal_metric_gauge_add(SHOAL_M_remotecache_connections, 1);
-        unsigned n = (unsigned)SHOAL_MIN(SHOAL_MIN(f->rx_size, f->tx_size), (size_t)MAX_SLOTS);
-        rc = shoal_fab_mep_alloc(&ch->m, f, ch->addr, n, n);
-        ch->slots = calloc(n, sizeof(*ch->slots));
-        if (rc || !ch->slots) {
-                rc = -ENOMEM;
-                goto out_free;
+        l->p = p;
+        l->rail = r;
+        l->cq_fd = -1;
+        /* Each channel: NSLOTS receives and NSLOTS sends. */
+        if (shoal_fab_domain_open(&r->fab, &l->dom) ||
+            shoal_fab_cq_open(&r->fab, (size_t)SHOAL_RDMA_CHANS_MAX * 2 * NSLOTS + 64, &l->cq,
+                              &l->cq_fd)) {
+                link_close(l);
+                return NULL;
         }
-        for (unsigned i = n; i-- > 0;) {
-                struct rc_slot *sl = &ch->slots[i];
-                sl->ch = ch;
-                sl->sop.kind = SHOAL_FAB_OP_SEND;
-                sl->sop.owner = sl;
-                sl->sbuf = shoal_fab_mep_sbuf(&ch->m, i);
-                sl->next = ch->free;
-                ch->free = sl;
-        }
-        call = "fi_dupinfo";
-        info = fi_dupinfo(f->info);
-        struct sockaddr_in *dest = shoal_fab_addr_parse(addr);
-        if (!info || !dest) {
-                free(dest);
-                rc = -EINVAL;
-                goto out_free;
-        }
-        free(info->dest_addr);
-        info->dest_addr = dest;
-        info->dest_addrlen = sizeof(*dest);
-        if ((rc = shoal_fab_mep_open(&ch->m, info, ch, 2 * n + 8, &call)))
-                goto out_free;
-        call = "fi_connect";
-        if ((rc = fi_connect(ch->m.ep, dest, NULL, 0)))
-                goto out_free;
-        fi_freeinfo(info);
-        shoal_fab_mep_watch(&ch->m, cl->epfd);
-        ch->state = CH_CONNECTING;
-        ch->deadline = shoal_now_ns() + CONNECT_NS;
-        return ch;
-
-out_free:
-        shoal_fab_log_err(addr, call, rc);
-        if (info)
-                fi_freeinfo(info);
-        ch->m.eq_fd = ch->m.cq_fd = -1; /* not watched yet */
-        chan_free(ch);
-        return NULL;
+        shoal_rdma_link_init(&l->m, &link_ops, cl, &cl->lcfg, shoal_now_ns());
+        l->q = (struct rc_q){.kind = Q_CQ, .obj = l};
+        epoll_add(cl, l->cq_fd, &l->q);
+        return l;
 }
 
-/* ---- requests ---------------------------------------------------------------------------- */
-
-static void peer_enqueue(struct rc_peer *p, struct rreq *r)
+static bool same_addrs(const struct rc_peer *p, const char (*addrs)[64], unsigned n)
 {
-        r->next = NULL;
-        if (p->waiting_tail)
-                p->waiting_tail->next = r;
-        else
-                p->waiting = r;
-        p->waiting_tail = r;
-}
-
-static struct shoal_rdma_client *peer_client(struct rc_peer *p)
-{
-        return p->cl;
-}
-
-/* Posts R on channel CH. Returns false when the channel broke. */
-static bool post_request(struct rc_chan *ch, struct rreq *r)
-{
-        struct shoal_rdma_client *cl = ch->cl;
-        struct rc_slot *sl = slot_get(ch);
-        struct region *rg = &cl->regions[r->region];
-        uint64_t raddr = shoal_fab_rma_addr(&ch->rail->fab, rg->base, r->local);
-        uint64_t rkey = fi_mr_key(rg->mr[ch->rail->index]);
-        uint8_t *body = (uint8_t *)sl->sbuf + SHOAL_WIRE_HDR_LEN;
-        int n;
-        uint8_t type;
-        uint16_t flags = 0;
-        if (r->kind == RQ_READ) {
-                struct shoal_wire_read rd;
-                shoal_wire_read_decode(r->body, r->body_len, &rd);
-                rd.rdma_addr = raddr;
-                rd.rdma_key = rkey;
-                n = shoal_wire_read_encode(body, SHOAL_FAB_MSG_SLOT - SHOAL_WIRE_HDR_LEN, &rd);
-                type = SHOAL_MSG_READ;
-                flags = SHOAL_WF_FILL | SHOAL_WF_RDMA_TARGET;
-        } else {
-                memcpy(body, r->body, r->body_len);
-                if (r->kind == RQ_WTEST) {
-                        memcpy(body + 8, &raddr, 8);
-                        memcpy(body + 16, &rkey, 8);
-                }
-                n = (int)r->body_len;
-                type = SHOAL_MSG_PING;
-        }
-        sl->req = r;
-        r->rail = ch->rail->index;
-        if (n < 0 || send_slot(ch, sl, type, flags, r->id, (size_t)n)) {
-                sl->req = NULL;
+        if (SHOAL_MIN(n, (unsigned)SHOAL_FAB_MAX_IFACES) != p->naddrs)
                 return false;
-        }
-        ch->inflight++;
+        for (unsigned i = 0; i < p->naddrs; i++)
+                if (strcmp(addrs[i], p->addrs[i]))
+                        return false;
         return true;
 }
 
-/* A channel for P with a free credit: a random idle one, else a random one with credit. */
-static struct rc_chan *pick_chan(struct rc_peer *p)
+static void set_addrs(struct rc_peer *p, const char (*addrs)[64], unsigned n)
 {
-        struct rc_chan *idle[SHOAL_FAB_MAX_IFACES], *open[SHOAL_FAB_MAX_IFACES];
-        unsigned ni = 0, no = 0;
-        for (unsigned i = 0; i < p->nchans; i++) {
-                struct rc_chan *ch = p->chans[i];
-                if (!ch || ch->broken || ch->state != CH_READY || ch->inflight >= ch->credits)
-                        continue;
-                if (!ch->inflight)
-                        idle[ni++] = ch;
-                open[no++] = ch;
-        }
-        if (ni)
-                return idle[shoal_rand64() % ni];
-        return no ? open[shoal_rand64() % no] : NULL;
+        p->naddrs = SHOAL_MIN(n, (unsigned)SHOAL_FAB_MAX_IFACES);
+        for (unsigned i = 0; i < p->naddrs; i++)
+                shoal_strlcpy(p->addrs[i], addrs[i], sizeof(p->addrs[i]));
 }
 
-static void peer_dispatch(struct rc_peer *p)
+/* The member MEMBER_ID (created with its links on first use), mu held. NULL without memory or
+ * when its links cannot be opened. */
+static struct rc_peer *peer_get_locked(struct shoal_rdma_client *cl, const char *member_id,
+                                       const char (*addrs)[64], unsigned n)
 {
-        while (p->waiting && p->state == P_UP) {
-                struct rc_chan *ch = pick_chan(p);
-                if (!ch)
-                        return;
-                struct rreq *r = p->waiting;
-                p->waiting = r->next;
-                if (!p->waiting)
-                        p->waiting_tail = NULL;
-                if (!post_request(ch, r)) {
-                        peer_enqueue(p, r);
-                        peer_fail(p, "cannot post a request");
-                        return;
-                }
-        }
-}
-
-static void peer_connect(struct shoal_rdma_client *cl, struct rc_peer *p)
-{
-        p->state = P_CONNECTING;
-        p->nchans = 0;
-        for (unsigned i = 0; i < cl->nrails; i++) {
-                const char *addr = addr_for_rail(p, &cl->rails[i]);
-                struct rc_chan *ch = addr ? chan_open(cl, p, &cl->rails[i], addr) : NULL;
-                p->chans[p->nchans++] = ch;
-                if (!ch) {
-                        peer_fail(p, "cannot open a channel");
-                        return;
-                }
-        }
-}
-
-static void peer_fail(struct rc_peer *p, const char *why)
-{
-        struct shoal_rdma_client *cl = peer_client(p);
-        bool was_up = p->state == P_UP;
-        for (unsigned i = 0; i < p->nchans; i++) {
-                if (p->chans[i])
-                        chan_shutdown(p->chans[i]);
-                p->chans[i] = NULL;
-        }
-        p->nchans = 0;
-        if (p->state != P_DOWN && !atomic_load(&cl->stop)) {
-                char retry[32];
-                shoal_format_duration(cl->cfg.retry_ns, retry, sizeof(retry));
-                shoal_metric_inc(SHOAL_M_rdma_failovers);
-                if (was_up)
-                        log_warn("rdma",
-                                 "rdma to member %s lost: %s; its reads go over IORPC on TCP, "
-                                 "RDMA retried in %s",
-                                 p->id, why, retry);
-                else /* the seeds' FAQ line, once per attempt that failed (rate-limited) */
-                        log_ratelimited(SHOAL_LOG_WARN, "rdma",
-                                        "Cannot establish rpc connection to member %s over RDMA: "
-                                        "%s; its reads go over IORPC on TCP, RDMA retried in %s",
-                                        p->id, why, retry);
-        }
-        p->state = P_DOWN;
-        p->down_until = shoal_now_ns() + cl->cfg.retry_ns;
-        while (p->waiting) {
-                struct rreq *r = p->waiting;
-                p->waiting = r->next;
-                req_complete(r, -ENOTCONN);
-        }
-        p->waiting_tail = NULL;
-}
-
-static struct rc_peer *peer_find(struct shoal_rdma_client *cl, struct rreq *r)
-{
-        for (struct rc_peer *p = cl->peers; p; p = p->next)
-                if (!strcmp(p->id, r->member))
+        for (struct rc_peer *p = atomic_load(&cl->peers); p; p = p->next)
+                if (!strcmp(p->id, member_id)) {
+                        if (!same_addrs(p, addrs, n)) {
+                                /* the addresses come from the group view and change with a
+                                 * member's restart: the progress thread reconnects */
+                                set_addrs(p, addrs, n);
+                                p->addrs_changed = true;
+                        }
                         return p;
+                }
         struct rc_peer *p = calloc(1, sizeof(*p));
         if (!p)
                 return NULL;
-        shoal_strlcpy(p->id, r->member, sizeof(p->id));
         p->cl = cl;
-        p->next = cl->peers;
-        cl->peers = p;
+        shoal_strlcpy(p->id, member_id, sizeof(p->id));
+        set_addrs(p, addrs, n);
+        for (unsigned i = 0; i < cl->nrails; i++) {
+                struct rc_link *l = link_open(cl, p, &cl->rails[i]);
+                if (!l) {
+                        while (p->nlinks)
+                                link_close(p->links[--p->nlinks]);
+                        free(p);
+                        return NULL;
+                }
+                p->links[p->nlinks++] = l;
+        }
+        /* Published last and complete: the progress thread walks the list without mu. */
+        atomic_store(&p->next, atomic_load(&cl->peers));
+        atomic_store(&cl->peers, p);
         return p;
 }
 
-static void on_submit(struct shoal_rdma_client *cl, struct rreq *r)
+static void peer_connect(struct rc_peer *p, uint64_t now)
 {
-        struct rc_peer *p = peer_find(cl, r);
-        if (!p) {
-                req_complete(r, -ENOTCONN);
-                return;
-        }
-        /* The addresses come from the group view and may change with a member's restart. */
-        bool changed = r->naddrs != p->naddrs;
-        for (unsigned i = 0; i < r->naddrs && !changed; i++)
-                changed = strcmp(r->addrs[i], p->addrs[i]) != 0;
-        if (changed) {
-                if (p->state == P_UP || p->state == P_CONNECTING)
-                        peer_fail(p, "member addresses changed");
-                p->naddrs = SHOAL_MIN(r->naddrs, (unsigned)SHOAL_FAB_MAX_IFACES);
-                for (unsigned i = 0; i < p->naddrs; i++)
-                        shoal_strlcpy(p->addrs[i], r->addrs[i], sizeof(p->addrs[i]));
-                p->state = P_NEW;
-                p->ever_up = false;
-        }
-        uint64_t now = shoal_now_ns();
-        switch (p->state) {
-        case P_DOWN:
-                if (now < p->down_until) {
-                        req_complete(r, -ENOTCONN);
+        struct shoal_rdma_client *cl = p->cl;
+        pthread_mutex_lock(&cl->mu);
+        p->state = P_CONNECTING;
+        pthread_mutex_unlock(&cl->mu);
+        for (unsigned i = 0; i < p->nlinks; i++) {
+                struct rc_link *l = p->links[i];
+                const char *a = addr_for_rail((const char(*)[64])p->addrs, p->naddrs, l->rail);
+                shoal_strlcpy(l->addr, a ? a : "", sizeof(l->addr));
+                if (!a || chan_request(l, false)) {
+                        peer_fail(p, "cannot open a channel", now);
                         return;
                 }
-                /* Reconnect in the background; this request goes over TCP meanwhile. */
-                req_complete(r, -ENOTCONN);
-                peer_connect(cl, p);
+        }
+}
+
+static void peer_fail(struct rc_peer *p, const char *why, uint64_t now)
+{
+        struct shoal_rdma_client *cl = p->cl;
+        pthread_mutex_lock(&cl->mu);
+        bool was_up = p->state == P_UP, was_down = p->state == P_DOWN;
+        p->state = P_DOWN;
+        p->failed = true;
+        p->down_until = now + cl->cfg.retry_ns;
+        pthread_mutex_unlock(&cl->mu);
+        p->gen++; /* channels still with the connector are dropped when they come back */
+        unsigned waiting = 0;
+        for (unsigned i = 0; i < p->nlinks; i++) {
+                waiting += p->links[i]->m.nwaiting;
+                shoal_rdma_link_fail(&p->links[i]->m, now);
+        }
+        if (waiting)
+                log_debug("rdma", "member %s: %u requests waiting for a channel go over TCP", p->id,
+                          waiting);
+        if (was_down || atomic_load(&cl->stop))
+                return;
+        char retry[32];
+        shoal_format_duration(cl->cfg.retry_ns, retry, sizeof(retry));
+        shoal_metric_inc(SHOAL_M_rdma_failovers);
+        if (was_up)
+                log_warn("rdma",
+                         "rdma to member %s lost: %s; its reads go over IORPC on TCP, RDMA "
+                         "retried in %s",
+                         p->id, why, retry);
+        else /* the seeds' FAQ line, once per attempt that failed (rate-limited) */
+                log_ratelimited(SHOAL_LOG_WARN, "rdma",
+                                "Cannot establish rpc connection to member %s over RDMA: %s; its "
+                                "reads go over IORPC on TCP, RDMA retried in %s",
+                                p->id, why, retry);
+}
+
+/* Progress thread: a caller's request. */
+static void on_submit(struct shoal_rdma_client *cl, struct rreq *r, uint64_t now)
+{
+        struct rc_link *l = r->link;
+        struct rc_peer *p = l->p;
+        pthread_mutex_lock(&cl->mu);
+        bool changed = p->addrs_changed;
+        p->addrs_changed = false;
+        enum peer_state st = p->state;
+        bool ever_up = p->ever_up || p->failed, retry = now >= p->down_until;
+        pthread_mutex_unlock(&cl->mu);
+        if (changed) {
+                if (st == P_UP || st == P_CONNECTING)
+                        peer_fail(p, "member addresses changed", now);
+                pthread_mutex_lock(&cl->mu);
+                p->state = st = P_NEW;
+                p->ever_up = p->failed = ever_up = false;
+                pthread_mutex_unlock(&cl->mu);
+        }
+        switch (st) {
+        case P_DOWN:
+                op_complete(cl, &r->q, -ENOTCONN);
+                if (retry) /* reconnect in the background; this one goes over TCP meanwhile */
+                        peer_connect(p, now);
                 return;
         case P_NEW:
-                peer_enqueue(p, r);
-                peer_connect(cl, p);
+                shoal_rdma_link_submit(&l->m, &r->q, now);
+                peer_connect(p, now);
                 return;
         case P_CONNECTING:
-                if (p->ever_up)
-                        req_complete(r, -ENOTCONN);
+                /* Only the first connection is waited for; a reconnect runs in the
+                 * background while requests go over TCP. */
+                if (ever_up)
+                        op_complete(cl, &r->q, -ENOTCONN);
                 else
-                        peer_enqueue(p, r);
+                        shoal_rdma_link_submit(&l->m, &r->q, now);
                 return;
         case P_UP:
-                peer_enqueue(p, r);
-                peer_dispatch(p);
+                shoal_rdma_link_submit(&l->m, &r->q, now);
                 return;
         }
 }
 
-/* ---- handshake and answers ------------------------------------------------------------------ */
+/* ---- the loop ------------------------------------------------------------------------------- */
 
-/* Sends the handshake's pending frame (message id ID) from a free slot. */
-static int chan_send_hs(struct rc_chan *ch, uint64_t id)
+static void eq_event(struct shoal_fab_event *ev, uint64_t now)
 {
-        struct rc_slot *sl = slot_get(ch);
-        if (!sl)
-                return -ENOBUFS;
-        sl->id = id;
-        memcpy(sl->sbuf, ch->hs.out, ch->hs.out_len);
-        int rc = shoal_fab_mep_send(&ch->m, sl->sbuf, ch->hs.out_len, &sl->sop);
-        if (rc) {
-                sl->send_done = sl->answered = true;
-                slot_put(ch, sl);
-        }
-        return rc;
-}
-
-static void chan_send_hello(struct rc_chan *ch)
-{
-        /* The proofs bind the address we dialed (rpc/handshake.h). */
-        struct shoal_hs_config hc = {.role = SHOAL_HS_REQUESTER,
-                                     .key = &ch->cl->key,
-                                     .service = SERVICE_RDMA,
-                                     .addr = ch->addr};
-        if (shoal_hs_start(&ch->hs, &hc)) {
-                peer_fail(ch->peer, ch->hs.why);
+        if (ev->info)
+                fi_freeinfo(ev->info);
+        struct rc_chan *ch = ev->ctx;
+        if (!ch)
                 return;
+        char line[300];
+        if (ev->err) {
+                snprintf(line, sizeof(line), "connection to %s: %s", ch->m.addr, ev->msg);
+                shoal_rdma_chan_error(&ch->m, line, now);
+        } else if (ev->event == FI_CONNECTED) {
+                shoal_rdma_chan_connected(&ch->m, now);
+        } else if (ev->event == FI_SHUTDOWN) {
+                shoal_rdma_chan_error(&ch->m, "the member shut the connection down", now);
         }
-        if (chan_send_hs(ch, SHOAL_HS_HELLO_ID)) {
-                peer_fail(ch->peer, "cannot send HELLO");
-                return;
-        }
-        ch->state = CH_HELLO;
-        ch->deadline = shoal_now_ns() + CONNECT_NS;
 }
 
-static void chan_ready(struct rc_chan *ch)
+static bool eq_poll(struct rc_rail *r, uint64_t now)
 {
-        struct rc_peer *p = ch->peer;
-        ch->state = CH_READY;
-        ch->last_rx = ch->last_ping = shoal_now_ns();
-        log_info("iorpc", "iorpc client started, server address %s, transport:RDMA (%s, %s)",
-                 ch->addr, ch->rail->fab.ifname, ch->rail->fab.prov);
-        for (unsigned i = 0; i < p->nchans; i++)
-                if (!p->chans[i] || p->chans[i]->state != CH_READY)
-                        return;
-        p->state = P_UP;
-        p->ever_up = true;
-        peer_dispatch(p);
-}
-
-/* A handshake answer (rpc/handshake.c decides). Returns false on failure. */
-static bool on_handshake(struct rc_chan *ch, const struct shoal_wire_hdr *h, const uint8_t *body)
-{
-        enum shoal_hs_verdict v = shoal_hs_step(&ch->hs, h, body);
-        if (v == SHOAL_HS_FAIL) {
-                log_ratelimited(ch->hs.error == -EACCES ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "rdma",
-                                "handshake with member %s failed: %s", ch->addr, ch->hs.why);
-                return false;
-        }
-        if (v == SHOAL_HS_MORE) {
-                if (chan_send_hs(ch, SHOAL_HS_AUTH_ID))
+        for (int k = 0; k < POLL_BUDGET; k++) {
+                struct shoal_fab_event ev;
+                if (shoal_fab_eq_next(r->eq, r->fab.ifname, &ev) <= 0)
                         return false;
-                ch->state = CH_AUTH;
-                return true;
+                eq_event(&ev, now);
         }
-        /* One slot stays free for the heartbeat. */
-        ch->credits = SHOAL_MIN(ch->hs.peer_max_inflight, ch->m.nslots - 2);
-        if (ch->credits < 1)
-                return false;
-        chan_ready(ch);
         return true;
 }
 
-static bool on_message(struct rc_chan *ch, const uint8_t *msg, size_t len)
+static void completion(struct shoal_fab_op *op, size_t len, int err, uint64_t now)
 {
-        struct shoal_wire_hdr h;
-        if (shoal_wire_msg_decode(msg, len, &h))
-                return false;
-        const uint8_t *body = msg + SHOAL_WIRE_HDR_LEN;
-        struct rc_slot *sl = NULL;
-        for (unsigned i = 0; i < ch->m.nslots && !sl; i++)
-                if (ch->slots[i].used && !ch->slots[i].answered && ch->slots[i].id == h.id)
-                        sl = &ch->slots[i];
-        if (!sl)
-                return false; /* an answer nobody asked for: never guess */
-        sl->answered = true;
-        if (ch->state != CH_READY) {
-                bool ok = !sl->req && on_handshake(ch, &h, body);
-                slot_put(ch, sl);
-                return ok;
-        }
-        struct rreq *r = sl->req;
-        sl->req = NULL;
-        slot_put(ch, sl);
-        if (!r) { /* heartbeat */
-                ch->ping_out = false;
-                return h.type == SHOAL_MSG_PONG;
-        }
-        ch->inflight--;
-        bool fits = r->kind == RQ_READ ? (h.type == SHOAL_MSG_READ_RESP &&
-                                          (h.flags & SHOAL_WF_RDMA_WRITTEN)) ||
-                                                 h.type == SHOAL_MSG_ERROR
-                                       : h.type == SHOAL_MSG_PONG;
-        if (!fits || h.body_len > sizeof(r->resp)) {
-                req_complete(r, -ENOTCONN);
-                return false;
-        }
-        r->h = h;
-        memcpy(r->resp, body, h.body_len);
-        req_complete(r, 0);
-        return true;
+        struct shoal_rdma_cbuf *b = op->owner;
+        shoal_rdma_chan_completion(b->ch, op, len, err, now);
 }
 
-static void on_completion(struct rc_chan *ch, struct shoal_fab_op *op, size_t len)
+static bool cq_poll(struct rc_link *l, uint64_t now)
 {
-        if (ch->broken)
-                return;
-        if (op->kind == SHOAL_FAB_OP_SEND) {
-                struct rc_slot *sl = op->owner;
-                sl->send_done = true;
-                slot_put(ch, sl);
-                return;
-        }
-        struct shoal_fab_rx *rx = op->owner;
-        ch->last_rx = shoal_now_ns();
-        if (!on_message(ch, (const uint8_t *)rx->buf, len)) {
-                peer_fail(ch->peer, "bad or unexpected answer");
-                return;
-        }
-        if (!ch->broken && shoal_fab_mep_post_rx(&ch->m, rx))
-                peer_fail(ch->peer, "cannot post a receive");
-}
-
-static void chan_poll(struct rc_chan *ch)
-{
-        for (;;) {
-                uint32_t event;
-                char msg[200], line[512];
-                int rc = shoal_fab_mep_eq_read(&ch->m, &event, msg, sizeof(msg));
-                if (!rc)
-                        break;
-                if (rc == -FI_EAVAIL) {
-                        snprintf(line, sizeof(line), "connection to %s: %s", ch->addr, msg);
-                        peer_fail(ch->peer, line);
-                        return;
-                }
-                if (rc < 0) {
-                        peer_fail(ch->peer, "fi_eq_read failed");
-                        return;
-                }
-                if (event == FI_CONNECTED && ch->state == CH_CONNECTING) {
-                        chan_send_hello(ch);
-                        if (ch->broken)
-                                return;
-                } else if (event == FI_SHUTDOWN) {
-                        peer_fail(ch->peer, "the member shut the connection down");
-                        return;
-                }
-        }
-        struct fi_cq_msg_entry e[16];
-        for (;;) {
-                void *ctx;
-                ssize_t n = shoal_fab_mep_cq_read(&ch->m, e, 16, &ctx);
-                if (!n)
-                        return;
+        struct fi_cq_msg_entry e[CQ_BATCH];
+        for (int got = 0; got < POLL_BUDGET;) {
+                void *ctx = NULL;
+                int err = 0;
+                ssize_t n = shoal_fab_cq_next(l->cq, l->addr, e, CQ_BATCH, &ctx, &err);
                 if (n == -FI_EAVAIL) {
-                        peer_fail(ch->peer, "completion error");
-                        return;
-                }
-                if (n < 0) {
-                        peer_fail(ch->peer, "fi_cq_read failed");
-                        return;
-                }
-                for (ssize_t i = 0; i < n && !ch->broken; i++)
-                        on_completion(ch, e[i].op_context, e[i].len);
-                if (ch->broken)
-                        return;
-        }
-}
-
-static void tick(struct shoal_rdma_client *cl)
-{
-        uint64_t now = shoal_now_ns();
-        for (struct rc_peer *p = cl->peers; p; p = p->next) {
-                for (unsigned i = 0; i < p->nchans; i++) {
-                        struct rc_chan *ch = p->chans[i];
-                        if (!ch || ch->broken)
-                                continue;
-                        if (ch->state != CH_READY && now > ch->deadline) {
-                                char why[128], d[32];
-                                shoal_format_duration(CONNECT_NS, d, sizeof(d));
-                                snprintf(why, sizeof(why), "no connection to %s within %s",
-                                         ch->addr, d);
-                                peer_fail(p, why);
-                                break;
-                        }
-                        if (ch->state != CH_READY)
-                                continue;
-                        if (ch->ping_out && now - ch->last_rx > 3 * cl->hb_ns) {
-                                char why[128];
-                                snprintf(why, sizeof(why), "no heartbeat answer from %s", ch->addr);
-                                peer_fail(p, why);
-                                break;
-                        }
-                        bool late = false;
-                        for (unsigned k = 0; k < ch->m.nslots; k++)
-                                if (ch->slots[k].req && now > ch->slots[k].req->deadline)
-                                        late = true;
-                        if (late) {
-                                peer_fail(p, "a request passed its deadline");
-                                break;
-                        }
-                        if (!ch->ping_out && now - ch->last_ping >= cl->hb_ns) {
-                                struct rc_slot *sl = slot_get(ch);
-                                if (!sl)
-                                        continue;
-                                memcpy(sl->sbuf + SHOAL_WIRE_HDR_LEN, &now, 8);
-                                if (send_slot(ch, sl, SHOAL_MSG_PING, 0, new_id(cl), 8)) {
-                                        peer_fail(p, "cannot send a heartbeat");
-                                        break;
-                                }
-                                ch->ping_out = true;
-                                ch->last_ping = now;
-                        }
-                }
-        }
-        /* Shut-down channels: free once their posted operations were flushed, or close the
-         * endpoint after the drain time (a closed endpoint touches no buffer). */
-        for (struct rc_chan **pp = &cl->dying; *pp;) {
-                struct rc_chan *ch = *pp;
-                if (ch->m.posted > 0 && now - ch->broken_at < DRAIN_NS) {
-                        pp = &ch->next;
+                        if (ctx)
+                                completion(ctx, 0, err, now);
+                        got++;
                         continue;
                 }
-                *pp = ch->next;
-                chan_free(ch);
+                if (n <= 0)
+                        return false;
+                for (ssize_t i = 0; i < n; i++)
+                        completion(e[i].op_context, e[i].len, 0, now);
+                got += (int)n;
+        }
+        return true;
+}
+
+/* Polls Q unless armed, then re-arms it; true when it must be polled again before sleeping. */
+static bool queue_service(struct rc_q *q, uint64_t now)
+{
+        if (q->armed)
+                return false;
+        bool more;
+        struct shoal_fab *f;
+        struct fid *fid;
+        if (q->kind == Q_EQ) {
+                struct rc_rail *r = q->obj;
+                more = eq_poll(r, now);
+                f = &r->fab;
+                fid = &r->eq->fid;
+        } else {
+                struct rc_link *l = q->obj;
+                more = cq_poll(l, now);
+                f = &l->rail->fab;
+                fid = &l->cq->fid;
+        }
+        if (more)
+                return true;
+        q->armed = shoal_fab_trywait(f, fid);
+        return !q->armed;
+}
+
+static void take_queues(struct shoal_rdma_client *cl, uint64_t now)
+{
+        uint64_t v;
+        if (read(cl->evfd, &v, sizeof(v)) < 0) {
+                /* EAGAIN: nothing signalled */
+        }
+        pthread_mutex_lock(&cl->mu);
+        struct rreq *r = cl->subq;
+        cl->subq = cl->subq_tail = NULL;
+        struct rc_chan *ch = cl->opened;
+        cl->opened = NULL;
+        pthread_mutex_unlock(&cl->mu);
+        while (ch) {
+                struct rc_chan *next = ch->next;
+                ch->next = NULL;
+                chan_opened(cl, ch, now);
+                ch = next;
+        }
+        while (r) {
+                struct rreq *next = r->next;
+                on_submit(cl, r, now);
+                r = next;
         }
 }
 
-/* Dying channels are polled only to collect flushed completions. */
-static void dying_poll(struct rc_chan *ch)
+static void tick(struct shoal_rdma_client *cl, uint64_t now)
 {
-        struct fi_cq_msg_entry e[16];
-        for (int k = 0; k < 64; k++) {
-                void *ctx;
-                ssize_t n = shoal_fab_mep_cq_read(&ch->m, e, 16, &ctx);
-                if (n <= 0 && n != -FI_EAVAIL)
-                        return;
-        }
+        for (struct rc_peer *p = atomic_load(&cl->peers); p; p = atomic_load(&p->next))
+                for (unsigned i = 0; i < p->nlinks; i++) {
+                        struct rc_link *l = p->links[i];
+                        shoal_rdma_link_tick(&l->m, now);
+                        atomic_store(&l->ready, shoal_rdma_link_ready(&l->m));
+                }
+        reap(cl, now);
 }
 
 static void *progress_main(void *arg)
 {
         struct shoal_rdma_client *cl = arg;
         uint64_t next_tick = 0;
+        bool busy = true;
         while (!atomic_load(&cl->stop)) {
-                uint64_t v;
-                if (read(cl->evfd, &v, sizeof(v)) < 0) {
-                        /* EAGAIN: nothing submitted */
-                }
-                pthread_mutex_lock(&cl->mu);
-                struct rreq *r = cl->subq;
-                cl->subq = cl->subq_tail = NULL;
-                pthread_mutex_unlock(&cl->mu);
-                while (r) {
-                        struct rreq *next = r->next;
-                        on_submit(cl, r);
-                        r = next;
-                }
-                for (struct rc_peer *p = cl->peers; p; p = p->next)
-                        for (unsigned i = 0; i < p->nchans; i++)
-                                if (p->chans[i] && !p->chans[i]->broken)
-                                        chan_poll(p->chans[i]);
-                for (struct rc_chan *ch = cl->dying; ch; ch = ch->next)
-                        if (ch->m.posted > 0)
-                                dying_poll(ch);
+                struct epoll_event evs[64];
+                int n = epoll_wait(cl->epfd, evs, 64, busy ? 0 : 100);
                 uint64_t now = shoal_now_ns();
+                bool events = false;
+                for (int i = 0; i < n; i++) {
+                        struct rc_q *q = evs[i].data.ptr;
+                        if (q->kind == Q_EVENTS)
+                                events = true;
+                        else
+                                q->armed = false;
+                }
+                if (events)
+                        take_queues(cl, now);
+                busy = false;
+                for (unsigned i = 0; i < cl->nrails; i++)
+                        busy |= queue_service(&cl->rails[i].q, now);
+                for (struct rc_peer *p = atomic_load(&cl->peers); p; p = atomic_load(&p->next))
+                        for (unsigned i = 0; i < p->nlinks; i++)
+                                busy |= queue_service(&p->links[i]->q, now);
                 if (now >= next_tick) {
-                        tick(cl);
-                        next_tick = now + 100000000ULL;
+                        tick(cl, now);
+                        next_tick = now + TICK_NS;
                 }
-                /* Sleep only when no queue has work pending (fi_trywait, RDMA.md). */
-                bool can_sleep = true;
-                for (struct rc_peer *p = cl->peers; p && can_sleep; p = p->next) {
-                        for (unsigned i = 0; i < p->nchans && can_sleep; i++) {
-                                struct rc_chan *ch = p->chans[i];
-                                if (!ch || ch->broken)
-                                        continue;
-                                can_sleep = shoal_fab_mep_trywait(&ch->m);
-                        }
-                }
-                struct epoll_event evs[32];
-                epoll_wait(cl->epfd, evs, 32, can_sleep ? 100 : 0);
         }
         /* Stopping: shut every channel down (requests return -ENOTCONN), then free them. */
-        for (struct rc_peer *p = cl->peers; p; p = p->next)
-                if (p->state != P_DOWN && p->state != P_NEW)
-                        peer_fail(p, "client stopping");
+        for (struct rc_peer *p = atomic_load(&cl->peers); p; p = atomic_load(&p->next))
+                peer_fail(p, "client stopping", shoal_now_ns());
         pthread_mutex_lock(&cl->mu);
         struct rreq *r = cl->subq;
         cl->subq = cl->subq_tail = NULL;
+        struct rc_chan *opened = cl->opened;
+        cl->opened = NULL;
         pthread_mutex_unlock(&cl->mu);
-        while (r) {
+        while (r) { /* late submissions: nothing connects any more */
                 struct rreq *next = r->next;
-                req_complete(r, -ENOTCONN);
+                op_complete(cl, &r->q, -ENOTCONN);
                 r = next;
+        }
+        while (opened) {
+                struct rc_chan *next = opened->next;
+                chan_free(opened);
+                opened = next;
         }
         while (cl->dying) {
                 struct rc_chan *ch = cl->dying;
                 cl->dying = ch->next;
-                chan_free(ch);
+                chan_free(ch); /* closes the endpoint: the provider drops what was posted */
         }
         return NULL;
 }
 
-static int register_region(struct shoal_rdma_client *cl, void *base, size_t len, char *err,
-                           size_t errlen)
+/* ---- set-up --------------------------------------------------------------------------------- */
+
+static int record_region(struct shoal_rdma_client *cl, void *base, size_t len, char *err,
+                         size_t errlen)
 {
         pthread_mutex_lock(&cl->mu);
         unsigned n = atomic_load(&cl->nregions);
         int rc = 0;
         if (n == MAX_REGIONS) {
-                snprintf(err, errlen, "rdma: too many registered regions");
+                snprintf(err, errlen, "rdma: too many read buffer regions");
                 rc = -ENOSPC;
-                goto out_unlock;
+        } else {
+                /* Requests into it are registered in place, one by one; a fork (fusermount3)
+                 * must not make these pages copy-on-write meanwhile. */
+                shoal_fab_dontfork(base, len);
+                cl->regions[n] = (struct region){.base = base, .len = len};
+                atomic_store(&cl->nregions, n + 1); /* published last: read without mu */
         }
-        struct region *rg = &cl->regions[n];
-        rg->base = base;
-        rg->len = len;
-        for (unsigned i = 0; i < cl->nrails; i++) {
-                rc = shoal_fab_mr_reg(&cl->rails[i].fab, base, len,
-                                      FI_RECV | FI_REMOTE_WRITE | FI_WRITE, &rg->mr[i]);
-                if (rc) {
-                        snprintf(err, errlen,
-                                 "--rdma-network %s: cannot register %zu bytes of read buffers: "
-                                 "%s (memlock limit? see ulimit -l)",
-                                 cl->rails[i].fab.ifname, len, fi_strerror(-rc));
-                        while (i-- > 0)
-                                fi_close(&rg->mr[i]->fid);
-                        goto out_unlock;
-                }
-        }
-        /* Published last: readers scan regions without the lock. */
-        atomic_store(&cl->nregions, n + 1);
-out_unlock:
         pthread_mutex_unlock(&cl->mu);
         return rc;
 }
@@ -907,7 +893,27 @@ out_unlock:
 int shoal_rdma_client_register(struct shoal_rdma_client *cl, void *base, size_t len, char *err,
                                size_t errlen)
 {
-        return register_region(cl, base, len, err, errlen);
+        return record_region(cl, base, len, err, errlen);
+}
+
+static void link_config(struct shoal_rdma_client *cl)
+{
+        const struct shoal_env *env = shoal_config_env();
+        uint64_t period = env->iorpc_scale_period_ns ? env->iorpc_scale_period_ns : 1000000000ULL;
+        cl->lcfg = (struct shoal_rdma_link_config){
+                .key = &cl->key,
+                .hb_ns = env->rdma_heartbeat_ns ? env->rdma_heartbeat_ns : 1000000000ULL,
+                .connect_ns = CONNECT_NS,
+                .wait_ns = WAIT_NS,
+                .max_chans = SHOAL_RDMA_CHANS_MAX,
+                /* the seeds' thresholds [R5]; the same knob as TCP shortens the periods */
+                .grow_ns = period,
+                .shrink_ns = 60 * period,
+                .grow_bytes = SHOAL_GiB,
+                .grow_qps = 5000,
+                .shrink_bytes = 512 * SHOAL_MiB,
+                .shrink_qps = 2000,
+        };
 }
 
 struct shoal_rdma_client *shoal_rdma_client_create(const struct shoal_rdma_client_config *cfg,
@@ -921,12 +927,11 @@ struct shoal_rdma_client *shoal_rdma_client_create(const struct shoal_rdma_clien
         cl->cfg = *cfg;
         cl->epfd = cl->evfd = -1;
         pthread_mutex_init(&cl->mu, NULL);
+        pthread_cond_init(&cl->conn_cond, NULL);
         if (!cl->cfg.retry_ns)
                 cl->cfg.retry_ns = 300ULL * 1000000000ULL;
-        const struct shoal_env *env = shoal_config_env();
-        if (env->rdma_retry_ns)
-                cl->cfg.retry_ns = env->rdma_retry_ns;
-        cl->hb_ns = env->rdma_heartbeat_ns ? env->rdma_heartbeat_ns : 1000000000ULL;
+        if (shoal_config_env()->rdma_retry_ns)
+                cl->cfg.retry_ns = shoal_config_env()->rdma_retry_ns;
         if (shoal_random_bytes(&cl->next_id, sizeof(cl->next_id))) {
                 snprintf(err, errlen, "rdma: no random bytes");
                 goto out_destroy;
@@ -937,19 +942,30 @@ struct shoal_rdma_client *shoal_rdma_client_create(const struct shoal_rdma_clien
                          SHOAL_SECRET_MIN);
                 goto out_destroy;
         }
+        link_config(cl);
         cl->epfd = epoll_create1(EPOLL_CLOEXEC);
         cl->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (cl->epfd < 0 || cl->evfd < 0) {
                 snprintf(err, errlen, "rdma: epoll/eventfd: %s", strerror(errno));
                 goto out_destroy;
         }
-        epoll_watch(cl, cl->evfd);
+        cl->ev_q = (struct rc_q){.kind = Q_EVENTS};
+        epoll_add(cl, cl->evfd, &cl->ev_q);
         for (unsigned i = 0; i < cfg->n_if; i++) {
+                struct rc_rail *r = &cl->rails[i];
                 shoal_strlcpy(cl->ifaces[i], cfg->ifaces[i], sizeof(cl->ifaces[i]));
-                cl->rails[i].index = i;
+                r->index = i;
+                r->eq_fd = -1;
                 cl->nrails++;
-                if (shoal_fab_open(&cl->rails[i].fab, cfg->provider, cfg->ifaces[i], err, errlen))
+                if (shoal_fab_open(&r->fab, cfg->provider, cfg->ifaces[i], err, errlen))
                         goto out_destroy;
+                if (shoal_fab_eq_open(&r->fab, &r->eq, &r->eq_fd)) {
+                        snprintf(err, errlen, "--rdma-network %s: cannot open an event queue",
+                                 cfg->ifaces[i]);
+                        goto out_destroy;
+                }
+                r->q = (struct rc_q){.kind = Q_EQ, .obj = r};
+                epoll_add(cl, r->eq_fd, &r->q);
         }
         size_t bsz = cfg->bounce_size ? cfg->bounce_size : 65536;
         cl->bounce = shoal_bufpool_create(bsz, BOUNCE_BUFS);
@@ -959,8 +975,14 @@ struct shoal_rdma_client *shoal_rdma_client_create(const struct shoal_rdma_clien
         }
         size_t blen;
         void *bbase = shoal_bufpool_base(cl->bounce, &blen);
-        if (register_region(cl, bbase, blen, err, errlen))
+        if (record_region(cl, bbase, blen, err, errlen))
                 goto out_destroy;
+        if (pthread_create(&cl->connector, NULL, connector_main, cl)) {
+                snprintf(err, errlen, "rdma: cannot start the connector thread");
+                goto out_destroy;
+        }
+        pthread_setname_np(cl->connector, "shoal-rdma-conn");
+        cl->connector_started = true;
         if (pthread_create(&cl->thread, NULL, progress_main, cl)) {
                 snprintf(err, errlen, "rdma: cannot start the progress thread");
                 goto out_destroy;
@@ -978,33 +1000,54 @@ void shoal_rdma_client_destroy(struct shoal_rdma_client *cl)
 {
         if (!cl)
                 return;
+        atomic_store(&cl->stop, true);
+        if (cl->connector_started) {
+                pthread_mutex_lock(&cl->mu);
+                pthread_cond_broadcast(&cl->conn_cond);
+                pthread_mutex_unlock(&cl->mu);
+                pthread_join(cl->connector, NULL);
+        }
         if (cl->started) {
-                atomic_store(&cl->stop, true);
                 wake(cl);
                 pthread_join(cl->thread, NULL);
         }
-        while (cl->peers) {
-                struct rc_peer *p = cl->peers;
-                cl->peers = p->next;
-                free(p);
+        /* Channels the connector never handed back. */
+        for (struct rc_chan *q = cl->connq; q;) {
+                struct rc_chan *next = q->next;
+                chan_free(q);
+                q = next;
         }
-        for (unsigned r = 0; r < atomic_load(&cl->nregions); r++)
-                for (unsigned i = 0; i < cl->nrails; i++)
-                        if (cl->regions[r].mr[i])
-                                fi_close(&cl->regions[r].mr[i]->fid);
-        for (unsigned i = 0; i < cl->nrails; i++)
+        for (struct rc_chan *q = cl->opened; q;) {
+                struct rc_chan *next = q->next;
+                chan_free(q);
+                q = next;
+        }
+        for (struct rc_peer *p = atomic_load(&cl->peers); p;) {
+                struct rc_peer *next = atomic_load(&p->next);
+                for (unsigned i = 0; i < p->nlinks; i++)
+                        link_close(p->links[i]);
+                free(p);
+                p = next;
+        }
+        for (unsigned i = 0; i < cl->nrails; i++) {
+                if (cl->rails[i].eq)
+                        fi_close(&cl->rails[i].eq->fid);
                 shoal_fab_close(&cl->rails[i].fab);
+        }
         shoal_bufpool_destroy(cl->bounce);
         if (cl->epfd >= 0)
                 close(cl->epfd);
         if (cl->evfd >= 0)
                 close(cl->evfd);
         pthread_mutex_destroy(&cl->mu);
+        pthread_cond_destroy(&cl->conn_cond);
         shoal_hs_key_clear(&cl->key);
         free(cl);
 }
 
-/* The registered region holding [P, P+LEN), or -1. */
+/* ---- requests ------------------------------------------------------------------------------- */
+
+/* The recorded region holding [P, P+LEN), or -1. */
 static int region_of(struct shoal_rdma_client *cl, const void *p, size_t len)
 {
         unsigned n = atomic_load(&cl->nregions);
@@ -1016,14 +1059,40 @@ static int region_of(struct shoal_rdma_client *cl, const void *p, size_t len)
         return -1;
 }
 
+/* The link for a request to member MEMBER_ID, or NULL when RDMA cannot take it now (the member
+ * failed and waits for its retry time, or reconnects after having been up): the caller then
+ * goes over TCP at once, without registering anything. Counts the request on the link. */
+static struct rc_link *pick_link(struct shoal_rdma_client *cl, const char *member_id,
+                                 const char (*addrs)[64], unsigned n_addrs)
+{
+        uint64_t now = shoal_now_ns();
+        pthread_mutex_lock(&cl->mu);
+        struct rc_peer *p = peer_get_locked(cl, member_id, addrs, n_addrs);
+        struct rc_link *best = NULL;
+        bool skip = !p || (!p->addrs_changed &&
+                           ((p->state == P_DOWN && now < p->down_until) ||
+                            (p->state == P_CONNECTING && (p->ever_up || p->failed))));
+        for (unsigned i = 0; !skip && i < p->nlinks; i++) {
+                struct rc_link *l = p->links[i];
+                /* the least loaded interface; ties go to a random one */
+                if (!best || atomic_load(&l->load) < atomic_load(&best->load) ||
+                    (atomic_load(&l->load) == atomic_load(&best->load) && (shoal_rand64() & 1)))
+                        best = l;
+        }
+        if (best)
+                atomic_fetch_add(&best->load, 1);
+        pthread_mutex_unlock(&cl->mu);
+        return best;
+}
+
 /* Hands R to the progress thread and waits for it to come back (it always does: with an
- * answer, or when its channel was shut down, or at the client's stop). */
+ * answer, or when its channel was shut down, or after waiting too long, or at the stop). */
 static int submit_wait(struct shoal_rdma_client *cl, struct rreq *r)
 {
         sem_init(&r->done, 0, 0);
         r->next = NULL;
+        r->q.id = new_id(cl);
         pthread_mutex_lock(&cl->mu);
-        r->id = new_id(cl);
         if (cl->subq_tail)
                 cl->subq_tail->next = r;
         else
@@ -1037,70 +1106,135 @@ static int submit_wait(struct shoal_rdma_client *cl, struct rreq *r)
         return r->rc;
 }
 
+/* Registers [LOCAL, LOCAL+LEN) for remote writes on L's domain. */
+static int expose(struct rc_link *l, void *local, size_t len, struct fid_mr **mr, uint64_t *raddr,
+                  uint64_t *rkey)
+{
+        struct shoal_fab *f = &l->rail->fab;
+        int rc = shoal_fab_mr_reg_dom(f, l->dom, local, len, FI_REMOTE_WRITE, false, mr);
+        if (rc)
+                return rc;
+        *raddr = shoal_fab_rma_addr(f, local, local);
+        *rkey = fi_mr_key(*mr);
+        return 0;
+}
+
+/* The request is over: revoke the member's access before anything of the buffer is trusted. */
+static void revoke_access(struct rc_link *l, struct fid_mr *mr, size_t len)
+{
+        shoal_fab_mr_close(&l->rail->fab, mr, len);
+        atomic_fetch_sub(&l->load, 1);
+}
+
+/* Sends the READ (with its buffer's address and key) and waits. */
+static int read_once(struct shoal_rdma_client *cl, struct rreq *r, char *local,
+                     const struct shoal_volume *vol, const struct shoal_object *obj, uint32_t index,
+                     uint32_t off, uint32_t len, uint64_t view_version, uint64_t deadline)
+{
+        struct fid_mr *mr;
+        struct shoal_wire_read rd;
+        int n = shoal_rpc_encode_read(r->body, sizeof(r->body), vol, obj, index, off, len,
+                                      view_version);
+        if (n < 0 || shoal_wire_read_decode(r->body, (size_t)n, &rd))
+                return -EINVAL;
+        if (expose(r->link, local, len, &mr, &rd.rdma_addr, &rd.rdma_key)) {
+                atomic_fetch_sub(&r->link->load, 1);
+                return -ENOTCONN;
+        }
+        n = shoal_wire_read_encode(r->body, sizeof(r->body), &rd);
+        r->q.type = SHOAL_MSG_READ;
+        r->q.flags = SHOAL_WF_FILL | SHOAL_WF_RDMA_TARGET;
+        r->q.body = r->body;
+        r->q.body_len = n > 0 ? (size_t)n : 0;
+        r->q.len = len;
+        r->q.deadline = deadline;
+        int rc = n > 0 ? submit_wait(cl, r) : -EINVAL;
+        revoke_access(r->link, mr, len);
+        return rc;
+}
+
 int shoal_rdma_read(struct shoal_rdma_client *cl, const char *member_id, const char (*addrs)[64],
                     unsigned n_addrs, const struct shoal_volume *vol,
                     const struct shoal_object *obj, uint32_t index, uint32_t off, uint32_t len,
                     void *dst, uint64_t view_version, uint64_t deadline)
 {
-        if (!n_addrs)
+        if (!n_addrs || !len)
+                return -ENOTCONN;
+        struct rc_link *l = pick_link(cl, member_id, addrs, n_addrs);
+        if (!l)
                 return -ENOTCONN;
         struct rreq *r = calloc(1, sizeof(*r));
+        char *bounce = NULL, *local = dst;
+        int rc = -ENOTCONN;
         if (!r)
-                return -ENOMEM;
-        int rc;
-        char *bounce = NULL;
-        int n = shoal_rpc_encode_read(r->body, sizeof(r->body), vol, obj, index, off, len,
-                                      view_version);
-        if (n < 0) {
-                rc = -EINVAL;
-                goto out_free;
-        }
-        r->kind = RQ_READ;
-        r->body_len = (size_t)n;
-        r->member = member_id;
-        r->addrs = addrs;
-        r->naddrs = n_addrs;
-        r->len = len;
-        r->deadline = deadline;
-        r->region = region_of(cl, dst, len);
-        if (r->region >= 0) {
-                r->local = dst;
-        } else {
+                goto out_unload;
+        r->link = l;
+        if (region_of(cl, dst, len) < 0) {
                 uint64_t now = shoal_now_ns();
                 if (len > shoal_bufpool_bufsize(cl->bounce) ||
-                    !(bounce =
-                              shoal_bufpool_get(cl->bounce, deadline > now ? deadline - now : 0))) {
-                        rc = -ENOTCONN;
-                        goto out_free;
-                }
-                r->local = bounce;
-                r->region = 0;
+                    !(bounce = shoal_bufpool_get(cl->bounce, deadline > now ? deadline - now : 0)))
+                        goto out_unload;
+                local = bounce;
         }
-        rc = submit_wait(cl, r);
+        rc = read_once(cl, r, local, vol, obj, index, off, len, view_version, deadline);
         if (rc)
-                goto out_bounce;
-        if (r->h.type == SHOAL_MSG_ERROR) {
-                rc = shoal_rpc_status_errno(r->h.status);
-                goto out_bounce;
+                goto out_free;
+        if (r->q.h.type == SHOAL_MSG_ERROR) {
+                rc = shoal_rpc_status_errno(r->q.h.status);
+                goto out_free;
         }
         struct shoal_wire_read_resp resp;
-        if (shoal_rpc_decode_answer(SHOAL_SERVICE_IORPC, r->resp, r->h.body_len, &resp) ||
-            shoal_rpc_check_answer(vol, obj, index, off, len, &r->h, &resp)) {
+        if (shoal_rpc_decode_answer(SHOAL_SERVICE_IORPC, r->q.resp, r->q.h.body_len, &resp) ||
+            shoal_rpc_check_answer(vol, obj, index, off, len, &r->q.h, &resp)) {
                 rc = -ENOTCONN; /* a member that answers wrongly: let TCP carry it */
-                goto out_bounce;
+                goto out_free;
         }
-        rc = shoal_rpc_verify_payload(vol, obj, index, off, len, r->local, &resp);
+        rc = shoal_rpc_verify_payload(vol, obj, index, off, len, local, &resp);
         if (rc)
-                goto out_bounce;
+                goto out_free;
         if (bounce)
                 memcpy(dst, bounce, len);
         shoal_metric_add(SHOAL_M_rdma_recv_bytes, len);
-        shoal_metric_add(SHOAL_M_rdma_if0_bytes + r->rail, len);
-out_bounce:
+        shoal_metric_add(SHOAL_M_rdma_if0_bytes + l->rail->index, len);
+        goto out_free;
+out_unload:
+        atomic_fetch_sub(&l->load, 1);
+out_free:
         if (bounce)
                 shoal_bufpool_put(cl->bounce, bounce);
-out_free:
         free(r);
+        return rc;
+}
+
+unsigned shoal_rdma_channels(struct shoal_rdma_client *cl, const char *member_id)
+{
+        unsigned n = 0;
+        pthread_mutex_lock(&cl->mu);
+        for (struct rc_peer *p = atomic_load(&cl->peers); p; p = atomic_load(&p->next))
+                if (!strcmp(p->id, member_id) && p->state == P_UP)
+                        for (unsigned i = 0; i < p->nlinks; i++)
+                                n += atomic_load(&p->links[i]->ready);
+        pthread_mutex_unlock(&cl->mu);
+        return n;
+}
+
+/* ---- shoal ping --rdma-network ----------------------------------------------------------------
+ */
+
+/* One PING of BODY (BODY_LEN bytes) to the member ADDR through CL; the PONG's body in R. */
+static int ping_once(struct shoal_rdma_client *cl, const char (*addr)[64], struct rreq *r,
+                     size_t body_len)
+{
+        struct rc_link *l = pick_link(cl, "ping", addr, 1);
+        if (!l)
+                return -ENOTCONN;
+        r->link = l;
+        r->q.type = SHOAL_MSG_PING;
+        r->q.body = r->body;
+        r->q.body_len = body_len;
+        r->q.deadline = shoal_now_ns() + 5000000000ULL;
+        int rc = submit_wait(cl, r);
+        atomic_fetch_sub(&l->load, 1);
         return rc;
 }
 
@@ -1133,16 +1267,9 @@ int shoal_rdma_ping(const char *provider, const char *ifname, const char *addr,
         for (unsigned i = 0; i <= pings && !rc; i++) {
                 uint64_t p0 = shoal_now_ns();
                 memset(r, 0, sizeof(*r));
-                r->kind = RQ_PING;
-                r->member = "ping";
-                r->addrs = (const char(*)[64])addrs;
-                r->naddrs = 1;
-                r->local = buf;
-                r->body_len = 8;
                 memcpy(r->body, &p0, 8);
-                r->deadline = p0 + 5000000000ULL;
-                rc = submit_wait(cl, r);
-                if (!rc && (r->h.body_len != 8 || memcmp(r->resp, &p0, 8)))
+                rc = ping_once(cl, (const char(*)[64])addrs, r, 8);
+                if (!rc && (r->q.h.body_len != 8 || memcmp(r->q.resp, &p0, 8)))
                         rc = -EPROTO;
                 double ms = (double)(shoal_now_ns() - p0) / 1e6;
                 if (i == 0) { /* the first one includes connect and handshake */
@@ -1157,18 +1284,21 @@ int shoal_rdma_ping(const char *provider, const char *ifname, const char *addr,
         if (!rc) {
                 memset(buf, 0, wlen);
                 memset(r, 0, sizeof(*r));
-                r->kind = RQ_WTEST;
-                r->member = "ping";
-                r->addrs = (const char(*)[64])addrs;
-                r->naddrs = 1;
-                r->local = buf;
-                r->region = 0;
-                memcpy(r->body, WTEST_MAGIC, 8);
+                struct rc_link *l = pick_link(cl, "ping", (const char(*)[64])addrs, 1);
+                struct fid_mr *mr = NULL;
+                uint64_t raddr = 0, rkey = 0;
+                rc = l && !expose(l, buf, wlen, &mr, &raddr, &rkey) ? 0 : -ENOTCONN;
+                if (l)
+                        atomic_fetch_sub(&l->load, 1);
+                memcpy(r->body, SHOAL_RDMA_WTEST_MAGIC, 8);
+                memcpy(r->body + 8, &raddr, 8);
+                memcpy(r->body + 16, &rkey, 8);
                 memcpy(r->body + 24, &wlen, 4);
                 memcpy(r->body + 28, &seed, 4);
-                r->body_len = 32;
-                r->deadline = shoal_now_ns() + 5000000000ULL;
-                rc = submit_wait(cl, r);
+                if (!rc)
+                        rc = ping_once(cl, (const char(*)[64])addrs, r, SHOAL_RDMA_WTEST_LEN);
+                if (mr)
+                        shoal_fab_mr_close(&l->rail->fab, mr, wlen);
                 for (uint32_t i = 0; !rc && i < wlen; i++)
                         if ((uint8_t)buf[i] != (uint8_t)(seed + i * 7u + (i >> 8)))
                                 rc = -EBADMSG;

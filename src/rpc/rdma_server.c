@@ -1,21 +1,34 @@
-/* The RDMA side of a member's server [M1, M7]: a passive endpoint per --rdma-network interface,
- * one FI_EP_MSG endpoint per requester connection, all driven by one progress thread.
+/* The RDMA side of a member's server [M1, M7]: a passive endpoint per --rdma-network interface
+ * and one FI_EP_MSG endpoint per requester connection, all driven by one progress thread. What a
+ * connection does on each event is rpc/rdma_conn.c's state machine; this file backs its actions
+ * with libfabric and the request engine (rpc/server.c) and runs the loop.
  *
- * A connection owns one registered region holding its posted receives and its answer slots. A
- * request (READ or PING, or a handshake frame) takes a slot until its answer was sent; the
- * server announces max_inflight = slots - 2 in HELLO_ACK, and keeps at least as many receives
- * posted, so a requester that keeps to its credits never overruns a receive queue (RDMA.md
- * rule 3). READs run through the server's request engine (rpc/server.c); the answer's payload
- * is in a dio buffer registered once per interface, written with fi_write into the requester's
- * buffer, followed by the READ_RESP by fi_send: send-after-write ordering on the endpoint means
- * the data is in place when the requester sees the answer.
+ * Per interface ("rail"): one EQ shared by the listener and every connection, and one CQ shared
+ * by every connection, so a wake-up costs what is ready, not what is open (issue 14 finding 5:
+ * on verbs each empty EQ read and CQ re-arm of an idle connection was a system call). The loop
+ * sleeps in epoll on the rails' EQ and CQ wait fds and an eventfd for answers from the engine,
+ * and reads only the queues epoll reported (re-arming each with fi_trywait before sleeping).
  *
- * Teardown: a broken connection (EQ error, FI_SHUTDOWN, CQ error, idle past IDLE_NS, protocol
- * violation) is shut down at once, so no more bytes move, but its memory is freed only after
- * every posted operation completed or was flushed (or a drain deadline passed and the endpoint
- * was closed) and every request it handed to the engine came back. */
+ * Before a requester proves the group secret it costs the member no memory of its own: its two
+ * receives and two send buffers come from a pool registered once per interface, at most
+ * PREAUTH_MAX connections per interface and PREAUTH_PER_SOURCE per source address are in that
+ * state at once (more are rejected), and they have SHOAL_RDMA_CONN_HS_NS to finish (issue 11).
+ *
+ * READ answers: the payload is in a buffer of the server's dio pool, or in the reader's block
+ * buffers for a block held in memory (both registered once per interface, local access only),
+ * written with fi_write (no completion) into the requester's
+ * buffer, followed by the READ_RESP by fi_send on the same endpoint: send-after-write ordering
+ * (FI_ORDER_SAW) means the data is in place when the requester sees the answer, and the send's
+ * completion means the write is over.
+ *
+ * Teardown: a broken connection is shut down at once; its endpoint is closed once nothing is
+ * posted (flushed completions come back through the shared CQ) or after DRAIN_NS, and it is
+ * freed when its last completion was read and every request it handed to the engine came back.
+ * One whose completions never all come back is parked (kept, without its registered memory)
+ * until the rail's CQ is closed. */
 #include "rpc/rdma.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -32,65 +45,68 @@
 #include "common/util.h"
 #include "metrics/metrics.h"
 #include "rpc/handshake.h"
+#include "rpc/rdma_conn.h"
 #include "rpc/server.h"
 #include "rpc/wire.h"
 
-#define SERVICE_RDMA   3
-#define MAX_RX         64
-#define HANDSHAKE_NS   (5ULL * 1000000000ULL)
-#define IDLE_NS        (15ULL * 1000000000ULL) /* requesters ping every second */
-#define DRAIN_NS       (2ULL * 1000000000ULL)
-#define STOP_WAIT_NS   (30ULL * 1000000000ULL)
-#define MAX_CONNS      1024
-#define WTEST_MAGIC    "SHOALWT1"
-#define WTEST_BODY_LEN 32
-#define WTEST_MAX      65536
+#define MAX_RX             64  /* receives of an authenticated connection */
+#define CONNS_MAX          256 /* connections per interface */
+#define PREAUTH_MAX        64  /* connections per interface not authenticated yet */
+#define PREAUTH_PER_SOURCE 8   /* of those, from one source address */
+#define DRAIN_NS           (2ULL * 1000000000ULL)
+#define PARK_NS            (10ULL * 1000000000ULL)
+#define STOP_WAIT_NS       (30ULL * 1000000000ULL)
+#define TICK_NS            (100ULL * 1000000ULL)
+#define CQ_BATCH           32
+#define POLL_BUDGET        1024 /* completions per queue and wake-up, for fairness */
 
-struct rs_conn;
-
-struct rs_slot {
-        struct shoal_fab_op wop, sop;
-        struct rs_conn *c;
-        uint64_t id;
-        uint64_t raddr, rkey;
-        struct shoal_server_answer *a; /* the engine's answer, until the write completed */
-        void *testbuf;                 /* a dio buffer for ping's write test */
-        char *sbuf;                    /* registered send buffer for the answer frame */
-        int pending;                   /* posted ops not yet completed */
-        bool used, in_engine;
-        uint64_t t_write;
-        struct rs_slot *next; /* free list, or the done queue */
+enum rs_kind {
+        RS_RAIL,
+        RS_CONN
 };
 
-struct rs_rail {
-        struct shoal_fab fab;
-        struct fid_pep *pep;
-        struct fid_eq *eq;
-        int eq_fd;
-        struct fid_mr *dio_mr;
-        char addr[64];
-        unsigned index;
+struct rs_rail;
+
+/* What epoll reports: one of a rail's queues, or the eventfd (R NULL). */
+struct rs_q {
+        struct rs_rail *r;
+        bool cq;
+        bool armed; /* fi_trywait succeeded since the last poll: its fd may be slept on */
 };
 
 struct rs_conn {
-        struct shoal_rdma_server *rs;
-        struct rs_rail *rail;
-        struct shoal_fab_mep m;
-        struct rs_slot *slots, *free;
-        unsigned max_inflight;
-        enum {
-                CS_ACCEPTING,
-                CS_HELLO,
-                CS_AUTH,
-                CS_READY
-        } state;
-        bool broken, closed_ep;
-        uint64_t broken_at;
-        int refs; /* requests inside the engine */
-        uint64_t deadline, last_rx;
-        struct shoal_hs hs; /* until CS_READY */
-        char peer[64];
+        enum rs_kind kind; /* first: EQ contexts are rails (the listener) or connections */
+        struct shoal_rdma_conn m;
+        struct rs_rail *r;
+        struct fid_ep *ep;
+        uint32_t src; /* source IPv4, host order */
+        bool counted_preauth, parked_logged;
+        _Atomic bool gone;          /* shut down: the engine drops its requests not started yet */
+        struct shoal_fab_slots mem; /* own region, after authentication */
+        struct shoal_rdma_buf *bufs;
+        struct shoal_rdma_req *reqs;
+        unsigned want_rx, want_sb;
         struct rs_conn *next;
+};
+
+struct rs_rail {
+        enum rs_kind kind; /* first */
+        struct shoal_rdma_server *rs;
+        struct shoal_fab fab;
+        struct fid_pep *pep;
+        struct fid_eq *eq;
+        struct fid_cq *cq;
+        int eq_fd, cq_fd;
+        struct rs_q eq_q, cq_q;
+        struct fid_mr *dio_mr;
+        struct fid_mr *held_mr;          /* the reader's block buffers, or NULL */
+        struct shoal_fab_slots pool_mem; /* pre-authentication buffers, registered once */
+        struct shoal_rdma_buf *pool_bufs, *pool_free;
+        unsigned pool_nfree;
+        unsigned nconns, npreauth, max_conns;
+        char addr[64];
+        unsigned index;
+        struct rs_conn *conns, *parked;
 };
 
 struct shoal_rdma_server {
@@ -99,103 +115,99 @@ struct shoal_rdma_server {
         char member_id[SHOAL_WIRE_MEMBER_ID_MAX + 1];
         struct rs_rail rails[SHOAL_FAB_MAX_IFACES];
         unsigned nrails;
-        void *dio_base;
-        size_t dio_len;
+        void *dio_base, *held_base;
+        size_t dio_len, held_len;
+        unsigned conn_budget; /* connections the open-files limit allows, all interfaces */
+        unsigned nrails_wanted;
         int epfd, evfd;
+        struct rs_q ev_q;
         pthread_t thread;
         bool started;
         _Atomic bool stop;
         pthread_mutex_t mu; /* the done queue */
-        struct rs_slot *done, *done_tail;
-        struct rs_conn *conns;
-        unsigned nconns;
+        struct shoal_rdma_req *done, *done_tail;
 };
 
-/* ---- connections ------------------------------------------------------------------------- */
-
-static void conn_break(struct rs_conn *c, const char *why)
+static struct rs_conn *conn_of(struct shoal_rdma_conn *m)
 {
-        if (c->broken)
-                return;
-        c->broken = true;
-        c->broken_at = shoal_now_ns();
-        log_debug("rdma", "server: closing %s: %s", c->peer, why);
-        if (c->state != CS_ACCEPTING)
-                shoal_fab_mep_shutdown(&c->m);
+        return (struct rs_conn *)((char *)m - offsetof(struct rs_conn, m));
 }
 
-static void slot_put(struct rs_conn *c, struct rs_slot *sl)
+/* ---- the machine's actions ----------------------------------------------------------------- */
+
+static int op_post_rx(void *env, struct shoal_rdma_conn *m, struct shoal_rdma_buf *b)
 {
-        if (sl->pending || sl->in_engine)
-                return;
-        if (sl->a) {
-                shoal_server_answer_done(c->rs->srv, sl->a);
-                sl->a = NULL;
-        }
-        if (sl->testbuf) {
-                shoal_server_dio_put(c->rs->srv, sl->testbuf);
-                sl->testbuf = NULL;
-        }
-        sl->used = false;
-        sl->next = c->free;
-        c->free = sl;
+        struct rs_conn *c = conn_of(m);
+        return shoal_fab_post_rx(c->ep, m->peer, b->data, b->desc, &b->op);
 }
 
-static struct rs_slot *slot_get(struct rs_conn *c)
+static int op_post_send(void *env, struct shoal_rdma_conn *m, struct shoal_rdma_buf *b, size_t len)
 {
-        struct rs_slot *sl = c->free;
-        if (!sl)
-                return NULL;
-        c->free = sl->next;
-        sl->used = true;
-        sl->pending = 0;
-        sl->next = NULL;
-        return sl;
+        struct rs_conn *c = conn_of(m);
+        return shoal_fab_post_send(c->ep, m->peer, b->data, len, b->desc, &b->op);
 }
 
-static void post_rx(struct rs_conn *c, struct shoal_fab_rx *rx)
+static int op_post_write(void *env, struct shoal_rdma_conn *m, struct shoal_rdma_buf *b,
+                         const void *data, size_t len, uint64_t raddr, uint64_t rkey)
 {
-        if (shoal_fab_mep_post_rx(&c->m, rx))
-                conn_break(c, "cannot post a receive");
+        struct rs_conn *c = conn_of(m);
+        struct rs_rail *r = c->r;
+        const char *p = data, *held = r->rs->held_base;
+        bool in_held = r->held_mr && p >= held && p + len <= held + r->rs->held_len;
+        void *desc = shoal_fab_desc(&r->fab, in_held ? r->held_mr : r->dio_mr);
+        return shoal_fab_post_write(c->ep, m->peer, data, len, desc, raddr, rkey, &b->wop);
 }
 
-/* Sends the frame (TYPE, FLAGS, STATUS, ID, BODY) from slot SL. */
-static int send_frame(struct rs_conn *c, struct rs_slot *sl, uint8_t type, uint16_t flags,
-                      uint32_t status, uint64_t id, const void *body, size_t body_len)
+static void op_shutdown(void *env, struct shoal_rdma_conn *m)
 {
-        size_t len = shoal_wire_frame_encode((uint8_t *)sl->sbuf, type, flags, status, id, body,
-                                             body_len);
-        int rc = shoal_fab_mep_send(&c->m, sl->sbuf, len, &sl->sop);
+        struct rs_conn *c = conn_of(m);
+        atomic_store_explicit(&c->gone, true, memory_order_release);
+        shoal_fab_ep_shutdown(c->ep, m->peer);
+}
+
+static int op_upgrade(void *env, struct shoal_rdma_conn *m)
+{
+        struct rs_conn *c = conn_of(m);
+        struct rs_rail *r = c->r;
+        unsigned n = c->want_rx + c->want_sb;
+        c->bufs = calloc(n, sizeof(*c->bufs));
+        c->reqs = calloc(m->max_inflight + 2, sizeof(*c->reqs));
+        if (!c->bufs || !c->reqs)
+                return -ENOMEM;
+        int rc = shoal_fab_slots_open(&r->fab, NULL, n, &c->mem);
         if (rc) {
-                conn_break(c, "cannot send");
+                shoal_fab_slots_close(&r->fab, &c->mem); /* counted only once registered */
                 return rc;
         }
-        sl->pending++;
+        shoal_metric_gauge_add(SHOAL_M_rdma_registered_bytes, (int64_t)c->mem.len);
+        for (unsigned i = 0; i < n; i++) {
+                c->bufs[i].data = shoal_fab_slot(&c->mem, i);
+                c->bufs[i].desc = c->mem.desc;
+        }
+        m->rx = c->bufs;
+        m->nrx = c->want_rx;
+        m->sb = c->bufs + c->want_rx;
+        m->nsb = c->want_sb;
+        m->req = c->reqs;
+        m->nreq = m->max_inflight + 2;
+        for (unsigned i = 0; i < m->nreq; i++)
+                c->reqs[i].c = m;
         return 0;
-}
-
-static void send_error(struct rs_conn *c, struct rs_slot *sl, uint64_t id, uint32_t status,
-                       const char *why)
-{
-        uint8_t body[256];
-        int n = shoal_wire_error_encode(body, sizeof(body), why);
-        if (send_frame(c, sl, SHOAL_MSG_ERROR, 0, status, id, body, n > 0 ? (size_t)n : 0))
-                slot_put(c, sl);
 }
 
 /* Worker thread: the engine answered; queue it for the progress thread. */
 static void answer_cb(void *arg, struct shoal_server_answer *a)
 {
-        struct rs_slot *sl = arg;
-        struct shoal_rdma_server *rs = sl->c->rs;
-        sl->a = a;
-        sl->next = NULL;
+        struct shoal_rdma_req *rq = arg;
+        struct shoal_rdma_server *rs = conn_of(rq->c)->r->rs;
         pthread_mutex_lock(&rs->mu);
+        rq->a = a;
+        rq->next = NULL;
         if (rs->done_tail)
-                rs->done_tail->next = sl;
+                rs->done_tail->next = rq;
         else
-                rs->done = sl;
-        rs->done_tail = sl;
+                rs->done = rq;
+        rs->done_tail = rq;
         pthread_mutex_unlock(&rs->mu);
         uint64_t one = 1;
         if (write(rs->evfd, &one, sizeof(one)) < 0) {
@@ -203,462 +215,530 @@ static void answer_cb(void *arg, struct shoal_server_answer *a)
         }
 }
 
-/* Progress thread: write the payload, then send the READ_RESP (or just the ERROR). */
-static void answer_send(struct rs_slot *sl)
+static int op_submit(void *env, struct shoal_rdma_conn *m, struct shoal_rdma_req *rq,
+                     const struct shoal_wire_hdr *h, const uint8_t *body, uint32_t *status,
+                     char *why, size_t whylen)
 {
-        struct rs_conn *c = sl->c;
-        struct shoal_server_answer *a = sl->a;
-        sl->in_engine = false;
-        c->refs--;
-        if (c->broken) {
-                slot_put(c, sl);
+        struct shoal_rdma_server *rs = env;
+        /* C stays allocated until every request it submitted came back (conn_reap). */
+        return shoal_server_submit_rdma(rs->srv, h->id, h->flags, body, h->body_len, answer_cb, rq,
+                                        &conn_of(m)->gone, status, why, whylen);
+}
+
+static void op_answer_done(void *env, struct shoal_server_answer *a)
+{
+        struct shoal_rdma_server *rs = env;
+        shoal_server_answer_done(rs->srv, a);
+}
+
+static void *op_wtest_get(void *env)
+{
+        struct shoal_rdma_server *rs = env;
+        return shoal_server_dio_get(rs->srv, 0);
+}
+
+static void op_wtest_put(void *env, void *buf)
+{
+        struct shoal_rdma_server *rs = env;
+        shoal_server_dio_put(rs->srv, buf);
+}
+
+static void pool_put(struct rs_rail *r, struct shoal_rdma_buf *b)
+{
+        b->c = NULL;
+        b->posted = false;
+        b->next = r->pool_free;
+        r->pool_free = b;
+        r->pool_nfree++;
+}
+
+static void op_pool_put(void *env, struct shoal_rdma_buf *b)
+{
+        /* Pool buffers know their rail through their position in its array. */
+        struct shoal_rdma_server *rs = env;
+        for (unsigned i = 0; i < rs->nrails; i++) {
+                struct rs_rail *r = &rs->rails[i];
+                if (b >= r->pool_bufs && b < r->pool_bufs + PREAUTH_MAX * 4) {
+                        pool_put(r, b);
+                        return;
+                }
+        }
+}
+
+static const struct shoal_rdma_conn_ops conn_ops = {
+        .post_rx = op_post_rx,
+        .post_send = op_post_send,
+        .post_write = op_post_write,
+        .shutdown = op_shutdown,
+        .upgrade = op_upgrade,
+        .submit = op_submit,
+        .answer_done = op_answer_done,
+        .wtest_get = op_wtest_get,
+        .wtest_put = op_wtest_put,
+        .pool_put = op_pool_put,
+};
+
+/* ---- connections --------------------------------------------------------------------------- */
+
+/* Keeps the pre-authentication counts in step with C's state. */
+static void conn_sync(struct rs_conn *c)
+{
+        bool pre = shoal_rdma_conn_preauth(&c->m) && !c->m.broken;
+        if (pre == c->counted_preauth)
                 return;
-        }
-        if (a->status == 0) {
-                struct rs_rail *r = c->rail;
-                if (a->len > r->fab.max_msg) {
-                        shoal_server_answer_done(c->rs->srv, a);
-                        sl->a = NULL;
-                        send_error(c, sl, sl->id, SHOAL_ST_BAD_REQUEST, "range too large");
-                        return;
-                }
-                sl->t_write = shoal_now_ns();
-                if (shoal_fab_mep_write(&c->m, a->data, a->len, shoal_fab_desc(&r->fab, r->dio_mr),
-                                        sl->raddr, sl->rkey, &sl->wop)) {
-                        conn_break(c, "cannot write");
-                        slot_put(c, sl);
-                        return;
-                }
-                sl->pending++;
-        }
-        memcpy(sl->sbuf, a->frame, a->frame_len);
-        if (shoal_fab_mep_send(&c->m, sl->sbuf, a->frame_len, &sl->sop)) {
-                conn_break(c, "cannot send");
-                slot_put(c, sl);
-                return;
-        }
-        sl->pending++;
-        if (a->status) {
-                shoal_metric_inc(SHOAL_M_remotecache_serve_errors);
-                shoal_server_answer_done(c->rs->srv, a);
-                sl->a = NULL;
-        }
-}
-
-/* PING with the write-test body: RMA-write a pattern into the requester's buffer, then PONG. */
-static void ping_write_test(struct rs_conn *c, struct rs_slot *sl, const uint8_t *body)
-{
-        uint64_t addr, key;
-        uint32_t len, seed;
-        memcpy(&addr, body + 8, 8);
-        memcpy(&key, body + 16, 8);
-        memcpy(&len, body + 24, 4);
-        memcpy(&seed, body + 28, 4);
-        if (!len || len > WTEST_MAX || !(sl->testbuf = shoal_server_dio_get(c->rs->srv, 0)))
-                return;
-        uint8_t *p = sl->testbuf;
-        for (uint32_t i = 0; i < len; i++)
-                p[i] = (uint8_t)(seed + i * 7u + (i >> 8));
-        struct rs_rail *r = c->rail;
-        if (shoal_fab_mep_write(&c->m, sl->testbuf, len, shoal_fab_desc(&r->fab, r->dio_mr), addr,
-                                key, &sl->wop))
-                return;
-        sl->t_write = 0;
-        sl->pending++;
-}
-
-/* A handshake frame (rpc/handshake.c decides). Returns false when the connection must close. */
-static bool handshake(struct rs_conn *c, const struct shoal_wire_hdr *h, const uint8_t *body)
-{
-        enum shoal_hs_verdict v = shoal_hs_step(&c->hs, h, body);
-        if (v == SHOAL_HS_FAIL)
-                log_ratelimited(c->hs.error == -EACCES ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "rdma",
-                                "peer %s failed the handshake: %s", c->peer, c->hs.why);
-        if (c->hs.out_len) {
-                struct rs_slot *sl = slot_get(c);
-                if (!sl)
-                        return false;
-                memcpy(sl->sbuf, c->hs.out, c->hs.out_len);
-                if (shoal_fab_mep_send(&c->m, sl->sbuf, c->hs.out_len, &sl->sop)) {
-                        conn_break(c, "cannot send");
-                        slot_put(c, sl);
-                        return false;
-                }
-                sl->pending++;
-        }
-        if (v == SHOAL_HS_DONE)
-                c->state = CS_READY;
-        else if (v == SHOAL_HS_MORE)
-                c->state = CS_AUTH;
-        return v != SHOAL_HS_FAIL;
-}
-
-/* One received message. Returns false when the connection must close. */
-static bool on_message(struct rs_conn *c, const uint8_t *msg, size_t len)
-{
-        struct shoal_wire_hdr h;
-        if (shoal_wire_msg_decode(msg, len, &h))
-                return false;
-        const uint8_t *body = msg + SHOAL_WIRE_HDR_LEN;
-        shoal_metric_add(SHOAL_M_rdma_read_bytes, len);
-        if (c->state != CS_READY)
-                return handshake(c, &h, body);
-        switch (h.type) {
-        case SHOAL_MSG_READ: {
-                for (unsigned i = 0; i < c->m.nslots; i++)
-                        if (c->slots[i].used && c->slots[i].id == h.id)
-                                return false; /* a duplicate in-flight id */
-                struct rs_slot *sl = slot_get(c);
-                if (!sl)
-                        return false; /* past max_inflight */
-                sl->id = h.id;
-                struct shoal_wire_read rd;
-                if (shoal_wire_read_decode(body, h.body_len, &rd)) {
-                        send_error(c, sl, h.id, SHOAL_ST_BAD_REQUEST, "malformed read request");
-                        return true;
-                }
-                if (!(h.flags & SHOAL_WF_RDMA_TARGET)) {
-                        send_error(c, sl, h.id, SHOAL_ST_BAD_REQUEST,
-                                   "no RDMA target on an RDMA connection");
-                        return true;
-                }
-                sl->raddr = rd.rdma_addr;
-                sl->rkey = rd.rdma_key;
-                uint32_t status = 0;
-                char why[160];
-                sl->in_engine = true;
-                c->refs++;
-                if (shoal_server_submit_rdma(c->rs->srv, h.id, h.flags, body, h.body_len, answer_cb,
-                                             sl, &status, why, sizeof(why))) {
-                        sl->in_engine = false;
-                        c->refs--;
-                        send_error(c, sl, h.id, status, why);
-                }
-                return true;
-        }
-        case SHOAL_MSG_PING: {
-                struct rs_slot *sl = slot_get(c);
-                if (!sl)
-                        return false;
-                sl->id = h.id;
-                if (h.body_len == WTEST_BODY_LEN && !memcmp(body, WTEST_MAGIC, 8))
-                        ping_write_test(c, sl, body);
-                if (send_frame(c, sl, SHOAL_MSG_PONG, 0, 0, h.id, body, h.body_len)) {
-                        slot_put(c, sl);
-                        return false;
-                }
-                return true;
-        }
-        case SHOAL_MSG_CORRUPT:
-                return true; /* a notice; the block is re-verified by TCP requesters' reports */
-        default:
-                return false; /* GOAWAY, answers, handshake frames */
-        }
-}
-
-static void on_completion(struct rs_conn *c, struct shoal_fab_op *op, size_t len)
-{
-        if (op->kind == SHOAL_FAB_OP_RX) {
-                struct shoal_fab_rx *rx = op->owner;
-                c->last_rx = shoal_now_ns();
-                if (c->broken)
-                        return;
-                if (!on_message(c, (const uint8_t *)rx->buf, len)) {
-                        conn_break(c, "protocol violation");
-                        return;
-                }
-                if (!c->broken)
-                        post_rx(c, rx);
-                return;
-        }
-        struct rs_slot *sl = op->owner;
-        sl->pending--;
-        if (op->kind == SHOAL_FAB_OP_WRITE && sl->a) {
-                uint64_t now = shoal_now_ns();
-                shoal_metric_add(SHOAL_M_rdma_write_bytes, sl->a->len);
-                shoal_metric_inc(SHOAL_M_rdma_write_ops);
-                shoal_metric_observe(SHOAL_M_rdma_write_dur, now - sl->t_write);
-                shoal_metric_observe(SHOAL_M_mount_iorpc_writeBodyDur, now - sl->t_write);
-                shoal_metric_add(SHOAL_M_rdma_if0_bytes + c->rail->index, sl->a->len);
-                shoal_metric_add(SHOAL_M_remotecache_rdma_serve_bytes, sl->a->len);
-                shoal_metric_add(SHOAL_M_remotecache_serve_bytes, sl->a->len);
-                shoal_metric_inc(SHOAL_M_remotecache_serve_requests);
-                shoal_metric_observe(SHOAL_M_remotecache_serve_dur, now - sl->t_write);
-        }
-        slot_put(c, sl);
-}
-
-static void conn_poll_cq(struct rs_conn *c)
-{
-        struct fi_cq_msg_entry e[16];
-        for (;;) {
-                void *ctx;
-                ssize_t n = shoal_fab_mep_cq_read(&c->m, e, 16, &ctx);
-                if (!n)
-                        return;
-                if (n == -FI_EAVAIL) {
-                        if (ctx)
-                                on_completion(c, ctx, 0);
-                        conn_break(c, "completion error");
-                        continue;
-                }
-                if (n < 0) {
-                        conn_break(c, "fi_cq_read failed");
-                        return;
-                }
-                for (ssize_t i = 0; i < n; i++)
-                        on_completion(c, e[i].op_context, e[i].len);
-        }
-}
-
-static void conn_poll_eq(struct rs_conn *c)
-{
-        for (;;) {
-                uint32_t event;
-                char msg[160];
-                int rc = shoal_fab_mep_eq_read(&c->m, &event, msg, sizeof(msg));
-                if (!rc)
-                        return;
-                if (rc == -FI_EAVAIL) {
-                        conn_break(c, msg);
-                        continue;
-                }
-                if (rc < 0) {
-                        conn_break(c, "fi_eq_read failed");
-                        return;
-                }
-                if (event == FI_CONNECTED && c->state == CS_ACCEPTING) {
-                        c->state = CS_HELLO;
-                        c->deadline = shoal_now_ns() + HANDSHAKE_NS;
-                        c->last_rx = shoal_now_ns();
-                        /* The proofs bind the listener's address: the one the requester dialed. */
-                        struct shoal_hs_config hc = {.role = SHOAL_HS_SERVER,
-                                                     .key = &c->rs->key,
-                                                     .service = SERVICE_RDMA,
-                                                     .addr = c->rail->addr,
-                                                     .member_id = c->rs->member_id,
-                                                     .max_inflight = c->max_inflight};
-                        if (shoal_hs_start(&c->hs, &hc))
-                                conn_break(c, c->hs.why);
-                } else if (event == FI_SHUTDOWN) {
-                        conn_break(c, "peer shut down");
-                }
-        }
+        c->counted_preauth = pre;
+        c->r->npreauth += pre ? 1 : -1;
+        shoal_metric_gauge_add(SHOAL_M_rdma_preauth_conns, pre ? 1 : -1);
 }
 
 static void conn_free(struct rs_conn *c)
 {
-        struct shoal_rdma_server *rs = c->rs;
-        shoal_fab_mep_close(&c->m, rs->epfd);
-        /* The endpoint is closed: nothing holds the buffers now. */
-        for (unsigned i = 0; c->slots && i < c->m.nslots; i++) {
-                struct rs_slot *sl = &c->slots[i];
-                if (sl->a && !sl->in_engine)
-                        shoal_server_answer_done(rs->srv, sl->a);
-                if (sl->testbuf)
-                        shoal_server_dio_put(rs->srv, sl->testbuf);
-        }
-        free(c->slots);
+        struct rs_rail *r = c->r;
+        if (c->ep)
+                fi_close(&c->ep->fid);
+        for (int i = 0; i < 4; i++)
+                if (c->m.pool[i])
+                        pool_put(r, c->m.pool[i]);
+        if (c->mem.mem)
+                shoal_metric_gauge_add(SHOAL_M_rdma_registered_bytes, -(int64_t)c->mem.len);
+        shoal_fab_slots_close(&r->fab, &c->mem);
+        free(c->bufs);
+        free(c->reqs);
+        r->nconns--;
         shoal_metric_gauge_add(SHOAL_M_remotecache_connections, -1);
-        rs->nconns--;
         free(c);
 }
 
-static void epoll_watch(struct shoal_rdma_server *rs, int fd)
+/* Refuses the connection request INFO (freed). Returns false, for the caller to return. */
+static bool reject(struct rs_rail *r, struct fi_info *info, const char *why)
 {
-        struct epoll_event ev = {.events = EPOLLIN};
-        epoll_ctl(rs->epfd, EPOLL_CTL_ADD, fd, &ev);
-}
-
-/* A connection request on rail R: set up the endpoint, post receives, accept. */
-static void on_connreq(struct shoal_rdma_server *rs, struct rs_rail *r, struct fi_info *info)
-{
-        struct shoal_fab *f = &r->fab;
-        struct rs_conn *c = calloc(1, sizeof(*c));
-        int rc = -ENOMEM;
-        const char *call = "calloc";
-        if (!c || rs->nconns >= MAX_CONNS)
-                goto out_reject;
-        c->rs = rs;
-        c->rail = r;
-        c->m.eq_fd = c->m.cq_fd = -1;
-        if (info->dest_addr)
-                shoal_fab_addr_str(info->dest_addr, c->peer, sizeof(c->peer));
-        else
-                snprintf(c->peer, sizeof(c->peer), "?");
-        size_t rx_size = info->rx_attr ? info->rx_attr->size : f->rx_size;
-        size_t tx_size = info->tx_attr ? info->tx_attr->size : f->tx_size;
-        unsigned nrx = (unsigned)SHOAL_MIN(rx_size, (size_t)MAX_RX);
-        /* Each answer is a write and a send: slots <= tx queue / 2; and <= posted receives. */
-        unsigned nslots = (unsigned)SHOAL_MIN((size_t)nrx, tx_size / 2);
-        if (nslots < 4)
-                goto out_reject;
-        c->max_inflight = nslots - 2;
-        rc = shoal_fab_mep_alloc(&c->m, f, c->peer, nrx, nslots);
-        c->slots = calloc(nslots, sizeof(*c->slots));
-        if (rc || !c->slots) {
-                rc = -ENOMEM;
-                goto out_free;
-        }
-        for (unsigned i = nslots; i-- > 0;) {
-                struct rs_slot *sl = &c->slots[i];
-                sl->c = c;
-                sl->wop.kind = SHOAL_FAB_OP_WRITE;
-                sl->wop.owner = sl;
-                sl->sop.kind = SHOAL_FAB_OP_SEND;
-                sl->sop.owner = sl;
-                sl->sbuf = shoal_fab_mep_sbuf(&c->m, i);
-                sl->next = c->free;
-                c->free = sl;
-        }
-        if ((rc = shoal_fab_mep_open(&c->m, info, c, nrx + 2 * nslots + 8, &call)))
-                goto out_free;
-        call = "fi_accept";
-        if ((rc = fi_accept(c->m.ep, NULL, 0)))
-                goto out_free;
-        shoal_fab_mep_watch(&c->m, rs->epfd);
-        c->deadline = shoal_now_ns() + HANDSHAKE_NS;
-        c->next = rs->conns;
-        rs->conns = c;
-        rs->nconns++;
-        shoal_metric_gauge_add(SHOAL_M_remotecache_connections, 1);
-        fi_freeinfo(info);
-        return;
-
-out_free:
-        shoal_fab_log_err(r->fab.ifname, call, rc);
-        c->m.eq_fd = c->m.cq_fd = -1; /* not watched yet */
-        rs->nconns++;
-        shoal_metric_gauge_add(SHOAL_M_remotecache_connections, 1);
-        conn_free(c);
-        c = NULL;
-out_reject:
-        free(c);
+        shoal_metric_inc(SHOAL_M_rdma_rejected);
+        log_ratelimited(SHOAL_LOG_WARN, "rdma", "listener %s: connection refused: %s", r->addr,
+                        why);
         fi_reject(r->pep, info->handle, NULL, 0);
         fi_freeinfo(info);
+        return false;
 }
 
-static void rail_poll(struct shoal_rdma_server *rs, struct rs_rail *r)
+static unsigned preauth_from(struct rs_rail *r, uint32_t src)
 {
-        for (;;) {
-                uint32_t event;
-                struct fi_eq_cm_entry entry;
-                ssize_t n = fi_eq_read(r->eq, &event, &entry, sizeof(entry), 0);
-                if (n == -FI_EAGAIN)
-                        return;
+        unsigned n = 0;
+        for (struct rs_conn *c = r->conns; c; c = c->next)
+                n += c->counted_preauth && c->src == src;
+        return n;
+}
+
+/* A connection request on rail R: within the limits, an endpoint with two receives from the
+ * pool, then accept. Nothing is registered for it until it authenticates. */
+static bool on_connreq(struct rs_rail *r, struct fi_info *info)
+{
+        struct shoal_rdma_server *rs = r->rs;
+        const struct sockaddr_in *sa = info->dest_addr;
+        uint32_t src = sa && info->dest_addrlen >= sizeof(*sa) ? ntohl(sa->sin_addr.s_addr) : 0;
+        if (atomic_load(&rs->stop))
+                return reject(r, info, "stopping");
+        if (r->nconns >= r->max_conns)
+                return reject(r, info, "too many connections");
+        if (r->npreauth >= PREAUTH_MAX || r->pool_nfree < 4)
+                return reject(r, info, "too many connections still authenticating");
+        if (preauth_from(r, src) >= PREAUTH_PER_SOURCE)
+                return reject(r, info, "too many connections authenticating from one address");
+        size_t rx = info->rx_attr ? info->rx_attr->size : r->fab.rx_size;
+        size_t tx = info->tx_attr ? info->tx_attr->size : r->fab.tx_size;
+        if (rx < 6 || tx < 8)
+                return reject(r, info, "queues too small");
+        struct rs_conn *c = calloc(1, sizeof(*c));
+        if (!c)
+                return reject(r, info, "out of memory");
+        c->kind = RS_CONN;
+        c->r = r;
+        c->src = src;
+        c->want_rx = (unsigned)SHOAL_MIN(rx - 2, (size_t)MAX_RX);
+        uint32_t max_inflight = c->want_rx - 2;
+        c->want_sb = (unsigned)SHOAL_MIN(2 * (size_t)max_inflight + 4, (tx - 2) / 2);
+        struct shoal_hs_config hc = {.role = SHOAL_HS_SERVER,
+                                     .key = &rs->key,
+                                     .service = SHOAL_RDMA_SERVICE,
+                                     /* the proofs bind the address the requester dialed */
+                                     .addr = r->addr,
+                                     .member_id = rs->member_id};
+        uint64_t now = shoal_now_ns();
+        shoal_rdma_conn_init(&c->m, &conn_ops, rs, &hc, max_inflight, r->fab.max_msg, now);
+        c->m.iface = r->index;
+        if (sa)
+                shoal_fab_addr_str(sa, c->m.peer, sizeof(c->m.peer));
+        int rc = shoal_fab_ep_create(r->fab.domain, info, c->want_rx + 2,
+                                     2 * (size_t)c->want_sb + 2, c, &c->ep);
+        const char *call = "fi_endpoint";
+        if (!rc)
+                rc = shoal_fab_ep_bind(c->ep, r->eq, r->cq, &call);
+        if (rc) {
+                shoal_fab_log_err(r->addr, call, rc);
+                if (c->ep)
+                        fi_close(&c->ep->fid);
+                free(c);
+                return reject(r, info, "cannot open an endpoint");
+        }
+        struct shoal_rdma_buf *pool[4];
+        for (int i = 0; i < 4; i++) {
+                pool[i] = r->pool_free;
+                r->pool_free = pool[i]->next;
+                r->pool_nfree--;
+        }
+        r->nconns++;
+        shoal_metric_gauge_add(SHOAL_M_remotecache_connections, 1);
+        c->next = r->conns;
+        r->conns = c;
+        /* From here on completions may name C: it stays listed until it can be freed. */
+        if (!shoal_rdma_conn_start(&c->m, pool) && (rc = fi_accept(c->ep, NULL, 0))) {
+                shoal_fab_log_err(r->addr, "fi_accept", rc);
+                shoal_rdma_conn_break(&c->m, "cannot accept", now);
+        }
+        conn_sync(c);
+        fi_freeinfo(info);
+        return true;
+}
+
+/* Closes C's endpoint once nothing is posted (or the drain time passed), frees it once it can;
+ * returns true when C was freed or parked (taken off the list by the caller). */
+static bool conn_reap(struct rs_conn *c, uint64_t now)
+{
+        struct shoal_rdma_conn *m = &c->m;
+        if (!m->broken)
+                return false;
+        uint64_t age = now > m->broken_at ? now - m->broken_at : 0;
+        if (!m->ep_closed && (!m->posted || age > DRAIN_NS)) {
+                /* Closing stops the provider from touching our buffers; what was still posted
+                 * is reported as flushed through the shared CQ (tcp and verbs 1.17 both do). */
+                fi_close(&c->ep->fid);
+                c->ep = NULL;
+                shoal_rdma_conn_ep_closed(m);
+        }
+        if (shoal_rdma_conn_can_free(m)) {
+                conn_free(c);
+                return true;
+        }
+        if (m->ep_closed && !m->refs && age > PARK_NS) {
+                /* Completions that never came: keep the contexts they would name, not the
+                 * memory (the endpoint is closed). */
+                log_warn("rdma", "server: %s: %d operations never completed; parked", m->peer,
+                         m->posted);
+                if (c->mem.mem)
+                        shoal_metric_gauge_add(SHOAL_M_rdma_registered_bytes, -(int64_t)c->mem.len);
+                shoal_fab_slots_close(&c->r->fab, &c->mem);
+                c->next = c->r->parked;
+                c->r->parked = c;
+                c->r->nconns--;
+                shoal_metric_gauge_add(SHOAL_M_remotecache_connections, -1);
+                return true;
+        }
+        return false;
+}
+
+/* ---- the loop ------------------------------------------------------------------------------- */
+
+static void on_event(struct rs_rail *r, struct shoal_fab_event *ev, uint64_t now)
+{
+        enum rs_kind *kind = ev->ctx;
+        if (ev->event == FI_CONNREQ && kind && *kind == RS_RAIL && ev->info) {
+                (void)on_connreq(r, ev->info);
+                return;
+        }
+        if (ev->info)
+                fi_freeinfo(ev->info);
+        if (!kind || *kind != RS_CONN) {
+                if (ev->err)
+                        log_ratelimited(SHOAL_LOG_WARN, "rdma", "listener %s: %s", r->addr,
+                                        ev->msg);
+                return;
+        }
+        struct rs_conn *c = (struct rs_conn *)kind;
+        if (ev->err)
+                shoal_rdma_conn_break(&c->m, "connection error", now);
+        else if (ev->event == FI_CONNECTED)
+                shoal_rdma_conn_connected(&c->m, now);
+        else if (ev->event == FI_SHUTDOWN)
+                shoal_rdma_conn_break(&c->m, "peer shut down", now);
+        conn_sync(c);
+}
+
+/* Reads R's EQ until empty or the budget is spent; true when it may still hold events. */
+static bool eq_poll(struct rs_rail *r, uint64_t now)
+{
+        for (int k = 0; k < POLL_BUDGET; k++) {
+                struct shoal_fab_event ev;
+                int rc = shoal_fab_eq_next(r->eq, r->addr, &ev);
+                if (rc <= 0)
+                        return false;
+                on_event(r, &ev, now);
+        }
+        return true;
+}
+
+static void completion(struct shoal_fab_op *op, size_t len, int err, uint64_t now)
+{
+        struct shoal_rdma_buf *b = op->owner;
+        struct shoal_rdma_conn *m = b->c;
+        if (!m)
+                return; /* cannot happen: a buffer is lent to a connection while posted */
+        shoal_rdma_conn_completion(m, op, len, err, now);
+        conn_sync(conn_of(m));
+}
+
+static bool cq_poll(struct rs_rail *r, uint64_t now)
+{
+        struct fi_cq_msg_entry e[CQ_BATCH];
+        for (int got = 0; got < POLL_BUDGET;) {
+                void *ctx = NULL;
+                int err = 0;
+                ssize_t n = shoal_fab_cq_next(r->cq, r->addr, e, CQ_BATCH, &ctx, &err);
                 if (n == -FI_EAVAIL) {
-                        char msg[160];
-                        shoal_fab_eq_err(r->eq, msg, sizeof(msg));
-                        log_ratelimited(SHOAL_LOG_WARN, "rdma", "listener %s: %s", r->addr, msg);
+                        if (ctx)
+                                completion(ctx, 0, err, now);
+                        got++;
                         continue;
                 }
-                if (n < 0) {
-                        shoal_fab_log_err(r->addr, "fi_eq_read(listener)", (int)n);
-                        return;
-                }
-                if (event == FI_CONNREQ) {
-                        if (atomic_load(&rs->stop)) {
-                                fi_reject(r->pep, entry.info->handle, NULL, 0);
-                                fi_freeinfo(entry.info);
-                        } else {
-                                on_connreq(rs, r, entry.info);
-                        }
-                } else if (n >= (ssize_t)sizeof(struct fi_eq_entry) && entry.info) {
-                        fi_freeinfo(entry.info);
-                }
+                if (n <= 0)
+                        return false;
+                for (ssize_t i = 0; i < n; i++)
+                        completion(e[i].op_context, e[i].len, 0, now);
+                got += (int)n;
         }
+        return true;
 }
 
-static void drain_done(struct shoal_rdma_server *rs)
+static void drain_done(struct shoal_rdma_server *rs, uint64_t now)
 {
         uint64_t v;
         if (read(rs->evfd, &v, sizeof(v)) < 0) {
                 /* EAGAIN: nothing signalled */
         }
         pthread_mutex_lock(&rs->mu);
-        struct rs_slot *sl = rs->done;
+        struct shoal_rdma_req *rq = rs->done;
         rs->done = rs->done_tail = NULL;
         pthread_mutex_unlock(&rs->mu);
-        while (sl) {
-                struct rs_slot *next = sl->next;
-                answer_send(sl);
-                sl = next;
+        while (rq) {
+                struct shoal_rdma_req *next = rq->next;
+                struct shoal_rdma_conn *m = rq->c;
+                shoal_rdma_conn_answer(m, rq, rq->a, now);
+                conn_sync(conn_of(m));
+                rq = next;
         }
 }
 
-/* Deadlines, and the final free of broken connections once nothing is posted or held. */
-static void tick(struct shoal_rdma_server *rs)
+static void tick(struct shoal_rdma_server *rs, uint64_t now)
 {
-        uint64_t now = shoal_now_ns();
-        for (struct rs_conn **pp = &rs->conns; *pp;) {
-                struct rs_conn *c = *pp;
-                if (!c->broken && c->state != CS_READY && now > c->deadline)
-                        conn_break(c, "handshake deadline passed");
-                if (!c->broken && c->state == CS_READY && now - c->last_rx > IDLE_NS)
-                        conn_break(c, "idle: no message or heartbeat");
-                if (c->broken && !c->closed_ep && (!c->m.posted || now - c->broken_at > DRAIN_NS)) {
-                        /* Closing the endpoint stops the provider from touching our buffers;
-                         * flushed completions of a closed endpoint are never reported. */
-                        shoal_fab_mep_close_ep(&c->m, rs->epfd);
-                        c->closed_ep = true;
-                        for (unsigned i = 0; i < c->m.nslots; i++)
-                                if (!c->slots[i].in_engine)
-                                        c->slots[i].pending = 0;
+        for (unsigned i = 0; i < rs->nrails; i++) {
+                struct rs_rail *r = &rs->rails[i];
+                for (struct rs_conn **pp = &r->conns; *pp;) {
+                        struct rs_conn *c = *pp, *next = c->next;
+                        shoal_rdma_conn_tick(&c->m, now);
+                        conn_sync(c);
+                        if (conn_reap(c, now)) { /* freed or parked */
+                                *pp = next;
+                                continue;
+                        }
+                        pp = &c->next;
                 }
-                if (c->closed_ep && !c->refs) {
-                        *pp = c->next;
-                        conn_free(c);
-                        continue;
-                }
-                pp = &c->next;
         }
+}
+
+/* Polls Q if it fired or is not armed, then re-arms it; true when it must be polled again
+ * before sleeping. */
+static bool queue_service(struct rs_q *q, uint64_t now)
+{
+        if (q->armed)
+                return false;
+        bool more = q->cq ? cq_poll(q->r, now) : eq_poll(q->r, now);
+        if (more)
+                return true;
+        q->armed = shoal_fab_trywait(&q->r->fab, q->cq ? &q->r->cq->fid : &q->r->eq->fid);
+        return !q->armed;
+}
+
+static void stop_all(struct shoal_rdma_server *rs, uint64_t now)
+{
+        for (unsigned i = 0; i < rs->nrails; i++)
+                for (struct rs_conn *c = rs->rails[i].conns; c; c = c->next) {
+                        shoal_rdma_conn_break(&c->m, "server stopping", now);
+                        conn_sync(c);
+                }
+}
+
+static bool any_conns(struct shoal_rdma_server *rs)
+{
+        for (unsigned i = 0; i < rs->nrails; i++)
+                if (rs->rails[i].conns)
+                        return true;
+        return false;
 }
 
 static void *progress_main(void *arg)
 {
         struct shoal_rdma_server *rs = arg;
         uint64_t next_tick = 0, stop_at = 0;
+        bool busy = true;
         for (;;) {
-                bool stopping = atomic_load(&rs->stop);
-                if (stopping && !stop_at) {
-                        stop_at = shoal_now_ns() + STOP_WAIT_NS;
-                        for (struct rs_conn *c = rs->conns; c; c = c->next)
-                                conn_break(c, "server stopping");
-                }
-                drain_done(rs);
-                for (unsigned i = 0; i < rs->nrails; i++)
-                        rail_poll(rs, &rs->rails[i]);
-                for (struct rs_conn *c = rs->conns; c; c = c->next) {
-                        if (c->closed_ep)
-                                continue;
-                        conn_poll_eq(c);
-                        conn_poll_cq(c);
-                }
+                struct epoll_event evs[64];
+                int n = epoll_wait(rs->epfd, evs, 64, busy ? 0 : (stop_at ? 10 : 100));
                 uint64_t now = shoal_now_ns();
-                if (now >= next_tick || stopping) {
-                        tick(rs);
-                        next_tick = now + 100000000ULL;
+                for (int i = 0; i < n; i++) {
+                        struct rs_q *q = evs[i].data.ptr;
+                        if (q == &rs->ev_q)
+                                drain_done(rs, now);
+                        else
+                                q->armed = false;
                 }
-                if (stopping && (!rs->conns || now > stop_at))
+                busy = false;
+                for (unsigned i = 0; i < rs->nrails; i++) {
+                        busy |= queue_service(&rs->rails[i].eq_q, now);
+                        busy |= queue_service(&rs->rails[i].cq_q, now);
+                }
+                if (atomic_load(&rs->stop) && !stop_at) {
+                        stop_at = now + STOP_WAIT_NS;
+                        drain_done(rs, now);
+                        stop_all(rs, now);
+                        busy = true;
+                }
+                if (now >= next_tick || stop_at) {
+                        tick(rs, now);
+                        next_tick = now + TICK_NS;
+                }
+                if (stop_at && (!any_conns(rs) || now > stop_at))
                         break;
-                /* Sleep only when every queue agrees that nothing is pending (fi_trywait). */
-                bool can_sleep = true;
-                for (unsigned i = 0; i < rs->nrails && can_sleep; i++) {
-                        struct fid *f = &rs->rails[i].eq->fid;
-                        can_sleep = fi_trywait(rs->rails[i].fab.fabric, &f, 1) == 0;
-                }
-                for (struct rs_conn *c = rs->conns; c && can_sleep; c = c->next) {
-                        if (c->closed_ep)
-                                continue;
-                        can_sleep = shoal_fab_mep_trywait(&c->m);
-                }
-                struct epoll_event evs[32];
-                epoll_wait(rs->epfd, evs, 32, can_sleep ? (stopping ? 10 : 100) : 0);
         }
-        if (rs->conns)
+        unsigned left = 0;
+        for (unsigned i = 0; i < rs->nrails; i++)
+                for (struct rs_conn *c = rs->rails[i].conns; c; c = c->next)
+                        left++;
+        if (left)
                 log_warn("rdma", "server stop: %u connections still had requests in the engine",
-                         rs->nconns);
+                         left);
         return NULL;
+}
+
+/* ---- start and stop ------------------------------------------------------------------------- */
+
+static void epoll_add(struct shoal_rdma_server *rs, int fd, struct rs_q *q)
+{
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = q};
+        epoll_ctl(rs->epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+/* Opens rail R on interface IFNAME: fabric and domain, answer buffers, the pre-authentication
+ * pool, the shared EQ and CQ, the listener. Returns 0 or -1 with one line in ERR. */
+static int rail_open(struct shoal_rdma_server *rs, struct rs_rail *r, const char *provider,
+                     const char *ifname, char *err, size_t errlen)
+{
+        if (shoal_fab_open(&r->fab, provider, ifname, err, errlen))
+                return -1;
+        /* [S1] on every transport: without a secret, loopback only. */
+        if (!rs->key.set && strncmp(r->fab.ip, "127.", 4)) {
+                snprintf(err, errlen,
+                         "refusing to listen for RDMA on %s (%s) without a group secret: set "
+                         "--group-secret-file or SHOAL_GROUP_SECRET (or use --rdma-network lo)",
+                         ifname, r->fab.ip);
+                return -1;
+        }
+        int rc = shoal_fab_mr_reg(&r->fab, rs->dio_base, rs->dio_len, FI_WRITE | FI_SEND,
+                                  &r->dio_mr);
+        if (rc) {
+                snprintf(err, errlen,
+                         "--rdma-network %s: cannot register %zu bytes of answer buffers: %s "
+                         "(memlock limit? see ulimit -l)",
+                         ifname, rs->dio_len, fi_strerror(-rc));
+                return -1;
+        }
+        /* Blocks held in memory are written from where they are (no copy into a dio buffer)
+         * when the reader's buffers can be registered too; local access only. */
+        if (rs->held_base &&
+            shoal_fab_mr_reg(&r->fab, rs->held_base, rs->held_len, FI_WRITE, &r->held_mr))
+                log_warn("rdma",
+                         "--rdma-network %s: blocks held in memory are copied before "
+                         "they are written (their buffers could not be registered)",
+                         ifname);
+        r->pool_bufs = calloc(PREAUTH_MAX * 4, sizeof(*r->pool_bufs));
+        if (!r->pool_bufs || shoal_fab_slots_open(&r->fab, NULL, PREAUTH_MAX * 4, &r->pool_mem)) {
+                snprintf(err, errlen, "--rdma-network %s: cannot register the connection pool",
+                         ifname);
+                return -1;
+        }
+        for (unsigned i = PREAUTH_MAX * 4; i-- > 0;) {
+                struct shoal_rdma_buf *b = &r->pool_bufs[i];
+                b->data = shoal_fab_slot(&r->pool_mem, i);
+                b->desc = r->pool_mem.desc;
+                b->op.owner = b; /* its kind is set when it is lent */
+                b->wop.owner = b;
+                b->wop.kind = SHOAL_FAB_OP_WRITE;
+                pool_put(r, b);
+        }
+        if (!rs->conn_budget)
+                rs->conn_budget =
+                        shoal_fab_conn_budget(shoal_fab_process_limits(), SHOAL_FAB_FD_RESERVE);
+        unsigned budget = SHOAL_MAX(rs->conn_budget / rs->nrails_wanted, 1u);
+        r->max_conns = SHOAL_MIN(budget, (unsigned)CONNS_MAX);
+        /* Each connection: its receives (own and lent) and, per send buffer, a send and the
+         * write before it (verbs 1.17 signals every work request in hardware). */
+        size_t per_conn = (MAX_RX + 2) + 2 * (2 * (MAX_RX - 2) + 4 + 2);
+        const char *call = "fi_cq_open";
+        rc = shoal_fab_cq_open(&r->fab, SHOAL_MAX(r->max_conns, 1u) * per_conn, &r->cq, &r->cq_fd);
+        if (!rc && !(rc = shoal_fab_eq_open(&r->fab, &r->eq, &r->eq_fd)))
+                call = "fi_passive_ep";
+        if (!rc && !(rc = fi_passive_ep(r->fab.fabric, r->fab.info, &r->pep, r)))
+                call = "fi_pep_bind";
+        if (!rc && !(rc = fi_pep_bind(r->pep, &r->eq->fid, 0)))
+                call = "fi_listen";
+        if (!rc)
+                rc = fi_listen(r->pep);
+        struct sockaddr_in sa;
+        size_t sl = sizeof(sa);
+        if (!rc && (call = "fi_getname", rc = fi_getname(&r->pep->fid, &sa, &sl)) == 0)
+                shoal_fab_addr_str(&sa, r->addr, sizeof(r->addr));
+        if (rc) {
+                snprintf(err, errlen, "--rdma-network %s: cannot listen: %s: %s", ifname, call,
+                         fi_strerror(-rc));
+                return -1;
+        }
+        r->eq_q = (struct rs_q){.r = r, .cq = false};
+        r->cq_q = (struct rs_q){.r = r, .cq = true};
+        epoll_add(rs, r->eq_fd, &r->eq_q);
+        epoll_add(rs, r->cq_fd, &r->cq_q);
+        log_info("rdma",
+                 "rdma listening on %s (%s, provider %s, mr_mode 0x%llx, key %zu bytes, up to %u "
+                 "connections)",
+                 r->addr, ifname, r->fab.prov, (unsigned long long)r->fab.mr_mode, r->fab.key_size,
+                 r->max_conns);
+        return 0;
+}
+
+static void rail_close(struct rs_rail *r)
+{
+        if (r->pep)
+                fi_close(&r->pep->fid);
+        while (r->conns) {
+                struct rs_conn *c = r->conns;
+                r->conns = c->next;
+                conn_free(c);
+        }
+        if (r->cq)
+                fi_close(&r->cq->fid);
+        /* Nothing can name a parked connection once its CQ is closed. */
+        while (r->parked) {
+                struct rs_conn *c = r->parked;
+                r->parked = c->next;
+                r->nconns++; /* conn_free counts it out again */
+                shoal_metric_gauge_add(SHOAL_M_remotecache_connections, 1);
+                conn_free(c);
+        }
+        if (r->eq)
+                fi_close(&r->eq->fid);
+        shoal_fab_slots_close(&r->fab, &r->pool_mem);
+        free(r->pool_bufs);
+        if (r->dio_mr)
+                shoal_fab_mr_close(&r->fab, r->dio_mr, r->rs->dio_len);
+        if (r->held_mr)
+                shoal_fab_mr_close(&r->fab, r->held_mr, r->rs->held_len);
+        shoal_fab_close(&r->fab);
 }
 
 struct shoal_rdma_server *shoal_rdma_server_start(struct shoal_server *srv, const char *provider,
@@ -682,63 +762,30 @@ struct shoal_rdma_server *shoal_rdma_server_start(struct shoal_server *srv, cons
                 goto out_stop;
         }
         rs->dio_base = shoal_server_dio_region(srv, &rs->dio_len);
+        rs->held_base = shoal_server_held_region(srv, &rs->held_len);
         rs->epfd = epoll_create1(EPOLL_CLOEXEC);
         rs->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (rs->epfd < 0 || rs->evfd < 0) {
                 snprintf(err, errlen, "rdma: epoll/eventfd: %s", strerror(errno));
                 goto out_stop;
         }
-        epoll_watch(rs, rs->evfd);
+        epoll_add(rs, rs->evfd, &rs->ev_q);
+        rs->nrails_wanted = n_if ? n_if : 1;
         for (unsigned i = 0; i < n_if; i++) {
                 struct rs_rail *r = &rs->rails[i];
+                r->kind = RS_RAIL;
+                r->rs = rs;
                 r->index = i;
-                r->eq_fd = -1;
+                r->eq_fd = r->cq_fd = -1;
                 rs->nrails++;
-                int rc = shoal_fab_open(&r->fab, provider, ifaces[i], err, errlen);
-                if (rc)
+                if (rail_open(rs, r, provider, ifaces[i], err, errlen))
                         goto out_stop;
-                /* [S1] on every transport: without a secret, loopback only. */
-                if (!rs->key.set && strncmp(r->fab.ip, "127.", 4)) {
-                        snprintf(err, errlen,
-                                 "refusing to listen for RDMA on %s (%s) without a group secret: "
-                                 "set --group-secret-file or SHOAL_GROUP_SECRET (or use "
-                                 "--rdma-network lo)",
-                                 ifaces[i], r->fab.ip);
-                        goto out_stop;
-                }
-                rc = shoal_fab_mr_reg(&r->fab, rs->dio_base, rs->dio_len, FI_WRITE | FI_SEND,
-                                      &r->dio_mr);
-                if (rc) {
-                        snprintf(err, errlen,
-                                 "--rdma-network %s: cannot register %zu bytes of answer buffers: "
-                                 "%s (memlock limit? see ulimit -l)",
-                                 ifaces[i], rs->dio_len, fi_strerror(-rc));
-                        goto out_stop;
-                }
-                const char *call = "fi_passive_ep";
-                rc = fi_passive_ep(r->fab.fabric, r->fab.info, &r->pep, r);
-                if (!rc && !(rc = shoal_fab_eq_open(&r->fab, &r->eq, &r->eq_fd)))
-                        call = "fi_pep_bind";
-                if (!rc && !(rc = fi_pep_bind(r->pep, &r->eq->fid, 0)))
-                        call = "fi_listen";
-                if (!rc)
-                        rc = fi_listen(r->pep);
-                struct sockaddr_in sa;
-                size_t sl = sizeof(sa);
-                if (!rc && (call = "fi_getname", rc = fi_getname(&r->pep->fid, &sa, &sl)) == 0)
-                        shoal_fab_addr_str(&sa, r->addr, sizeof(r->addr));
-                if (rc) {
-                        snprintf(err, errlen, "--rdma-network %s: cannot listen: %s: %s", ifaces[i],
-                                 call, fi_strerror(-rc));
-                        goto out_stop;
-                }
-                epoll_watch(rs, r->eq_fd);
-                log_info("rdma",
-                         "rdma listening on %s (%s, provider %s, mr_mode 0x%llx, key %zu "
-                         "bytes)",
-                         r->addr, ifaces[i], r->fab.prov, (unsigned long long)r->fab.mr_mode,
-                         r->fab.key_size);
         }
+        bool held = rs->held_base && n_if;
+        for (unsigned i = 0; i < n_if; i++)
+                held &= rs->rails[i].held_mr != NULL;
+        if (held)
+                shoal_server_rdma_held_direct(srv);
         if (pthread_create(&rs->thread, NULL, progress_main, rs)) {
                 snprintf(err, errlen, "rdma: cannot start the progress thread");
                 goto out_stop;
@@ -772,16 +819,8 @@ void shoal_rdma_server_stop(struct shoal_rdma_server *rs)
                 }
                 pthread_join(rs->thread, NULL);
         }
-        for (unsigned i = 0; i < rs->nrails; i++) {
-                struct rs_rail *r = &rs->rails[i];
-                if (r->pep)
-                        fi_close(&r->pep->fid);
-                if (r->eq)
-                        fi_close(&r->eq->fid);
-                if (r->dio_mr)
-                        fi_close(&r->dio_mr->fid);
-                shoal_fab_close(&r->fab);
-        }
+        for (unsigned i = 0; i < rs->nrails; i++)
+                rail_close(&rs->rails[i]);
         if (rs->epfd >= 0)
                 close(rs->epfd);
         if (rs->evfd >= 0)

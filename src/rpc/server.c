@@ -131,6 +131,7 @@ struct srv_req {
         /* RDMA requests (c == NULL): answered through this callback instead of a connection */
         shoal_server_answer_fn ext_fn;
         void *ext_arg;
+        const _Atomic bool *ext_gone; /* the RDMA connection closed (NULL: never) */
         struct shoal_server_answer ans;
 };
 
@@ -207,6 +208,7 @@ struct shoal_server {
         pthread_mutex_t info_mu; /* the RDMA addresses, set after the loops started */
         char rdma_addr[4][64];
         unsigned n_rdma;
+        _Atomic bool rdma_held_direct; /* the reader's buffers are registered for RDMA writes */
         struct shoal_group *_Atomic group;
         pthread_mutex_t cap_mu;  /* guards the slot counts and the wait queue */
         unsigned active, queued; /* both services: the cap applies to their sum */
@@ -418,7 +420,9 @@ static void req_finish(struct srv_req *r)
  * work whose answer is dropped on the loop. */
 static bool req_orphaned(const struct srv_req *r)
 {
-        return r->c && __atomic_load_n(&r->c->gone, __ATOMIC_ACQUIRE);
+        if (!r->c)
+                return r->ext_gone && atomic_load_explicit(r->ext_gone, memory_order_acquire);
+        return __atomic_load_n(&r->c->gone, __ATOMIC_ACQUIRE);
 }
 
 static void req_refuse(struct srv_req *r, uint32_t status, const char *fmt, ...)
@@ -1776,7 +1780,18 @@ void shoal_server_stop(struct shoal_server *s)
 static void ext_finish(struct srv_req *r)
 {
         struct shoal_server *s = r->s;
-        if (r->status == SHOAL_ST_OK && r->src != SRC_BUF) {
+        if (r->status == SHOAL_ST_OK && req_orphaned(r)) {
+                /* Nobody will read it (the connection only gives the answer back): no copy. */
+                req_release_resources(r);
+                req_refuse(r, SHOAL_ST_BUSY, "connection closed");
+        }
+        /* A held block whose memory is registered is written from where it is, held until
+         * shoal_server_answer_done: one pass over it (the CRCs) instead of two. */
+        bool direct =
+                r->status == SHOAL_ST_OK && r->src == SRC_HELD && atomic_load(&s->rdma_held_direct);
+        if (direct) {
+                req_build_answer(r);
+        } else if (r->status == SHOAL_ST_OK && r->src != SRC_BUF) {
                 /* RDMA answers hold a buffer only until the write completes, so waiting a little
                  * here does not tie the pool to slow readers as on TCP. */
                 r->buf = shoal_bufpool_get(s->dio, 2ULL * 1000000000ULL);
@@ -1798,13 +1813,13 @@ static void ext_finish(struct srv_req *r)
                         r->src = SRC_BUF;
                 }
         }
-        if (r->status != SHOAL_ST_OK || r->src != SRC_BUF || !r->out_len)
+        if (!direct && (r->status != SHOAL_ST_OK || r->src != SRC_BUF || !r->out_len))
                 req_build_answer(r);
         shoal_metric_observe(svc_metrics[r->svc].process, shoal_now_ns() - r->t_start);
         r->ans.frame = r->out;
         r->ans.frame_len = r->out_len;
         r->ans.status = r->status;
-        r->ans.data = r->status == SHOAL_ST_OK ? r->buf : NULL;
+        r->ans.data = r->status != SHOAL_ST_OK ? NULL : direct ? r->hb.data + r->off : r->buf;
         r->ans.len = r->status == SHOAL_ST_OK ? r->len : 0;
         r->ans.ref = r;
         r->ext_fn(r->ext_arg, &r->ans);
@@ -1812,7 +1827,8 @@ static void ext_finish(struct srv_req *r)
 
 int shoal_server_submit_rdma(struct shoal_server *s, uint64_t id, uint16_t flags,
                              const uint8_t *body, size_t body_len, shoal_server_answer_fn fn,
-                             void *arg, uint32_t *status, char *why, size_t whylen)
+                             void *arg, const _Atomic bool *gone, uint32_t *status, char *why,
+                             size_t whylen)
 {
         struct srv_req *r = req_from_read(s, SVC_M_IORPC, SHOAL_MSG_READ, id, flags, body, body_len,
                                           true, status, why, whylen);
@@ -1822,6 +1838,7 @@ int shoal_server_submit_rdma(struct shoal_server *s, uint64_t id, uint16_t flags
                                                   : -EPROTO;
         r->ext_fn = fn;
         r->ext_arg = arg;
+        r->ext_gone = gone;
         req_dispatch(r);
         return 0;
 }
@@ -1835,6 +1852,16 @@ void shoal_server_answer_done(struct shoal_server *s, struct shoal_server_answer
 void *shoal_server_dio_region(struct shoal_server *s, size_t *len)
 {
         return shoal_bufpool_base(s->dio, len);
+}
+
+void *shoal_server_held_region(struct shoal_server *s, size_t *len)
+{
+        return shoal_reader_buffers(s->cfg.reader, len);
+}
+
+void shoal_server_rdma_held_direct(struct shoal_server *s)
+{
+        atomic_store(&s->rdma_held_direct, true);
 }
 
 void *shoal_server_dio_get(struct shoal_server *s, uint64_t timeout_ns)

@@ -62,7 +62,8 @@ void shoal_server_stop(struct shoal_server *s);
 struct shoal_server_answer {
         const uint8_t *frame; /* READ_RESP (flag RDMA_WRITTEN, payload_len 0) or ERROR */
         size_t frame_len;     /* header + body */
-        const char *data;     /* READ_RESP: LEN payload bytes inside shoal_server_dio_region */
+        const char *data;     /* READ_RESP: LEN payload bytes inside shoal_server_dio_region,
+                                 or shoal_server_held_region once RDMA takes it */
         uint32_t len;
         uint32_t status; /* 0 or the ERROR status */
         void *ref;       /* internal */
@@ -73,17 +74,27 @@ typedef void (*shoal_server_answer_fn)(void *arg, struct shoal_server_answer *a)
 
 /* Runs the READ frame (ID, FLAGS, BODY of BODY_LEN bytes) that arrived on an RDMA connection
  * through the server's request engine (cache read, single-flight fill, processing cap [R4]); the
- * payload of an OK answer is always in a buffer of the server's dio pool, so one registration of
- * shoal_server_dio_region covers every answer. Returns 0 (FN(ARG, answer) follows exactly once),
- * or a negative errno with a reason in WHY when the request is refused at once (-EPROTO:
- * malformed body, -EXDEV: another block size, -ENOMEM); *STATUS then holds the ERROR status. */
+ * payload of an OK answer is in a buffer of the server's dio pool, or (after
+ * shoal_server_rdma_held_direct) in a block held by the reader, so registering
+ * shoal_server_dio_region and shoal_server_held_region covers every answer. Returns 0 (FN(ARG,
+ * answer) follows exactly once), or a negative errno with a reason in WHY when the request is
+ * refused at once (-EPROTO: malformed body, -EXDEV: another block size, -ENOMEM); *STATUS then
+ * holds the ERROR status. GONE (NULL: never) is the requester's connection's "closed" flag, read
+ * by worker threads until FN ran: once it is set, work not started yet is dropped (FN then gets
+ * an ERROR answer), as for a closed TCP connection; it must outlive the request. */
 int shoal_server_submit_rdma(struct shoal_server *s, uint64_t id, uint16_t flags,
                              const uint8_t *body, size_t body_len, shoal_server_answer_fn fn,
-                             void *arg, uint32_t *status, char *why, size_t whylen);
+                             void *arg, const _Atomic bool *gone, uint32_t *status, char *why,
+                             size_t whylen);
 /* Gives the answer's buffer and processing slot back; A is invalid afterwards. Any thread. */
 void shoal_server_answer_done(struct shoal_server *s, struct shoal_server_answer *a);
 /* Base and length of the dio pool mapping (to register for RDMA once). */
 void *shoal_server_dio_region(struct shoal_server *s, size_t *len);
+/* Base and length of the reader's block buffers, where blocks held in memory live. */
+void *shoal_server_held_region(struct shoal_server *s, size_t *len);
+/* From now on an answer's payload may also lie in shoal_server_held_region (registered by the
+ * caller on every RDMA interface): a held block is written from there, not copied. */
+void shoal_server_rdma_held_direct(struct shoal_server *s);
 /* A dio buffer (waiting up to TIMEOUT_NS) and its release, for `shoal ping`'s write test. */
 void *shoal_server_dio_get(struct shoal_server *s, uint64_t timeout_ns);
 void shoal_server_dio_put(struct shoal_server *s, void *buf);

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """A process that registers itself as a group member without being one (stdlib only).
 
-  fakemember.py DB_PATH GROUP TCP_ADDR VOLUME_URL BLOCK_SIZE
-      registers TCP_ADDR (a fault proxy in front of a real member, say) and keeps its heartbeat
-      moving, so clients send that member's share of blocks there.
+  fakemember.py DB_PATH GROUP TCP_ADDR VOLUME_URL BLOCK_SIZE [RDMA_ADDR]
+      registers TCP_ADDR (a fault proxy in front of a real member, say), and RDMA_ADDR as its
+      RDMA listener when given, and keeps its heartbeat moving, so clients send that member's
+      share of blocks there.
 
   fakemember.py attack MODE DB_PATH GROUP VOLUME_URL BLOCK_SIZE MEMBER_ADDR STATS_FILE [RDMA_ADDR]
       listens on a loopback port of its own, registers it (and RDMA_ADDR, if given, as its RDMA
@@ -183,10 +184,11 @@ def attack(argv):
 if __name__ == "__main__":
     if len(sys.argv) >= 9 and sys.argv[1] == "attack":
         attack(sys.argv[2:])
-    elif len(sys.argv) == 6:
+    elif len(sys.argv) in (6, 7):
         mid = os.urandom(16).hex()
         print(mid, flush=True)
-        heartbeat(sys.argv[1], sys.argv[2], mid, sys.argv[3], sys.argv[4], int(sys.argv[5]))
+        heartbeat(sys.argv[1], sys.argv[2], mid, sys.argv[3], sys.argv[4], int(sys.argv[5]),
+                  sys.argv[6] if len(sys.argv) == 7 else "")
     else:
         print(__doc__)
         sys.exit(2)

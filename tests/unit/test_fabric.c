@@ -385,28 +385,222 @@ static void test_dontfork(void **state)
         shoal_fab_close(&f);
 }
 
-/* Finding 10: the endpoint's queues are cut to what the caller posts and the CQ holds them all
- * (verbs reserves rx_attr->size CQ entries at bind, none when the CQ is smaller). */
-static void test_mep_queue_sizes(void **state)
+/* Finding 10: the endpoint's queues are cut to what the caller posts (verbs reserves
+ * rx_attr->size CQ entries at bind, none when the CQ is smaller); message slots are pages of
+ * their own that a child does not get. */
+static void test_ep_queue_sizes(void **state)
 {
         struct shoal_fab f;
         open_lo(&f);
-        struct shoal_fab_mep m;
-        const char *call = "";
+        struct shoal_fab_slots s;
         struct fi_info *info = fi_dupinfo(f.info);
         assert_non_null(info);
         info->rx_attr->size = 384; /* verbs' default receive queue */
         info->tx_attr->size = 384;
-        assert_int_equal(shoal_fab_mep_alloc(&m, &f, "test", 8, 4), 0);
-        assert_int_equal(m.memlen % 4096, 0);
-        assert_int_equal(shoal_fab_mep_open(&m, info, NULL, 8, &call), -EINVAL);
-        assert_int_equal(shoal_fab_mep_open(&m, info, NULL, 8 + 2 * 4 + 8, &call), 0);
+        assert_int_equal(shoal_fab_slots_open(&f, NULL, 12, &s), 0);
+        assert_int_equal(s.len % 4096, 0);
+        assert_true(s.len >= 12 * SHOAL_FAB_MSG_SLOT);
+        assert_ptr_equal(shoal_fab_slot(&s, 1), s.mem + SHOAL_FAB_MSG_SLOT);
+        assert_int_equal(mapped_in_child(s.mem), 0);
+        struct fid_ep *ep = NULL;
+        assert_int_equal(shoal_fab_ep_create(f.domain, info, 0, 16, NULL, &ep), -EINVAL);
+        assert_int_equal(shoal_fab_ep_create(f.domain, info, 8, 16, NULL, &ep), 0);
         assert_int_equal(info->rx_attr->size, 8);
         assert_int_equal(info->tx_attr->size, 16);
-        assert_int_equal(m.posted, 8);
-        assert_int_equal(mapped_in_child(m.mem), 0);
-        shoal_fab_mep_close(&m, -1);
+        /* Never more than offered. */
+        struct fi_info *small = fi_dupinfo(f.info);
+        small->rx_attr->size = 4;
+        small->tx_attr->size = 4;
+        struct fid_ep *ep2 = NULL;
+        assert_int_equal(shoal_fab_ep_create(f.domain, small, 8, 16, NULL, &ep2), 0);
+        assert_int_equal(small->rx_attr->size, 4);
+        assert_int_equal(small->tx_attr->size, 4);
+        fi_close(&ep2->fid);
+        fi_freeinfo(small);
+        /* Bound to an EQ and a CQ it can be enabled and take receives. */
+        struct fid_eq *eq;
+        struct fid_cq *cq;
+        int eq_fd, cq_fd;
+        const char *call = "";
+        assert_int_equal(shoal_fab_eq_open(&f, &eq, &eq_fd), 0);
+        assert_int_equal(shoal_fab_cq_open(&f, 24, &cq, &cq_fd), 0);
+        assert_int_equal(shoal_fab_ep_bind(ep, eq, cq, &call), 0);
+        struct shoal_fab_op op = {.kind = SHOAL_FAB_OP_RX};
+        assert_int_equal(shoal_fab_post_rx(ep, "test", shoal_fab_slot(&s, 0), s.desc, &op), 0);
+        fi_close(&ep->fid);
+        fi_close(&cq->fid);
+        fi_close(&eq->fid);
+        shoal_fab_slots_close(&f, &s);
+        shoal_fab_slots_close(&f, &s); /* twice: harmless */
         fi_freeinfo(info);
+        shoal_fab_close(&f);
+}
+
+/* ---- a key is worth nothing on another domain's connections (issue 11 finding 6) ------------ */
+
+/* The queues and endpoints of the test: a server (one domain) and a client with two. */
+struct iso {
+        struct fid_eq *seq, *ceq;
+        struct fid_cq *scq, *ccq[2];
+        struct fid_ep *se[2], *ce[2];
+        int write_ok, write_err;
+};
+
+/* One round of progress on every queue of T (progress is manual on tcp). */
+static void iso_poll_once(struct iso *t)
+{
+        struct fi_cq_msg_entry e[8];
+        ssize_t n;
+        while ((n = fi_cq_read(t->scq, e, 8)) > 0)
+                t->write_ok += (int)n;
+        if (n == -FI_EAVAIL) {
+                struct fi_cq_err_entry ee;
+                memset(&ee, 0, sizeof(ee));
+                if (fi_cq_readerr(t->scq, &ee, 0) == 1)
+                        t->write_err++;
+        }
+        for (int c = 0; c < 2 && t->ccq[c]; c++) {
+                while (fi_cq_read(t->ccq[c], e, 8) > 0)
+                        ;
+                struct fi_cq_err_entry ee;
+                memset(&ee, 0, sizeof(ee));
+                fi_cq_readerr(t->ccq[c], &ee, 0);
+        }
+}
+
+/* Progress until the server's write completed (or failed), 5 s at most. */
+static void iso_wait_write(struct iso *t)
+{
+        for (int k = 0; k < 5000 && t->write_ok + t->write_err == 0; k++) {
+                iso_poll_once(t);
+                usleep(1000);
+        }
+}
+
+/* Waits for a connection request on EQ (the server's); returns its info. */
+static struct fi_info *iso_event(struct iso *t, struct fid_eq *eq, uint32_t want)
+{
+        for (int k = 0; k < 5000; k++) {
+                uint32_t ev;
+                struct fi_eq_cm_entry entry;
+                ssize_t n = fi_eq_read(eq, &ev, &entry, sizeof(entry), 0);
+                if (n > 0 && ev == want)
+                        return entry.info;
+                uint32_t cev;
+                struct fi_eq_cm_entry centry; /* the client side's connect progresses here */
+                fi_eq_read(t->ceq, &cev, &centry, sizeof(centry), 0);
+                iso_poll_once(t);
+                usleep(1000);
+        }
+        fail_msg("no event %u", want);
+        return NULL;
+}
+
+/* Reads both EQs until each side reported FI_CONNECTED. */
+static void iso_connected(struct iso *t)
+{
+        bool srv = false, cli = false;
+        for (int k = 0; k < 5000 && !(srv && cli); k++) {
+                uint32_t ev;
+                struct fi_eq_cm_entry entry;
+                if (fi_eq_read(t->seq, &ev, &entry, sizeof(entry), 0) > 0 && ev == FI_CONNECTED)
+                        srv = true;
+                if (fi_eq_read(t->ceq, &ev, &entry, sizeof(entry), 0) > 0 && ev == FI_CONNECTED)
+                        cli = true;
+                iso_poll_once(t);
+                usleep(1000);
+        }
+        assert_true(srv && cli);
+}
+
+/* A client with one domain per member: a buffer registered for remote writes on the domain of
+ * member A's connection takes A's write, and the same address and key sent over the connection of
+ * another domain (member B) is refused, the buffer untouched. */
+static void test_domain_isolation(void **state)
+{
+        struct shoal_fab f;
+        open_lo(&f);
+        struct iso t;
+        memset(&t, 0, sizeof(t));
+        int fd;
+        assert_int_equal(shoal_fab_eq_open(&f, &t.seq, &fd), 0);
+        assert_int_equal(shoal_fab_eq_open(&f, &t.ceq, &fd), 0);
+        assert_int_equal(shoal_fab_cq_open(&f, 64, &t.scq, &fd), 0);
+        struct fid_pep *pep;
+        assert_int_equal(fi_passive_ep(f.fabric, f.info, &pep, NULL), 0);
+        assert_int_equal(fi_pep_bind(pep, &t.seq->fid, 0), 0);
+        assert_int_equal(fi_listen(pep), 0);
+        struct sockaddr_in sa;
+        size_t sl = sizeof(sa);
+        assert_int_equal(fi_getname(&pep->fid, &sa, &sl), 0);
+        struct fid_domain *dom[2];
+        for (int k = 0; k < 2; k++) {
+                assert_int_equal(shoal_fab_domain_open(&f, &dom[k]), 0);
+                struct fi_cq_attr ca = {.size = 64, .format = FI_CQ_FORMAT_MSG};
+                assert_int_equal(fi_cq_open(dom[k], &ca, &t.ccq[k], NULL), 0);
+                struct fi_info *info = fi_dupinfo(f.info);
+                free(info->dest_addr);
+                info->dest_addr = malloc(sizeof(sa));
+                memcpy(info->dest_addr, &sa, sizeof(sa));
+                info->dest_addrlen = sizeof(sa);
+                const char *call;
+                assert_int_equal(shoal_fab_ep_create(dom[k], info, 4, 4, NULL, &t.ce[k]), 0);
+                assert_int_equal(shoal_fab_ep_bind(t.ce[k], t.ceq, t.ccq[k], &call), 0);
+                assert_int_equal(fi_connect(t.ce[k], &sa, NULL, 0), 0);
+                struct fi_info *req = iso_event(&t, t.seq, FI_CONNREQ);
+                assert_int_equal(shoal_fab_ep_create(f.domain, req, 4, 4, NULL, &t.se[k]), 0);
+                assert_int_equal(fi_ep_bind(t.se[k], &t.seq->fid, 0), 0);
+                assert_int_equal(fi_ep_bind(t.se[k], &t.scq->fid, FI_TRANSMIT | FI_RECV), 0);
+                assert_int_equal(fi_enable(t.se[k]), 0);
+                assert_int_equal(fi_accept(t.se[k], NULL, 0), 0);
+                fi_freeinfo(req);
+                iso_connected(&t);
+                fi_freeinfo(info);
+        }
+        static char target[4096] __attribute__((aligned(4096)));
+        static char src[4096];
+        struct fid_mr *mr;
+        assert_int_equal(shoal_fab_mr_reg_dom(&f, dom[0], target, sizeof(target), FI_REMOTE_WRITE,
+                                              false, &mr),
+                         0);
+        uint64_t raddr = shoal_fab_rma_addr(&f, target, target), rkey = fi_mr_key(mr);
+        struct iovec iov = {.iov_base = src, .iov_len = sizeof(src)};
+        struct fi_rma_iov rma = {.addr = raddr, .len = sizeof(src), .key = rkey};
+        void *desc = NULL;
+        struct fi_context2 ctx;
+        struct fi_msg_rma m = {.msg_iov = &iov,
+                               .desc = &desc,
+                               .iov_count = 1,
+                               .rma_iov = &rma,
+                               .rma_iov_count = 1,
+                               .context = &ctx};
+        /* member A, over the connection of the domain the buffer is registered on */
+        memset(src, 'A', sizeof(src));
+        assert_int_equal(fi_writemsg(t.se[0], &m, FI_DELIVERY_COMPLETE | FI_COMPLETION), 0);
+        iso_wait_write(&t);
+        assert_int_equal(t.write_ok, 1);
+        assert_int_equal(target[0], 'A');
+        assert_int_equal(target[sizeof(target) - 1], 'A');
+        /* member B, the same address and key over its own connection */
+        t.write_ok = t.write_err = 0;
+        memset(src, 'B', sizeof(src));
+        assert_int_equal(fi_writemsg(t.se[1], &m, FI_DELIVERY_COMPLETE | FI_COMPLETION), 0);
+        iso_wait_write(&t);
+        assert_int_equal(t.write_ok, 0);
+        assert_int_equal(t.write_err, 1);
+        for (size_t i = 0; i < sizeof(target); i++)
+                assert_int_equal(target[i], 'A');
+        shoal_fab_mr_close(&f, mr, sizeof(target));
+        for (int k = 0; k < 2; k++) {
+                fi_close(&t.ce[k]->fid);
+                fi_close(&t.se[k]->fid);
+                fi_close(&t.ccq[k]->fid);
+                fi_close(&dom[k]->fid);
+        }
+        fi_close(&pep->fid);
+        fi_close(&t.scq->fid);
+        fi_close(&t.seq->fid);
+        fi_close(&t.ceq->fid);
         shoal_fab_close(&f);
 }
 
@@ -487,7 +681,8 @@ int main(void)
                 cmocka_unit_test(test_open_lo),
                 cmocka_unit_test(test_random_keys),
                 cmocka_unit_test(test_dontfork),
-                cmocka_unit_test(test_mep_queue_sizes),
+                cmocka_unit_test(test_ep_queue_sizes),
+                cmocka_unit_test(test_domain_isolation),
                 cmocka_unit_test(test_raise_limits),
                 cmocka_unit_test(test_conn_budget),
                 cmocka_unit_test(test_memlock_check),
