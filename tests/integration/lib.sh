@@ -148,6 +148,47 @@ scan_reports() {
   done
 }
 
+# dump_stacks PID [WHY] — writes to the test's stderr where PID is stuck, before the harness
+# kills it: each thread's state, wait channel and kernel stack, then every thread's user stack
+# (gdb), and the same for its child processes (LeakSanitizer's tracer at exit is one: while it
+# holds the threads, gdb cannot attach, and its own stack says where the leak check is).
+# SHOAL_STACK_SECS bounds each gdb (default 120 s).
+dump_stacks() {
+  local pid=$1 why=${2:-} t c
+  alive "$pid" || return 0
+  (
+    set +e +o pipefail
+    echo "=== stacks of pid $pid${why:+ ($why)}: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | head -c 300)"
+    grep -E '^(State|TracerPid|Threads):' "/proc/$pid/status" 2>/dev/null | tr '\n' ' '
+    echo
+    for t in /proc/"$pid"/task/*; do
+      echo "--- thread ${t##*/} ($(cat "$t/comm" 2>/dev/null)): state $(awk '{print $3}' "$t/stat" 2>/dev/null), wchan $(cat "$t/wchan" 2>/dev/null)"
+      head -n 8 "$t/stack" 2>/dev/null | sed 's/^/    /'
+    done
+    if command -v gdb >/dev/null; then
+      timeout "${SHOAL_STACK_SECS:-120}" gdb -p "$pid" -batch -nx -ex 'set pagination off' \
+        -ex 'thread apply all bt' </dev/null 2>&1 |
+        grep -v -E '^\[(New LWP|Thread debugging|Inferior)|^Using host libthread_db|^warning: ' | head -n 3000
+    else
+      echo "(no gdb: user stacks not shown)"
+    fi
+    for c in $(ps -o pid= --ppid "$pid" 2>/dev/null); do
+      echo "=== child $c of $pid: $(tr '\0' ' ' <"/proc/$c/cmdline" 2>/dev/null | head -c 200)"
+      for t in /proc/"$c"/task/*; do
+        echo "--- thread ${t##*/}: state $(awk '{print $3}' "$t/stat" 2>/dev/null), wchan $(cat "$t/wchan" 2>/dev/null)"
+        head -n 8 "$t/stack" 2>/dev/null | sed 's/^/    /'
+      done
+      if command -v gdb >/dev/null; then
+        timeout "${SHOAL_STACK_SECS:-120}" gdb -p "$c" -batch -nx -ex 'set pagination off' \
+          -ex 'thread apply all bt' </dev/null 2>&1 |
+          grep -v -E '^\[(New LWP|Thread debugging|Inferior)|^Using host libthread_db|^warning: ' | head -n 500
+      fi
+    done
+    echo "=== end of stacks of pid $pid"
+  ) >&2
+  return 0
+}
+
 # _wait_gone PID SECONDS — polls until PID has ended; 1 if it is still running.
 _wait_gone() {
   local i
@@ -213,7 +254,8 @@ _stop_entries() {
     how=term
     if ! _wait_gone "${P_PID[$i]}" "$secs"; then
       echo "${P_KIND[$i]} ${P_NAME[$i]} (pid ${P_PID[$i]}) did not end within $secs s of SIGTERM" \
-        >>"$T/stop.problems"
+        "(its stacks are above)" >>"$T/stop.problems"
+      dump_stacks "${P_PID[$i]}" "${P_NAME[$i]}: still running $secs s after SIGTERM"
       kill -9 "${P_PID[$i]}" 2>/dev/null || true
       how=killed
     fi
@@ -241,7 +283,10 @@ kill9() {
 wait_proc() {
   local i
   i=$(_entry "$1")
-  _wait_gone "${P_PID[$i]}" "${2:-60}" || fail "$1 did not end within ${2:-60} s"
+  if ! _wait_gone "${P_PID[$i]}" "${2:-60}"; then
+    dump_stacks "${P_PID[$i]}" "$1: still running after ${2:-60} s"
+    fail "$1 did not end within ${2:-60} s (its stacks are above)"
+  fi
   _reap "$i"
   EXIT_RC=$REAP_RC
   P_STATE[$i]=done
@@ -586,7 +631,10 @@ wait_exit() {
     wait_proc "${P_NAME[$i]}" "${2:-20}"
     return 0
   fi
-  _wait_gone "$1" "${2:-20}" || fail "process $1 did not end within ${2:-20} s"
+  if ! _wait_gone "$1" "${2:-20}"; then
+    dump_stacks "$1" "still running after ${2:-20} s"
+    fail "process $1 did not end within ${2:-20} s (its stacks are above)"
+  fi
   EXIT_RC=0
   wait "$1" || EXIT_RC=$?
   # Reaped here, its status now the caller's: the end of the test only scans for reports.
@@ -597,9 +645,12 @@ wait_exit() {
 # stop_mount NAME MOUNTPOINT — `shoal umount`, then the mount process must end with 0 and
 # without reports (leaks included) in its logs.
 stop_mount() {
-  "$SHOAL" umount "$2" || fail "shoal umount $2 failed"
   local pid
   pid=$(eval "echo \$PID_$1")
+  if ! "$SHOAL" umount "$2"; then
+    dump_stacks "$pid" "mount $1 after shoal umount failed"
+    fail "shoal umount $2 failed"
+  fi
   wait_exit "$pid"
   [ "$EXIT_RC" -eq 0 ] || fail "mount $1 exited with $EXIT_RC: $(tail -n 5 "$T/$1.err")"
 }

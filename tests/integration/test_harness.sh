@@ -92,6 +92,13 @@ echo "== the same kill through kill9: pass"
 case_ kill9 0 'bg member clean; kill9 p'
 echo "== a process that ignores SIGTERM: fail"
 case_ ignore-term 1 'STOP_SECS=2; bg member ignore-term'
+echo "   ... and its thread stacks are in the test's output before it is killed"
+grep -q "=== stacks of pid" "$T/case$n.out" || fail "ignore-term: no stack dump"
+grep -q -E "^#[0-9]+ .* in (__GI___)?pause|^#[0-9]+ .* in main \\(" "$T/case$n.out" ||
+  fail "ignore-term: the dump has no user stack: $(grep -A 20 '=== stacks' "$T/case$n.out" | head -n 30)"
+echo "== a process that does not end when waited for: fail, with its stacks"
+case_ wait-hang 1 'bg helper ignore-term; wait_proc p 1'
+grep -q "=== stacks of pid" "$T/case$n.out" || fail "wait-hang: no stack dump"
 echo "== a member stopped by SIGSTOP at the end still gets SIGTERM: pass"
 case_ stopped 0 'bg member clean; kill -STOP "$PID_p"'
 echo "== fail() in a subshell that the test ignores: fail"
