@@ -78,6 +78,7 @@ struct shoal_fuse *shoal_fuse_mount(const struct shoal_fuse_config *cfg, char *e
         pthread_mutex_init(&f->stats_mu, NULL);
         pthread_mutex_init(&f->dirs_mu, NULL);
         pthread_mutex_init(&f->writes_mu, NULL);
+        pthread_mutex_init(&f->handles_mu, NULL);
         f->it = shoal_itable_create(cfg->attr_ttl_ns);
         if (!f->it || pthread_key_create(&f->buf_key, shoal_fuse_buf_free)) {
                 snprintf(err, errlen, "out of memory");
@@ -198,6 +199,8 @@ void shoal_fuse_destroy(struct shoal_fuse *f)
         }
         shoal_fuse_writes_abandon(f);
         pthread_mutex_destroy(&f->writes_mu);
+        shoal_fuse_handles_free(f);
+        pthread_mutex_destroy(&f->handles_mu);
         if (f->buf_key_ok)
                 pthread_key_delete(f->buf_key);
         shoal_itable_destroy(f->it);
