@@ -184,6 +184,20 @@ dump_stacks() {
           grep -v -E '^\[(New LWP|Thread debugging|Inferior)|^Using host libthread_db|^warning: ' | head -n 500
       fi
     done
+    # A mount whose FUSE connection lives on in another mount namespace (a copy made by
+    # `ip netns exec`, unshare -m, a container started meanwhile) is not ended by an unmount here.
+    local mp me ns seen=" "
+    me=$(readlink /proc/self/ns/mnt)
+    for t in /proc/[0-9]*; do
+      ns=$(readlink "$t/ns/mnt" 2>/dev/null) || continue
+      [ "$ns" = "$me" ] && continue
+      case $seen in *" $ns "*) continue ;; esac
+      seen+="$ns "
+      for mp in "${MOUNTS[@]:-}"; do
+        [ -n "$mp" ] && grep -q " $mp " "$t/mountinfo" 2>/dev/null &&
+          echo "=== $mp is still mounted in the mount namespace $ns of pid ${t#/proc/} ($(tr '\0' ' ' <"$t/cmdline" 2>/dev/null | head -c 150)): its FUSE connection stays open there"
+      done
+    done
     echo "=== end of stacks of pid $pid"
   ) >&2
   return 0
