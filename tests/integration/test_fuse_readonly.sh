@@ -3,7 +3,8 @@
 # with --read-only, writes, creates, renames and deletes fail with EROFS and leave a log line
 # (writable mounts: test_write_file.sh); -d returns once the
 # mount is ready; `shoal umount`, `fusermount3 -u` and SIGTERM each end the mount cleanly, SIGTERM
-# also while files and folders are still open (their handles freed, no leak report).
+# also while files and folders are still open (their handles freed, no leak report); a copy of
+# the mount in another mount namespace makes `shoal umount` say so at once.
 . "$(dirname "$0")/lib.sh"
 need_fuse
 
@@ -86,6 +87,23 @@ grep -q "unmounting" "$T/d.log" || fail "no unmount line in the log"
 # (once ready, a background mount's stderr is its log file)
 cat "$T/d.err" "$T/d.log" | grep -q -E 'Sanitizer|runtime error' &&
   fail "sanitizer: $(grep -h -m 3 -E 'Sanitizer|runtime error' "$T/d.err" "$T/d.log")"
+
+echo "== a copy of the mount in another mount namespace: shoal umount says so at once"
+# (a namespace made with private propagation while the mount exists, as a container may be:
+# the kernel keeps the FUSE connection for it, so the mount's process serves on)
+start_mount n "$S" "$MNT" --read-only
+start_bg holder -- unshare -m --propagation private sleep 600
+holder_has_it() { grep -q " $MNT " "/proc/$PID_holder/mountinfo"; }
+wait_for holder_has_it || fail "the namespace copy did not come up"
+t0=$(date +%s)
+expect_exit 1 "$SHOAL" umount "$MNT"
+grep -q "unmounted here, but another mount namespace still has it (that of process $PID_holder (sleep))" \
+  "$T/last.err" || fail "umount did not name the namespace: $(cat "$T/last.err")"
+[ $(($(date +%s) - t0)) -lt 20 ] || fail "umount waited for a process that cannot end"
+proc_running n || fail "the mount's process ended while a copy of its mount is in use"
+stop_proc holder
+wait_proc n 30
+[ "$EXIT_RC" -eq 0 ] || fail "mount n exited with $EXIT_RC once the copy was gone"
 
 echo "== fusermount3 -u ends a mount"
 start_mount f "$S" "$MNT"
