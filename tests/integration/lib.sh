@@ -545,11 +545,28 @@ metric() {
   echo "${v%.0}"
 }
 
+# fuse_isolate — (root) makes $T a shared mount of its own, once, so that the FUSE mounts made
+# under it propagate their unmount into copies of them: a mount namespace made while one of
+# them is mounted (`ip netns exec` in another test, a service started meanwhile) holds a copy
+# that keeps the FUSE connection, and with it the mount's process, alive after the test
+# unmounts it; a copy made as a slave (as `ip netns exec` makes them) now leaves with the
+# original. (A host whose / is shared, as systemd makes it, behaves so anyway; a container whose
+# mounts are private does not.) Undone at the end, before $T is removed.
+FUSE_ISOLATED=
+fuse_isolate() {
+  [ -z "$FUSE_ISOLATED" ] && [ "$(id -u)" -eq 0 ] || return 0
+  FUSE_ISOLATED=1
+  mount --bind "$T" "$T" || fail "cannot bind-mount $T onto itself"
+  AT_EXIT+=("umount -l '$T'")
+  mount --make-shared "$T" || fail "cannot make $T a shared mount"
+}
+
 # need_fuse — skips the test (77) unless it runs as root with /dev/fuse and fusermount3.
 need_fuse() {
   [ "$(id -u)" -eq 0 ] || skip "FUSE tests need root"
   [ -c /dev/fuse ] || skip "no /dev/fuse"
   command -v fusermount3 >/dev/null || skip "no fusermount3"
+  fuse_isolate
 }
 
 # start_mount NAME STORAGE MOUNTPOINT FLAGS... — a `shoal mount` in the background (PID in
@@ -557,6 +574,7 @@ need_fuse() {
 start_mount() {
   local name=$1 storage=$2 mp=$3
   shift 3
+  fuse_isolate
   mkdir -p "$mp"
   "$SHOAL" mount "$storage" "$mp" --cache-dir "$T/$name.cache" --log-file "$T/$name.log" \
     --log-level debug "$@" 2>>"$T/$name.err" &

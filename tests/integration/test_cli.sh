@@ -175,6 +175,7 @@ grep -q "ERROR.*cannot open" "$T/bad.log" || fail "the log does not say why"
 
 if [ "$(id -u)" -eq 0 ] && [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
   echo "== mount -d: returns with the mount live, default log /var/log/shoal.log (root)"
+  fuse_isolate
   MNT=$T/mnt
   mkdir -p "$MNT"
   MOUNTS+=("$MNT")

@@ -253,6 +253,7 @@ echo "== shoal stats against a mount"
 mount_ok=0
 if [ -e /dev/fuse ] && command -v fusermount3 >/dev/null &&
   "$SHOAL" mount --help >/dev/null 2>&1; then
+  fuse_isolate
   mkdir -p "$T/mnt"
   if timeout 20 "$SHOAL" mount "$S" "$T/mnt" -d --meta "$META" --cache-group $G --no-sharing \
     --cache-size 0 "${BS[@]}" --log-file "$T/mount.log" >"$T/mount.out" 2>&1; then
