@@ -29,7 +29,8 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}print_stacktrace=1:halt_o
 # libfabric pulls in libinfinipath, whose load-time constructor takes SIGSEGV, SIGABRT, SIGTERM
 # and more for itself: it prints "terminated with signal N", writes a .btr file into the current
 # folder and exits 1, so ASan never sees the crash (and a SIGTERM'd client exits 1 instead of
-# dying of it). IPATH_NO_BACKTRACE leaves the signals to ASan and to their defaults.
+# dying of it). IPATH_NO_BACKTRACE leaves the signals to ASan and to their defaults. (The shoal
+# program puts them back itself, src/cli/main.c; the test programs linking libshoal do not.)
 export IPATH_NO_BACKTRACE=1
 # What counts as a report in a log or a sanitizer file.
 REPORT_RE='terminated with signal [0-9]+ at PC|ERROR: [A-Za-z]*Sanitizer|SUMMARY: [A-Za-z]*Sanitizer|[A-Za-z]*Sanitizer:DEADLYSIGNAL|runtime error:|Assertion .* failed|Segmentation fault|stack smashing detected|double free or corruption|malloc\(\): |free\(\): invalid'
