@@ -391,7 +391,7 @@ static void fill_work(struct shoal_work *w)
                 snprintf(r->reason, sizeof(r->reason), "fill %.60s block %u: %s", r->obj.key,
                          r->index, strerror(-rc));
         } else if (r->s->cfg.cache &&
-                   !shoal_cache_open_block(r->s->cfg.cache, &r->hb.id, r->hb.len, &r->cb)) {
+                   !shoal_cache_open_block_again(r->s->cfg.cache, &r->hb.id, r->hb.len, &r->cb)) {
                 /* The fill put the block into the cache: answer from the file and give the
                  * in-memory block back at once, so slow readers do not pin fill buffers. */
                 r->cb_open = true;
