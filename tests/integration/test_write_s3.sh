@@ -134,10 +134,10 @@ for i in range(12):
     os.write(fd, os.urandom(1 << 20))
 print('ready', flush=True)
 time.sleep(60)" >"$T/writer.out" &
-track writer $! helper # (killed through kill9: a deliberate SIGKILL)
+track writer $! helper
 wait_for grep -q ready "$T/writer.out" || fail "the writer did not start"
 wait_for grep -q "killed.bin?partNumber=2" "$S3F_LOG" || fail "no part went up before the kill"
-kill9 writer
+kill9 writer # a deliberate SIGKILL, declared to the harness
 wait_for grep -q "killed.bin?uploadId=.* -> 204 abort recorded" "$S3F_LOG" ||
   fail "the killed writer's upload was not aborted"
 no_object killed.bin
