@@ -214,6 +214,75 @@ _wait_gone() {
   return 1
 }
 
+# _children_work PID — the CPU ticks used so far by PID's child processes, plus one for each of
+# their threads that is runnable (so that a child waiting for a CPU counts as working).
+_children_work() {
+  local c t n=0 st
+  for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+    for t in /proc/"$c"/task/*; do
+      st=$(cat "$t/stat" 2>/dev/null) || continue
+      st=${st##*) } # after the command name, which may hold spaces
+      read -r -a st <<<"$st"
+      n=$((n + st[11] + st[12]))
+      [ "${st[0]}" = R ] && n=$((n + 1))
+    done
+  done
+  echo "$n"
+}
+
+# _wait_end PID SECONDS [NAME] — like _wait_gone, but a process whose exit is still at work at
+# the deadline gets more time: ASan's leak check at exit runs in a child process (LeakSanitizer's
+# tracer, which holds the threads while it scans the heap), and a report is symbolized by another
+# (llvm-symbolizer); on a loaded machine each can take longer than the deadline. While such a
+# child keeps using CPU (or waits for one), the wait goes on in 2 s steps, up to 3 × SECONDS in
+# all, and a note says so; a child that makes no progress for 2 s, or no child at all, is a hang
+# and ends the wait at once, as before.
+_wait_end() {
+  local pid=$1 secs=$2 name=${3:-pid $1} waited before now
+  _wait_gone "$pid" "$secs" && return 0
+  waited=$secs
+  before=$(_children_work "$pid")
+  while [ "$waited" -lt $((3 * secs)) ] && [ "$before" -gt 0 ]; do
+    if _wait_gone "$pid" 2; then
+      echo "note: $name ended $waited-$((waited + 2)) s after it was asked to: its exit (LeakSanitizer's check, the symbolizer) was still at work at the $secs s deadline" >&2
+      return 0
+    fi
+    waited=$((waited + 2))
+    now=$(_children_work "$pid")
+    [ "$now" -gt "$before" ] || break
+    before=$now
+  done
+  return 1
+}
+
+# _job_stopped PID — PID is stopped by a stop signal (or has one pending) and is not being
+# traced.
+_job_stopped() {
+  local t v st
+  for t in /proc/"$1"/task/*; do
+    [ "$(awk '$1 == "TracerPid:" {print $2}' "$t/status" 2>/dev/null)" = 0 ] || return 1
+  done
+  st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ "$st" = T ] && return 0
+  # SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU pending, for the process or one of its threads
+  for v in $(awk '$1 == "SigPnd:" || $1 == "ShdPnd:" {print $2}' /proc/"$1"/task/*/status 2>/dev/null); do
+    (((0x$v & 0x3c0000) != 0)) && return 0
+  done
+  return 1
+}
+
+# _terminate PID — SIGTERM, preceded by SIGCONT only when PID is stopped by a stop signal. Never
+# SIGCONT otherwise: it discards every pending stop signal, among them the SIGSTOP with which
+# LeakSanitizer's tracer (PTRACE_ATTACH) stops each thread for the leak check at exit; the tracer
+# then waits for a stop that never comes and the process spins in sched_yield for good. (A SIGCONT
+# sent right after the SIGTERM lands in that window when the machine is loaded.)
+_terminate() {
+  if _job_stopped "$1"; then
+    kill -CONT "$1" 2>/dev/null || true
+  fi
+  kill -TERM "$1" 2>/dev/null || true
+}
+
 # _reap I — collects entry I's exit status into REAP_RC (127: reaped by the test itself, or not
 # our child).
 _reap() {
@@ -243,7 +312,7 @@ _verdict() {
   scan_reports ${P_LOGS[$i]} "$T/san/report.$pid"
 }
 
-# stop_proc NAME [SECONDS] — SIGTERM (and SIGCONT, in case it is stopped), waits (default 30 s,
+# stop_proc NAME [SECONDS] — SIGTERM (after SIGCONT, when it is stopped), waits (default 30 s,
 # SHOAL_STOP_TIMEOUT),
 # checks its exit status and its logs; fails the test on any problem.
 stop_proc() {
@@ -260,14 +329,11 @@ _stop_entries() {
   shift
   : >"$T/stop.problems"
   for i in "$@"; do
-    if alive "${P_PID[$i]}"; then
-      kill -TERM "${P_PID[$i]}" 2>/dev/null || true
-      kill -CONT "${P_PID[$i]}" 2>/dev/null || true
-    fi
+    alive "${P_PID[$i]}" && _terminate "${P_PID[$i]}"
   done
   for i in "$@"; do
     how=term
-    if ! _wait_gone "${P_PID[$i]}" "$secs"; then
+    if ! _wait_end "${P_PID[$i]}" "$secs" "${P_KIND[$i]} ${P_NAME[$i]}"; then
       echo "${P_KIND[$i]} ${P_NAME[$i]} (pid ${P_PID[$i]}) did not end within $secs s of SIGTERM" \
         "(its stacks are above)" >>"$T/stop.problems"
       dump_stacks "${P_PID[$i]}" "${P_NAME[$i]}: still running $secs s after SIGTERM"
@@ -298,7 +364,7 @@ kill9() {
 wait_proc() {
   local i
   i=$(_entry "$1")
-  if ! _wait_gone "${P_PID[$i]}" "${2:-60}"; then
+  if ! _wait_end "${P_PID[$i]}" "${2:-60}" "$1"; then
     dump_stacks "${P_PID[$i]}" "$1: still running after ${2:-60} s"
     fail "$1 did not end within ${2:-60} s (its stacks are above)"
   fi
@@ -664,7 +730,7 @@ wait_exit() {
     wait_proc "${P_NAME[$i]}" "${2:-20}"
     return 0
   fi
-  if ! _wait_gone "$1" "${2:-20}"; then
+  if ! _wait_end "$1" "${2:-20}"; then
     dump_stacks "$1" "still running after ${2:-20} s"
     fail "process $1 did not end within ${2:-20} s (its stacks are above)"
   fi
