@@ -9,9 +9,7 @@
 export SHOAL_GROUP_TIMEOUT=10s SHOAL_GROUP_HEARTBEAT=200ms
 
 STORE=$T/store
-for i in $(seq 0 199); do
-  make_object "$STORE/obj/$((i % 10))/o$i" $((20000 + i * 997))
-done
+for i in $(seq 0 199); do echo "$((20000 + i * 997)) obj/$((i % 10))/o$i"; done | make_objects "$STORE"
 make_object "$STORE/cold.bin" $((12 * 1024 * 1024))
 for i in 0 1 2 3; do make_object "$STORE/multi/m$i" $((9 * 1024 * 1024 + i)); done
 S="file://$STORE"
