@@ -77,6 +77,11 @@ struct shoal_cache_block {
  * here, so callers need not. On success the caller must call shoal_cache_block_close. */
 int shoal_cache_open_block(struct shoal_cache *c, const struct shoal_block_id *id,
                            uint32_t expect_len, struct shoal_cache_block *b);
+/* Like shoal_cache_open_block, but a miss is not counted: for a second look at a block whose
+ * request has counted its miss already (an owner's fill after its disk worker's lookup, and the
+ * open that follows the fill), so that a cold block counts one miss. */
+int shoal_cache_open_block_again(struct shoal_cache *c, const struct shoal_block_id *id,
+                                 uint32_t expect_len, struct shoal_cache_block *b);
 
 /* Reads the chunk-aligned range [OFF, OFF+LEN) of B into BUF and verifies each chunk's CRC
  * (shoal_range_valid must hold). With SHOAL_CACHE_READ_DIRECT, BUF must be 4096-aligned with

@@ -1051,8 +1051,8 @@ bool shoal_cache_enabled(const struct shoal_cache *c)
 
 /* ---- blocks ---- */
 
-int shoal_cache_open_block(struct shoal_cache *c, const struct shoal_block_id *id,
-                           uint32_t expect_len, struct shoal_cache_block *b)
+static int open_block(struct shoal_cache *c, const struct shoal_block_id *id, uint32_t expect_len,
+                      struct shoal_cache_block *b, bool count_miss)
 {
         unsigned char hdr[SHOAL_CACHE_HDR_MAX];
         uint32_t hlen, dlen;
@@ -1166,8 +1166,21 @@ out_ioerr:
                 ret = -EIO;
         }
 out_miss:
-        shoal_metric_inc(SHOAL_M_blockcache_miss);
+        if (count_miss)
+                shoal_metric_inc(SHOAL_M_blockcache_miss);
         return ret;
+}
+
+int shoal_cache_open_block(struct shoal_cache *c, const struct shoal_block_id *id,
+                           uint32_t expect_len, struct shoal_cache_block *b)
+{
+        return open_block(c, id, expect_len, b, true);
+}
+
+int shoal_cache_open_block_again(struct shoal_cache *c, const struct shoal_block_id *id,
+                                 uint32_t expect_len, struct shoal_cache_block *b)
+{
+        return open_block(c, id, expect_len, b, false);
 }
 
 bool shoal_cache_block_verify(const struct shoal_cache_block *b, uint32_t off, uint32_t len,

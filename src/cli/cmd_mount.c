@@ -1,4 +1,5 @@
 /* shoal mount STORAGE MOUNTPOINT [C1] and shoal umount MOUNTPOINT. */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -268,6 +269,63 @@ static bool wait_exit(int pidfd, uint64_t timeout_ns)
         }
 }
 
+/* Whether another mount namespace still has the mount with device MA:MI (a copy made by
+ * `ip netns exec`, `unshare -m` or a container started while it was mounted, with private
+ * propagation): the kernel then keeps its FUSE connection, and its process serving, after the
+ * unmount here. WHO receives "PID (COMMAND)" of one process in such a namespace. */
+static bool mounted_elsewhere(unsigned ma, unsigned mi, char *who, size_t wholen)
+{
+        struct stat self;
+        if (stat("/proc/self/ns/mnt", &self))
+                return false;
+        DIR *d = opendir("/proc");
+        if (!d)
+                return false;
+        ino_t seen[64];
+        size_t nseen = 0;
+        char want[32];
+        snprintf(want, sizeof(want), " %u:%u ", ma, mi);
+        bool found = false;
+        struct dirent *e;
+        while (!found && (e = readdir(d))) {
+                if (e->d_name[0] < '1' || e->d_name[0] > '9')
+                        continue;
+                char path[64];
+                struct stat ns;
+                snprintf(path, sizeof(path), "/proc/%.20s/ns/mnt", e->d_name);
+                if (stat(path, &ns) || ns.st_ino == self.st_ino)
+                        continue;
+                bool again = false;
+                for (size_t i = 0; i < nseen && !again; i++)
+                        again = seen[i] == ns.st_ino;
+                if (again)
+                        continue;
+                if (nseen < sizeof(seen) / sizeof(seen[0]))
+                        seen[nseen++] = ns.st_ino;
+                snprintf(path, sizeof(path), "/proc/%.20s/mountinfo", e->d_name);
+                FILE *f = fopen(path, "re");
+                if (!f)
+                        continue;
+                char line[4096];
+                while (!found && fgets(line, sizeof(line), f))
+                        found = strstr(line, want) != NULL;
+                fclose(f);
+                if (!found)
+                        continue;
+                char comm[64] = "?";
+                snprintf(path, sizeof(path), "/proc/%.20s/comm", e->d_name);
+                f = fopen(path, "re");
+                if (f) {
+                        if (fgets(comm, sizeof(comm), f))
+                                comm[strcspn(comm, "\n")] = '\0';
+                        fclose(f);
+                }
+                snprintf(who, wholen, "%s (%s)", e->d_name, comm);
+        }
+        closedir(d);
+        return found;
+}
+
 /* fusermount3 -u MP, for users who may not call umount2. Returns its exit code. */
 static int run_fusermount(const char *mp)
 {
@@ -346,6 +404,18 @@ int shoal_cmd_umount(int argc, char **argv)
                 printf("shoal umount: %s unmounted (no running mount process to wait for)\n",
                        cli.pos[0]);
                 return 0;
+        }
+        /* Its process ends when the kernel ends the connection: not while a copy of the mount
+         * lives on in another mount namespace. Waiting for it then would only time out. */
+        char who[128];
+        if (mounted_elsewhere(ma, mi, who, sizeof(who))) {
+                close(pidfd);
+                fprintf(stderr,
+                        "shoal umount: %s unmounted here, but another mount namespace still has "
+                        "it (that of process %s): its process %d serves it there until it is "
+                        "unmounted there or those processes end\n",
+                        cli.pos[0], who, (int)pid);
+                return 1;
         }
         bool gone = wait_exit(pidfd, timeout);
         close(pidfd);

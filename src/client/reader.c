@@ -270,15 +270,18 @@ static bool should_cache_locally(struct shoal_reader *r, bool owner_is_self)
         return owner_is_self || !r->cfg.sharing;
 }
 
-static int read_local_cache(struct shoal_reader *r, struct mblock *mb, uint32_t off, uint32_t len)
+/* AGAIN: the request counted its miss already (an owner's server looked first). */
+static int read_local_cache(struct shoal_reader *r, struct mblock *mb, uint32_t off, uint32_t len,
+                            bool again)
 {
         struct shoal_cache *c = r->cfg.cache;
         if (!c || !shoal_cache_enabled(c))
                 return -ENOENT;
         struct shoal_cache_block cb;
-        int rc = shoal_cache_open_block(c, &mb->id, mb->len, &cb);
+        int rc = again ? shoal_cache_open_block_again(c, &mb->id, mb->len, &cb)
+                       : shoal_cache_open_block(c, &mb->id, mb->len, &cb);
         if (rc)
-                return rc; /* counted as a miss by the cache */
+                return rc; /* counted as a miss by the cache, unless AGAIN */
         rc = shoal_cache_block_read(c, &cb, off, len, mb->buf + off, SHOAL_CACHE_READ_BUFFERED);
         shoal_cache_block_close(c, &cb);
         return rc;
@@ -309,7 +312,8 @@ static int fill(struct shoal_reader *r, struct mblock *mb, const struct shoal_ob
 {
         *filled_off = off;
         *filled_len = len;
-        int rc = read_local_cache(r, mb, off, len);
+        /* (An owner answering a peer: its server's disk lookup counted the miss.) */
+        int rc = read_local_cache(r, mb, off, len, !allow_remote);
         if (!rc)
                 return 0;
 

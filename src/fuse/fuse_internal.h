@@ -14,6 +14,15 @@
 #include "fuse/inode.h"
 #include "metrics/metrics.h"
 
+/* The head of every read, folder and .stats handle (fi->fh): its kind word first (as every
+ * handle has), then the links of the mount's list of open handles. A session that ends (SIGTERM,
+ * an unmount) while files or folders are open, or before the kernel's asynchronous release of a
+ * closed one arrives, gets no release for them: the mount frees what is left on the list. */
+struct shoal_fuse_fh {
+        uint32_t kind;
+        struct shoal_fuse_fh *prev, *next;
+};
+
 struct shoal_fuse {
         struct shoal_fuse_config cfg;
         char mountpoint[4096];
@@ -40,12 +49,16 @@ struct shoal_fuse {
          * their uploads (fuse_write.c). */
         pthread_mutex_t writes_mu;
         struct write_file *writes;
+        /* Read, folder and .stats handles the kernel holds (struct shoal_fuse_fh). */
+        pthread_mutex_t handles_mu;
+        struct shoal_fuse_fh *handles;
 };
 
 /* The first word of every file handle (fi->fh) says what it is. */
 #define SHOAL_FH_READ  0x52454144u /* "READ" */
 #define SHOAL_FH_WRITE 0x57524954u /* "WRIT" */
 #define SHOAL_FH_STATS 0x53544154u /* "STAT" */
+#define SHOAL_FH_DIR   0x44495220u /* "DIR " */
 
 static inline uint32_t shoal_fh_kind(const struct fuse_file_info *fi)
 {
@@ -107,6 +120,9 @@ void shoal_fuse_refuse(fuse_req_t req, uint64_t t0, int err, const char *what, c
 bool shoal_fuse_local_dir(struct shoal_fuse *f, const char *path);
 int shoal_fuse_local_dirs_list(struct shoal_fuse *f, const char *path, struct shoal_dirlist *l);
 void shoal_fuse_local_dirs_free(struct shoal_fuse *f);
+/* At teardown, after the loop ended (no worker left): frees the read, folder and .stats handles
+ * the kernel never released. */
+void shoal_fuse_handles_free(struct shoal_fuse *f);
 /* At teardown, after the loop ended: abandons the uploads of files still open for writing (the
  * kernel sends no release when the session ends first), so that none is left half-done. */
 void shoal_fuse_writes_abandon(struct shoal_fuse *f);

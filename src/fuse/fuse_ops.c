@@ -23,19 +23,20 @@
 #define STATS_NAME   ".stats"
 
 struct open_file {
-        uint32_t kind;      /* SHOAL_FH_READ */
-        pthread_mutex_t mu; /* guards obj, which a stale read replaces */
+        struct shoal_fuse_fh fh; /* SHOAL_FH_READ */
+        pthread_mutex_t mu;      /* guards obj, which a stale read replaces */
         struct shoal_object obj;
         struct shoal_stream stream; /* a hint; racing readers of one handle cost speed only */
 };
 
 struct stats_handle {
-        uint32_t kind; /* SHOAL_FH_STATS */
+        struct shoal_fuse_fh fh; /* SHOAL_FH_STATS */
         char *text;
         size_t len;
 };
 
 struct dir_handle {
+        struct shoal_fuse_fh fh; /* SHOAL_FH_DIR */
         struct shoal_dirlist *list;
         uint64_t parent_ino;
         char path[SHOAL_KEY_MAX + 1];
@@ -52,6 +53,74 @@ struct thread_buf {
 static struct shoal_fuse *fs_of(fuse_req_t req)
 {
         return fuse_req_userdata(req);
+}
+
+/* Puts H (of KIND) on the mount's list of open handles and into FI. */
+static void fh_track(struct shoal_fuse *f, struct shoal_fuse_fh *h, uint32_t kind,
+                     struct fuse_file_info *fi)
+{
+        h->kind = kind;
+        h->prev = NULL;
+        pthread_mutex_lock(&f->handles_mu);
+        h->next = f->handles;
+        if (h->next)
+                h->next->prev = h;
+        f->handles = h;
+        pthread_mutex_unlock(&f->handles_mu);
+        fi->fh = (uint64_t)(uintptr_t)h;
+}
+
+/* Takes H off the list (a release, or an open whose answer nobody took). */
+static void fh_untrack(struct shoal_fuse *f, struct shoal_fuse_fh *h)
+{
+        pthread_mutex_lock(&f->handles_mu);
+        if (h->prev)
+                h->prev->next = h->next;
+        else
+                f->handles = h->next;
+        if (h->next)
+                h->next->prev = h->prev;
+        pthread_mutex_unlock(&f->handles_mu);
+}
+
+/* Frees a handle that is off the list, whatever its kind. */
+static void fh_free(struct shoal_fuse_fh *h)
+{
+        switch (h->kind) {
+        case SHOAL_FH_READ: {
+                struct open_file *o = (struct open_file *)h;
+                pthread_mutex_destroy(&o->mu);
+                free(o);
+                break;
+        }
+        case SHOAL_FH_STATS: {
+                struct stats_handle *sh = (struct stats_handle *)h;
+                free(sh->text);
+                free(sh);
+                break;
+        }
+        case SHOAL_FH_DIR: {
+                struct dir_handle *d = (struct dir_handle *)h;
+                shoal_dirlist_put(d->list);
+                free(d);
+                break;
+        }
+        default:
+                log_error("fuse", "handle of unknown kind 0x%x not freed", h->kind);
+        }
+}
+
+void shoal_fuse_handles_free(struct shoal_fuse *f)
+{
+        unsigned n = 0;
+        while (f->handles) {
+                struct shoal_fuse_fh *h = f->handles;
+                f->handles = h->next;
+                fh_free(h);
+                n++;
+        }
+        if (n)
+                log_debug("fuse", "freed %u handles the kernel did not release before the end", n);
 }
 
 uint64_t shoal_fuse_op_begin(void)
@@ -487,7 +556,6 @@ static int open_stats(struct shoal_fuse *f, struct fuse_file_info *fi)
                 shoal_metrics_snap_free(&cur);
                 return -ENOMEM;
         }
-        h->kind = SHOAL_FH_STATS;
         pthread_mutex_lock(&f->stats_mu);
         h->text = shoal_metrics_render_stats(&cur, f->have_prev ? &f->stats_prev : NULL);
         if (f->have_prev)
@@ -502,7 +570,7 @@ static int open_stats(struct shoal_fuse *f, struct fuse_file_info *fi)
         h->len = strlen(h->text);
         /* direct_io: the kernel asks for the bytes whatever size getattr said (0). */
         fi->direct_io = 1;
-        fi->fh = (uint64_t)(uintptr_t)h;
+        fh_track(f, &h->fh, SHOAL_FH_STATS, fi);
         return 0;
 }
 
@@ -521,7 +589,11 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
                         shoal_fuse_reply_err(req, t0, -rc);
                         return;
                 }
-                fuse_reply_open(req, fi);
+                if (fuse_reply_open(req, fi) == -ENOENT) { /* interrupted: no release comes */
+                        struct shoal_fuse_fh *h = (struct shoal_fuse_fh *)(uintptr_t)fi->fh;
+                        fh_untrack(f, h);
+                        fh_free(h);
+                }
                 shoal_fuse_op_end(t0);
                 return;
         }
@@ -550,19 +622,18 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
                 shoal_fuse_reply_err(req, t0, ENOMEM);
                 return;
         }
-        h->kind = SHOAL_FH_READ;
         pthread_mutex_init(&h->mu, NULL);
         shoal_strlcpy(h->obj.key, path, sizeof(h->obj.key));
         shoal_strlcpy(h->obj.version, a.version, sizeof(h->obj.version));
         h->obj.size = a.size;
         h->obj.mtime_ns = a.mtime_ns;
-        fi->fh = (uint64_t)(uintptr_t)h;
+        fh_track(f, &h->fh, SHOAL_FH_READ, fi);
         /* Objects are immutable per version: the page cache stays valid while it is unchanged. */
         fi->keep_cache = shoal_itable_note_open(f->it, ino, a.version);
         fi->noflush = 1;
         if (fuse_reply_open(req, fi) == -ENOENT) {
-                pthread_mutex_destroy(&h->mu);
-                free(h);
+                fh_untrack(f, &h->fh);
+                fh_free(&h->fh);
         }
         shoal_fuse_op_end(t0);
 }
@@ -697,17 +768,14 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
         uint64_t t0 = shoal_fuse_op_begin();
-        if (ino == SHOAL_INO_STATS) {
-                struct stats_handle *sh = (struct stats_handle *)(uintptr_t)fi->fh;
-                free(sh->text);
-                free(sh);
-        } else if (shoal_fh_kind(fi) == SHOAL_FH_WRITE) {
+        if (shoal_fh_kind(fi) == SHOAL_FH_WRITE) {
                 shoal_fuse_release_write(req, fi, t0);
                 return;
-        } else {
-                struct open_file *h = (struct open_file *)(uintptr_t)fi->fh;
-                pthread_mutex_destroy(&h->mu);
-                free(h);
+        }
+        struct shoal_fuse_fh *h = (struct shoal_fuse_fh *)(uintptr_t)fi->fh;
+        if (h) {
+                fh_untrack(fs_of(req), h);
+                fh_free(h);
         }
         fuse_reply_err(req, 0);
         shoal_fuse_op_end(t0);
@@ -743,10 +811,10 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
         else
                 parent[0] = '\0';
         h->parent_ino = *h->path ? shoal_itable_ino_of(f->it, parent) : SHOAL_INO_ROOT;
-        fi->fh = (uint64_t)(uintptr_t)h;
+        fh_track(f, &h->fh, SHOAL_FH_DIR, fi);
         if (fuse_reply_open(req, fi) == -ENOENT) {
-                shoal_dirlist_put(h->list);
-                free(h);
+                fh_untrack(f, &h->fh);
+                fh_free(&h->fh);
         }
         shoal_fuse_op_end(t0);
 }
@@ -792,9 +860,11 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
         uint64_t t0 = shoal_fuse_op_begin();
-        struct dir_handle *h = (struct dir_handle *)(uintptr_t)fi->fh;
-        shoal_dirlist_put(h->list);
-        free(h);
+        struct shoal_fuse_fh *h = (struct shoal_fuse_fh *)(uintptr_t)fi->fh;
+        if (h) {
+                fh_untrack(fs_of(req), h);
+                fh_free(h);
+        }
         fuse_reply_err(req, 0);
         shoal_fuse_op_end(t0);
 }

@@ -1,6 +1,7 @@
 /* Session set-up, the multi-threaded loop, signals and unmount. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,7 @@ struct shoal_fuse *shoal_fuse_mount(const struct shoal_fuse_config *cfg, char *e
         pthread_mutex_init(&f->stats_mu, NULL);
         pthread_mutex_init(&f->dirs_mu, NULL);
         pthread_mutex_init(&f->writes_mu, NULL);
+        pthread_mutex_init(&f->handles_mu, NULL);
         f->it = shoal_itable_create(cfg->attr_ttl_ns);
         if (!f->it || pthread_key_create(&f->buf_key, shoal_fuse_buf_free)) {
                 snprintf(err, errlen, "out of memory");
@@ -139,12 +141,39 @@ void shoal_fuse_tune_readahead(struct shoal_fuse *f)
 
 static struct fuse_session *signalled_se;
 static volatile sig_atomic_t got_signal;
+static int kick_fds[2] = {-1, -1}; /* the handler wakes the kicker */
+static int loop_done;              /* atomic */
 
 static void on_signal(int sig)
 {
+        int saved = errno;
         got_signal = sig;
         if (signalled_se)
                 fuse_session_exit(signalled_se);
+        if (kick_fds[1] >= 0 && write(kick_fds[1], "", 1) < 0) {
+                /* full (already woken) or closed: nothing to do */
+        }
+        errno = saved;
+}
+
+/* libfuse 3.14's loop waits in sem_wait until a worker ends, and sees an exit only when a
+ * signal interrupts that wait: a signal that lands between its check of the exit flag and the
+ * wait is lost, and the mount serves on until the next request or an unmount (libfuse issue
+ * 997, fixed upstream in 2025, after the version Debian 12 ships). So once the handler has run,
+ * this thread sends the signal to the loop's thread again every 50 ms until the loop returns.
+ * It has the signals blocked, as every thread but the loop's. */
+static void *kicker(void *arg)
+{
+        pthread_t loop_thread = *(pthread_t *)arg;
+        char c;
+        while (read(kick_fds[0], &c, 1) < 0 && errno == EINTR)
+                ;
+        while (!__atomic_load_n(&loop_done, __ATOMIC_ACQUIRE)) {
+                if (got_signal)
+                        pthread_kill(loop_thread, got_signal);
+                shoal_sleep_ns(50 * 1000000ULL);
+        }
+        return NULL;
 }
 
 int shoal_fuse_loop(struct shoal_fuse *f)
@@ -164,6 +193,15 @@ int shoal_fuse_loop(struct shoal_fuse *f)
                 sigaction(sigs[i], &sa, &old_sa[i]);
                 sigaddset(&set, sigs[i]);
         }
+        pthread_t self = pthread_self(), kick_th;
+        bool kicking = false;
+        __atomic_store_n(&loop_done, 0, __ATOMIC_RELEASE);
+        if (!pipe2(kick_fds, O_CLOEXEC | O_NONBLOCK)) {
+                fcntl(kick_fds[0], F_SETFL, 0); /* the kicker blocks; the handler must not */
+                kicking = !pthread_create(&kick_th, NULL, kicker, &self);
+        }
+        if (!kicking)
+                log_warn("fuse", "no kicker thread: a signal at the loop's start may be missed");
         /* Only this thread takes the signals: the handler ends the loop that it waits in. */
         pthread_sigmask(SIG_UNBLOCK, &set, &old);
         int rc = -ENOMEM;
@@ -174,7 +212,21 @@ int shoal_fuse_loop(struct shoal_fuse *f)
                 rc = fuse_session_loop_mt(f->se, lc);
                 fuse_loop_cfg_destroy(lc);
         }
+        /* No more kicks (a late one stays pending: the signals are blocked again below, and the
+         * handler is still ours until then). */
+        __atomic_store_n(&loop_done, 1, __ATOMIC_RELEASE);
+        if (kicking) {
+                if (write(kick_fds[1], "", 1) < 0) {
+                        /* full: the kicker is awake already */
+                }
+                pthread_join(kick_th, NULL);
+        }
         pthread_sigmask(SIG_SETMASK, &old, NULL);
+        for (int i = 0; i < 2; i++) {
+                if (kick_fds[i] >= 0)
+                        close(kick_fds[i]);
+                kick_fds[i] = -1;
+        }
         for (int i = 0; i < 3; i++)
                 sigaction(sigs[i], &old_sa[i], NULL);
         signalled_se = NULL;
@@ -198,6 +250,8 @@ void shoal_fuse_destroy(struct shoal_fuse *f)
         }
         shoal_fuse_writes_abandon(f);
         pthread_mutex_destroy(&f->writes_mu);
+        shoal_fuse_handles_free(f);
+        pthread_mutex_destroy(&f->handles_mu);
         if (f->buf_key_ok)
                 pthread_key_delete(f->buf_key);
         shoal_itable_destroy(f->it);

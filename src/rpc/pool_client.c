@@ -99,12 +99,13 @@ static struct peer *peer_find_locked(struct shoal_pool *rm, const char *addr)
         return p;
 }
 
-static struct pconn *pool_get(struct shoal_pool *rm, const char *addr, bool *pooled,
+/* An idle connection to ADDR (*POOLED true), or a new one; FRESH skips the idle ones. */
+static struct pconn *pool_get(struct shoal_pool *rm, const char *addr, bool fresh, bool *pooled,
                               uint64_t deadline, int *err)
 {
         pthread_mutex_lock(&rm->mu);
         struct peer *p = peer_find_locked(rm, addr);
-        struct pconn *pc = p ? p->idle : NULL;
+        struct pconn *pc = p && !fresh ? p->idle : NULL;
         if (pc) {
                 p->idle = pc->next;
                 p->nidle--;
@@ -223,10 +224,11 @@ int shoal_pool_read(struct shoal_pool *p, const char *addr, const struct shoal_v
 {
         int rc = -EIO;
         unsigned fresh_tries = 0, corrupt_tries = 0;
+        bool fresh = false;
         for (unsigned attempt = 0; attempt < 4; attempt++) {
                 bool pooled;
                 int err = 0;
-                struct pconn *pc = pool_get(p, addr, &pooled, deadline, &err);
+                struct pconn *pc = pool_get(p, addr, fresh, &pooled, deadline, &err);
                 if (!pc)
                         return err;
                 uint32_t st = 0;
@@ -254,10 +256,13 @@ int shoal_pool_read(struct shoal_pool *p, const char *addr, const struct shoal_v
                         continue;
                 }
                 pool_put(p, addr, pc, false);
-                /* A pooled connection may have died while idle (member restarted): one fresh
-                 * connection is worth trying; a failure on a fresh one is the member's. */
+                /* A pooled connection may have died while idle (member restarted, or closing
+                 * idle connections): one fresh connection is worth trying — not another pooled
+                 * one, likely dead for the same reason; a failure on a fresh one is the
+                 * member's. */
                 if (!pooled || rc == -ETIMEDOUT || ++fresh_tries > 1)
                         return rc;
+                fresh = true;
         }
         return rc;
 }
@@ -267,7 +272,7 @@ int shoal_pool_info(struct shoal_pool *p, const char *addr, struct shoal_wire_in
 {
         bool pooled;
         int err = 0;
-        struct pconn *pc = pool_get(p, addr, &pooled, deadline, &err);
+        struct pconn *pc = pool_get(p, addr, false, &pooled, deadline, &err);
         if (!pc)
                 return err;
         uint64_t id = __atomic_add_fetch(&p->next_id, 1, __ATOMIC_RELAXED);

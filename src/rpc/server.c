@@ -473,7 +473,7 @@ static void fill_work(struct shoal_work *w)
                                            : SHOAL_ST_STORE_ERROR,
                            "fill %.60s block %u: %s", r->obj.key, r->index, strerror(-rc));
         } else if (s->cfg.cache &&
-                   !shoal_cache_open_block(s->cfg.cache, &r->hb.id, r->hb.len, &r->cb)) {
+                   !shoal_cache_open_block_again(s->cfg.cache, &r->hb.id, r->hb.len, &r->cb)) {
                 /* The fill put the block into the cache: answer from the file and give the
                  * in-memory block back at once, so slow readers do not pin fill buffers. */
                 r->cb_open = true;

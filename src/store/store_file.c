@@ -104,8 +104,17 @@ static int open_object(struct shoal_store *st, const char *key, struct stat *sb)
         if (!file_key_ok(key))
                 return -EINVAL;
         int fd = open_beneath(fs, key, O_RDONLY);
-        if (fd < 0)
-                return map_open_err(fd);
+        if (fd < 0) {
+                int mapped = map_open_err(fd);
+                /* "No such object" that was not ENOENT: say what the kernel said (a folder in
+                 * the key that is a file, a symlink loop, a symlink leading out of the store). */
+                if (mapped == -ENOENT && fd != -ENOENT)
+                        log_ratelimited(SHOAL_LOG_WARN, "store",
+                                        "%s: open beneath the store failed with %s (errno %d); "
+                                        "reported as no such object",
+                                        key, strerror(-fd), -fd);
+                return mapped;
+        }
         int rc = fstat(fd, sb) ? -EIO : S_ISREG(sb->st_mode) ? 0 : -ENOENT;
         if (rc) {
                 close(fd);

@@ -12,6 +12,8 @@ Modes (server-to-client direction unless said):
   mix     frame-aware: every connection ends cleanly after a random 1..40 read answers (so that a pooled
           client keeps making new ones), and 1 of every 30 connections is damaged at a random
           byte of a random answer, by turns cut (closed), reset (RST) or corrupted (one bit)
+  once    frame-aware: every connection ends cleanly after its first read answer (a member that
+          closes idle connections: every connection a client pools is dead when next used)
 Counts of damaged connections are printed to stdout on SIGTERM.
 """
 import os
@@ -88,8 +90,8 @@ def mix_conn(server, client, n):
     """Mode mix: both directions of one connection in this one thread (so a close or a reset
     takes effect at once: no other thread holds the sockets), answers parsed frame by frame."""
     rnd = random.Random(n)
-    life = rnd.randint(1, 40)
-    damage = ["cut", "reset", "flip"][(n // 30) % 3] if n % 30 == 0 else None
+    life = 1 if mode == "once" else rnd.randint(1, 40)
+    damage = ["cut", "reset", "flip"][(n // 30) % 3] if n % 30 == 0 and mode == "mix" else None
     hit = rnd.randint(1, life)
     k = 0
     sbuf = bytearray()
@@ -161,7 +163,7 @@ def handle(client):
     except OSError:
         client.close()
         return
-    if mode == "mix":
+    if mode in ("mix", "once"):
         mix_conn(server, client, n)
         return
     cut_at = cut_points[n % len(cut_points)] if mode == "cut" else None

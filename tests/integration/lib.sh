@@ -29,7 +29,8 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}print_stacktrace=1:halt_o
 # libfabric pulls in libinfinipath, whose load-time constructor takes SIGSEGV, SIGABRT, SIGTERM
 # and more for itself: it prints "terminated with signal N", writes a .btr file into the current
 # folder and exits 1, so ASan never sees the crash (and a SIGTERM'd client exits 1 instead of
-# dying of it). IPATH_NO_BACKTRACE leaves the signals to ASan and to their defaults.
+# dying of it). IPATH_NO_BACKTRACE leaves the signals to ASan and to their defaults. (The shoal
+# program puts them back itself, src/cli/main.c; the test programs linking libshoal do not.)
 export IPATH_NO_BACKTRACE=1
 # What counts as a report in a log or a sanitizer file.
 REPORT_RE='terminated with signal [0-9]+ at PC|ERROR: [A-Za-z]*Sanitizer|SUMMARY: [A-Za-z]*Sanitizer|[A-Za-z]*Sanitizer:DEADLYSIGNAL|runtime error:|Assertion .* failed|Segmentation fault|stack smashing detected|double free or corruption|malloc\(\): |free\(\): invalid'
@@ -148,6 +149,61 @@ scan_reports() {
   done
 }
 
+# dump_stacks PID [WHY] — writes to the test's stderr where PID is stuck, before the harness
+# kills it: each thread's state, wait channel and kernel stack, then every thread's user stack
+# (gdb), and the same for its child processes (LeakSanitizer's tracer at exit is one: while it
+# holds the threads, gdb cannot attach, and its own stack says where the leak check is).
+# SHOAL_STACK_SECS bounds each gdb (default 120 s).
+dump_stacks() {
+  local pid=$1 why=${2:-} t c
+  alive "$pid" || return 0
+  (
+    set +e +o pipefail
+    echo "=== stacks of pid $pid${why:+ ($why)}: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | head -c 300)"
+    grep -E '^(State|TracerPid|Threads):' "/proc/$pid/status" 2>/dev/null | tr '\n' ' '
+    echo
+    for t in /proc/"$pid"/task/*; do
+      echo "--- thread ${t##*/} ($(cat "$t/comm" 2>/dev/null)): state $(awk '{print $3}' "$t/stat" 2>/dev/null), wchan $(cat "$t/wchan" 2>/dev/null)"
+      head -n 8 "$t/stack" 2>/dev/null | sed 's/^/    /'
+    done
+    if command -v gdb >/dev/null; then
+      timeout "${SHOAL_STACK_SECS:-120}" gdb -p "$pid" -batch -nx -ex 'set pagination off' \
+        -ex 'thread apply all bt' </dev/null 2>&1 |
+        grep -v -E '^\[(New LWP|Thread debugging|Inferior)|^Using host libthread_db|^warning: ' | head -n 3000
+    else
+      echo "(no gdb: user stacks not shown)"
+    fi
+    for c in $(ps -o pid= --ppid "$pid" 2>/dev/null); do
+      echo "=== child $c of $pid: $(tr '\0' ' ' <"/proc/$c/cmdline" 2>/dev/null | head -c 200)"
+      for t in /proc/"$c"/task/*; do
+        echo "--- thread ${t##*/}: state $(awk '{print $3}' "$t/stat" 2>/dev/null), wchan $(cat "$t/wchan" 2>/dev/null)"
+        head -n 8 "$t/stack" 2>/dev/null | sed 's/^/    /'
+      done
+      if command -v gdb >/dev/null; then
+        timeout "${SHOAL_STACK_SECS:-120}" gdb -p "$c" -batch -nx -ex 'set pagination off' \
+          -ex 'thread apply all bt' </dev/null 2>&1 |
+          grep -v -E '^\[(New LWP|Thread debugging|Inferior)|^Using host libthread_db|^warning: ' | head -n 500
+      fi
+    done
+    # A mount whose FUSE connection lives on in another mount namespace (a copy made by
+    # `ip netns exec`, unshare -m, a container started meanwhile) is not ended by an unmount here.
+    local mp me ns seen=" "
+    me=$(readlink /proc/self/ns/mnt)
+    for t in /proc/[0-9]*; do
+      ns=$(readlink "$t/ns/mnt" 2>/dev/null) || continue
+      [ "$ns" = "$me" ] && continue
+      case $seen in *" $ns "*) continue ;; esac
+      seen+="$ns "
+      for mp in "${MOUNTS[@]:-}"; do
+        [ -n "$mp" ] && grep -q " $mp " "$t/mountinfo" 2>/dev/null &&
+          echo "=== $mp is still mounted in the mount namespace $ns of pid ${t#/proc/} ($(tr '\0' ' ' <"$t/cmdline" 2>/dev/null | head -c 150)): its FUSE connection stays open there"
+      done
+    done
+    echo "=== end of stacks of pid $pid"
+  ) >&2
+  return 0
+}
+
 # _wait_gone PID SECONDS — polls until PID has ended; 1 if it is still running.
 _wait_gone() {
   local i
@@ -156,6 +212,72 @@ _wait_gone() {
     sleep 0.05
   done
   return 1
+}
+
+# _children_work PID — the CPU ticks used so far by PID's child processes, plus one for each of
+# their threads that is runnable (so that a child waiting for a CPU counts as working). One awk
+# for all: this runs while a loaded machine is slow to start processes.
+_children_work() {
+  local c files=()
+  for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do files+=(/proc/"$c"/task/*/stat); done
+  [ ${#files[@]} -gt 0 ] || { echo 0; return 0; }
+  # (after the command name, which may hold spaces: state, then utime and stime 11 fields on)
+  awk '{ sub(/^.*\) /, ""); n += $12 + $13 + ($1 == "R") } END { print n + 0 }' "${files[@]}" 2>/dev/null ||
+    echo 0
+}
+
+# _wait_end PID SECONDS [NAME] — like _wait_gone, but a process whose exit is still at work at
+# the deadline gets more time: ASan's leak check at exit runs in a child process (LeakSanitizer's
+# tracer, which holds the threads while it scans the heap), and a report is symbolized by another
+# (llvm-symbolizer); on a loaded machine each can take longer than the deadline. While such a
+# child keeps using CPU (or waits for one), the wait goes on in 2 s steps, up to 3 × SECONDS in
+# all, and a note says so; a child that makes no progress for 2 s, or no child at all, is a hang
+# and ends the wait at once, as before.
+_wait_end() {
+  local pid=$1 secs=$2 name=${3:-pid $1} waited before now
+  _wait_gone "$pid" "$secs" && return 0
+  waited=$secs
+  before=$(_children_work "$pid")
+  while [ "$waited" -lt $((3 * secs)) ] && [ "$before" -gt 0 ]; do
+    if _wait_gone "$pid" 2; then
+      echo "note: $name ended $waited-$((waited + 2)) s after it was asked to: its exit (LeakSanitizer's check, the symbolizer) was still at work at the $secs s deadline" >&2
+      return 0
+    fi
+    waited=$((waited + 2))
+    now=$(_children_work "$pid")
+    [ "$now" -gt "$before" ] || break
+    before=$now
+  done
+  return 1
+}
+
+# _job_stopped PID — PID is stopped by a stop signal (or has one pending) and none of its threads
+# is traced.
+_job_stopped() {
+  local st key v stopped=1
+  read -r st <"/proc/$1/stat" 2>/dev/null || return 1
+  st=${st##*) }
+  [ "${st%% *}" = T ] && stopped=0
+  while read -r key v; do
+    case $key in
+      TracerPid:) [ "$v" = 0 ] || return 1 ;;
+      # SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU pending, for the process or one of its threads
+      *) (((0x$v & 0x3c0000) != 0)) && stopped=0 ;;
+    esac
+  done < <(grep -h -E '^(TracerPid|SigPnd|ShdPnd):' /proc/"$1"/task/*/status 2>/dev/null)
+  return $stopped
+}
+
+# _terminate PID — SIGTERM, preceded by SIGCONT only when PID is stopped by a stop signal. Never
+# SIGCONT otherwise: it discards every pending stop signal, among them the SIGSTOP with which
+# LeakSanitizer's tracer (PTRACE_ATTACH) stops each thread for the leak check at exit; the tracer
+# then waits for a stop that never comes and the process spins in sched_yield for good. (A SIGCONT
+# sent right after the SIGTERM lands in that window when the machine is loaded.)
+_terminate() {
+  if _job_stopped "$1"; then
+    kill -CONT "$1" 2>/dev/null || true
+  fi
+  kill -TERM "$1" 2>/dev/null || true
 }
 
 # _reap I — collects entry I's exit status into REAP_RC (127: reaped by the test itself, or not
@@ -187,7 +309,7 @@ _verdict() {
   scan_reports ${P_LOGS[$i]} "$T/san/report.$pid"
 }
 
-# stop_proc NAME [SECONDS] — SIGTERM (and SIGCONT, in case it is stopped), waits (default 30 s,
+# stop_proc NAME [SECONDS] — SIGTERM (after SIGCONT, when it is stopped), waits (default 30 s,
 # SHOAL_STOP_TIMEOUT),
 # checks its exit status and its logs; fails the test on any problem.
 stop_proc() {
@@ -204,16 +326,14 @@ _stop_entries() {
   shift
   : >"$T/stop.problems"
   for i in "$@"; do
-    if alive "${P_PID[$i]}"; then
-      kill -TERM "${P_PID[$i]}" 2>/dev/null || true
-      kill -CONT "${P_PID[$i]}" 2>/dev/null || true
-    fi
+    alive "${P_PID[$i]}" && _terminate "${P_PID[$i]}"
   done
   for i in "$@"; do
     how=term
-    if ! _wait_gone "${P_PID[$i]}" "$secs"; then
+    if ! _wait_end "${P_PID[$i]}" "$secs" "${P_KIND[$i]} ${P_NAME[$i]}"; then
       echo "${P_KIND[$i]} ${P_NAME[$i]} (pid ${P_PID[$i]}) did not end within $secs s of SIGTERM" \
-        >>"$T/stop.problems"
+        "(its stacks are above)" >>"$T/stop.problems"
+      dump_stacks "${P_PID[$i]}" "${P_NAME[$i]}: still running $secs s after SIGTERM"
       kill -9 "${P_PID[$i]}" 2>/dev/null || true
       how=killed
     fi
@@ -241,7 +361,10 @@ kill9() {
 wait_proc() {
   local i
   i=$(_entry "$1")
-  _wait_gone "${P_PID[$i]}" "${2:-60}" || fail "$1 did not end within ${2:-60} s"
+  if ! _wait_end "${P_PID[$i]}" "${2:-60}" "$1"; then
+    dump_stacks "${P_PID[$i]}" "$1: still running after ${2:-60} s"
+    fail "$1 did not end within ${2:-60} s (its stacks are above)"
+  fi
   _reap "$i"
   EXIT_RC=$REAP_RC
   P_STATE[$i]=done
@@ -329,6 +452,22 @@ trap cleanup EXIT
 make_object() {
   mkdir -p "$(dirname "$1")"
   head -c "$2" /dev/urandom >"$1"
+}
+
+# make_objects DIR — one "SIZE PATH" line on stdin per object (PATH relative to DIR, spaces
+# allowed): random content, all made by one process (make_object costs two processes an object,
+# which a loaded machine turns into minutes for a few hundred objects).
+make_objects() {
+  python3 -c '
+import os, sys
+root = os.fsencode(sys.argv[1])
+for line in sys.stdin.buffer:
+    size, _, path = line.rstrip(b"\n").partition(b" ")
+    p = os.path.join(root, path)
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    with open(p, "wb") as f:
+        f.write(os.urandom(int(size)))
+' "$1" || fail "make_objects $1 failed"
 }
 
 # expect_exit CODE CMD... — runs CMD, checks its exit code, keeps stderr in $T/last.err.
@@ -486,11 +625,28 @@ metric() {
   echo "${v%.0}"
 }
 
+# fuse_isolate — (root) makes $T a shared mount of its own, once, so that the FUSE mounts made
+# under it propagate their unmount into copies of them: a mount namespace made while one of
+# them is mounted (`ip netns exec` in another test, a service started meanwhile) holds a copy
+# that keeps the FUSE connection, and with it the mount's process, alive after the test
+# unmounts it; a copy made as a slave (as `ip netns exec` makes them) now leaves with the
+# original. (A host whose / is shared, as systemd makes it, behaves so anyway; a container whose
+# mounts are private does not.) Undone at the end, before $T is removed.
+FUSE_ISOLATED=
+fuse_isolate() {
+  [ -z "$FUSE_ISOLATED" ] && [ "$(id -u)" -eq 0 ] || return 0
+  FUSE_ISOLATED=1
+  mount --bind "$T" "$T" || fail "cannot bind-mount $T onto itself"
+  AT_EXIT+=("umount -l '$T'")
+  mount --make-shared "$T" || fail "cannot make $T a shared mount"
+}
+
 # need_fuse — skips the test (77) unless it runs as root with /dev/fuse and fusermount3.
 need_fuse() {
   [ "$(id -u)" -eq 0 ] || skip "FUSE tests need root"
   [ -c /dev/fuse ] || skip "no /dev/fuse"
   command -v fusermount3 >/dev/null || skip "no fusermount3"
+  fuse_isolate
 }
 
 # start_mount NAME STORAGE MOUNTPOINT FLAGS... — a `shoal mount` in the background (PID in
@@ -498,6 +654,7 @@ need_fuse() {
 start_mount() {
   local name=$1 storage=$2 mp=$3
   shift 3
+  fuse_isolate
   mkdir -p "$mp"
   "$SHOAL" mount "$storage" "$mp" --cache-dir "$T/$name.cache" --log-file "$T/$name.log" \
     --log-level debug "$@" 2>>"$T/$name.err" &
@@ -586,7 +743,10 @@ wait_exit() {
     wait_proc "${P_NAME[$i]}" "${2:-20}"
     return 0
   fi
-  _wait_gone "$1" "${2:-20}" || fail "process $1 did not end within ${2:-20} s"
+  if ! _wait_end "$1" "${2:-20}"; then
+    dump_stacks "$1" "still running after ${2:-20} s"
+    fail "process $1 did not end within ${2:-20} s (its stacks are above)"
+  fi
   EXIT_RC=0
   wait "$1" || EXIT_RC=$?
   # Reaped here, its status now the caller's: the end of the test only scans for reports.
@@ -597,9 +757,12 @@ wait_exit() {
 # stop_mount NAME MOUNTPOINT — `shoal umount`, then the mount process must end with 0 and
 # without reports (leaks included) in its logs.
 stop_mount() {
-  "$SHOAL" umount "$2" || fail "shoal umount $2 failed"
   local pid
   pid=$(eval "echo \$PID_$1")
+  if ! "$SHOAL" umount "$2"; then
+    dump_stacks "$pid" "mount $1 after shoal umount failed"
+    fail "shoal umount $2 failed"
+  fi
   wait_exit "$pid"
   [ "$EXIT_RC" -eq 0 ] || fail "mount $1 exited with $EXIT_RC: $(tail -n 5 "$T/$1.err")"
 }

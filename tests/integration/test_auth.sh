@@ -128,7 +128,8 @@ grep -q "does not ask for the group secret" "$T/last.err" || fail "no reason log
 fooled=0
 for i in $(seq 0 $((N - 1))); do
   "$SHOAL" cat "$S" "s/o$i" --meta "$META" --cache-group g --no-sharing --cache-size 0 \
-    --log-level error >"$T/out" 2>/dev/null || fail "control read s/o$i failed"
+    --log-level error >"$T/out" 2>"$T/control.err" ||
+    fail "control read s/o$i failed: $(cat "$T/control.err")"
   if ! cmp -s "$T/out" "$STORE/s/o$i"; then
     [ "$(tr -d 'A' <"$T/out" | wc -c)" -eq 0 ] || fail "control: s/o$i neither exact nor forged"
     fooled=$((fooled + 1))

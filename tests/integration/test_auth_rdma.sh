@@ -51,12 +51,17 @@ ip -n "$NS" addr add 10.203.0.1/24 dev "va-$$"
 ip -n "$NS" link set "va-$$" up
 ip -n "$NS" link set "vb-$$" up
 ip -n "$NS" link set lo up
-expect_exit 2 ip netns exec "$NS" "$SHOAL" serve "$S" --cache-dir "$T/x.cache" \
+# Commands run in a namespace through nsenter --net, not `ip netns exec`: that one makes a new
+# mount namespace, a copy of every mount of the machine, FUSE mounts of tests running alongside
+# included; a copy keeps its FUSE connection alive after the test that made it unmounts it, so
+# that mount's process outlives `shoal umount` for as long as the command here runs.
+IN_NS=(nsenter --net="/var/run/netns/$NS" --)
+expect_exit 2 "${IN_NS[@]}" "$SHOAL" serve "$S" --cache-dir "$T/x.cache" \
   --meta "sqlite3://$T/x.db" --cache-group gx --group-ip 127.0.0.1 --rdma-network "va-$$"
 grep -q "refusing to listen for RDMA on va-$$ (10.203.0.1) without a group secret" "$T/last.err" ||
   fail "RDMA beyond loopback without a secret: $(cat "$T/last.err")"
 [ "$(grep -c '' "$T/last.err")" -eq 1 ] || fail "more than one line: $(cat "$T/last.err")"
-ip netns exec "$NS" "$SHOAL" serve "$S" --cache-dir "$T/v.cache" --meta "sqlite3://$T/x.db" \
+"${IN_NS[@]}" "$SHOAL" serve "$S" --cache-dir "$T/v.cache" --meta "sqlite3://$T/x.db" \
   --cache-group gx --group-ip 127.0.0.1 --rdma-network "va-$$" --group-secret-file "$T/secret" \
   --log-file "$T/v.log" 2>"$T/v.err" &
 PID_v=$!

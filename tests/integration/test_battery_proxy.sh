@@ -64,4 +64,21 @@ echo "  $damaged damaged connections (cut $cuts, reset $resets, corrupted $flips
   "$fb reads fell back to the store, 0 errors, 0 wrong bytes"
 # Fallbacks are fine, but the transport must still carry nearly everything.
 [ $((fb * 50)) -le "$READS" ] || fail "$fb fallbacks in $READS reads: the transport hardly works"
+
+echo "== a member that closes every connection after one answer: no fallback"
+# Every connection the client pools is dead when next used: a read that meets one retries on a
+# fresh connection, never on another pooled one (dead for the same reason), so no read falls
+# back. (A generous deadline: a fallback here must mean a retry went wrong, not a slow machine.)
+start_bg proxy1 -- python3 "$HERE/faultproxy.py" "$PP" "127.0.0.1:$RPORT" once
+start_bg fake2 -- python3 "$HERE/fakemember.py" "$T/meta.db" g "127.0.0.1:$PP" "$S" 65536
+wait_members "$META" g 2
+SHOAL_REMOTE_TIMEOUT=30s readers once "$S" --verify-dir "$STORE" "${G[@]}" --threads 8 \
+  --reads 3000 --buffer-blocks 16 --seconds 300 --log-file "$T/once.log" --log-level warn
+echo "  readers: $(grep '^result' "$T/once.out" | cut -d' ' -f2-)"
+stop_proc fake2
+stop_proc proxy1
+echo "  proxy: $(cat "$T/proxy1.out")"
+[ "$(result_field once remote)" -ge 2000 ] || fail "only $(result_field once remote) reads went to the proxy"
+[ "$(result_field once fallbacks)" -eq 0 ] ||
+  fail "$(result_field once fallbacks) reads fell back: a retry took another dead pooled connection"
 echo "PASS test_battery_proxy"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # shoal cat on one node [C8, D2, L1-L3, L5]: byte-exact reads, the second read from the cache, a
 # restart keeps the cache, corruption is caught and refetched, the size limit holds, a full disk
-# makes misses, and bad input is one line with exit 2.
+# makes misses, and bad input is one line with exit 2; a key the store cannot resolve (a symlink
+# out of it, a loop, a file used as a folder) is "no such object" with the kernel's reason logged.
 . "$(dirname "$0")/lib.sh"
 
 STORE=$T/store
@@ -93,6 +94,24 @@ expect_exit 2 "$SHOAL" cat "nope://x" big.bin $C
 expect_exit 2 "$SHOAL" cat "file://$STORE" ../etc/passwd $C
 expect_exit 1 "$SHOAL" cat "file://$STORE" missing.bin $C
 grep -q "no such object" "$T/last.err" || fail "missing object message"
+[ "$(wc -l <"$T/last.err")" -eq 1 ] || fail "a plain missing object is one line: $(cat "$T/last.err")"
+
+# 10. Keys the store's root refuses to resolve are "no such object" too, and the kernel's own
+# reason is logged with it: a symlink leading out of the store (EXDEV), a symlink loop (ELOOP),
+# a file used as a folder (ENOTDIR).
+echo secret >"$T/outside.txt"
+ln -s ../../outside.txt "$STORE/dir/escape"
+ln -s loop "$STORE/loop"
+for k in "dir/escape:Invalid cross-device link (errno 18)" \
+  "loop:Too many levels of symbolic links (errno 40)" \
+  "dir/sub/small.txt/x:Not a directory (errno 20)"; do
+  key=${k%%:*}
+  expect_exit 1 "$SHOAL" cat "file://$STORE" "$key" $C
+  grep -q "^shoal cat: $key: no such object" "$T/last.err" || fail "$key: $(cat "$T/last.err")"
+  grep -q "store: $key: open beneath the store failed with ${k#*:}; reported as no such object" \
+    "$T/last.err" || fail "$key: the kernel's reason is not logged: $(cat "$T/last.err")"
+done
+rm "$STORE/dir/escape" "$STORE/loop"
 expect_exit 2 "$SHOAL" nosuchcommand
 expect_exit 0 "$SHOAL" cat --help
 grep -q -- "--cache-dir" "$T/last.out" || fail "help lacks --cache-dir"

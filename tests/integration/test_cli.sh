@@ -89,6 +89,20 @@ expect_exit 2 "$SHOAL" bench "$S" --meta "$META" --cache-group g1 --transports r
 grep -q "needs --rdma-network" "$T/last.err" || fail "$(cat "$T/last.err")"
 expect_exit 2 "$SHOAL" bench "$S" --meta "$META" --cache-group g1 --transports tcp,tcp
 
+echo "== a data tool stopped with SIGTERM dies of it, whatever libfabric's libraries install"
+# (IPATH_NO_BACKTRACE unset, as for a user: libinfinipath's constructor takes SIGTERM and exits 1,
+# leaving a .btr file in the current folder)
+mkdir -p "$T/cwd"
+(cd "$T/cwd" && exec env -u IPATH_NO_BACKTRACE "$SHOAL" bench "$S" --meta "$META" \
+  --cache-group g1 --threads 2 --duration 60s >"$T/bench3.out" 2>"$T/bench3.err") &
+track bench3 $! client
+wait_for grep -q "^t=1s" "$T/bench3.out" || fail "bench did not start: $(cat "$T/bench3.err")"
+grep -q IPATH_NO_BACKTRACE "/proc/$PID_bench3/environ" && fail "IPATH_NO_BACKTRACE is set"
+kill -TERM "$PID_bench3"
+wait_proc bench3 20
+[ "$EXIT_RC" -eq 143 ] || fail "bench stopped with SIGTERM exited $EXIT_RC, not 143: $(cat "$T/bench3.err")"
+[ -z "$(ls -A "$T/cwd")" ] || fail "bench left files in its folder: $(ls -A "$T/cwd")"
+
 echo "== bench stops within seconds when the last member leaves"
 "$SHOAL" bench "$S" --meta "$META" --cache-group g1 --threads 2 --duration 60s \
   >"$T/bench2.out" 2>"$T/bench2.err" &
@@ -175,6 +189,7 @@ grep -q "ERROR.*cannot open" "$T/bad.log" || fail "the log does not say why"
 
 if [ "$(id -u)" -eq 0 ] && [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
   echo "== mount -d: returns with the mount live, default log /var/log/shoal.log (root)"
+  fuse_isolate
   MNT=$T/mnt
   mkdir -p "$MNT"
   MOUNTS+=("$MNT")

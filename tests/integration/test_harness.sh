@@ -10,14 +10,37 @@ LIB=$(cd "$(dirname "$0")" && pwd)/lib.sh
 # A sanitized helper that misbehaves on demand, built with the flags of the test build.
 cat >"$T/bad.c" <<'EOF'
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t stop;
 static void on_term(int sig) { (void)sig; stop = 1; }
+
+/* Once asked to stop, vfork a child that sleeps 3 s: this thread waits for it in the kernel
+ * and cannot take the SIGSTOP of LeakSanitizer's tracer until then, so the leak check at exit
+ * stays attached and waiting for 3 s. */
+static volatile sig_atomic_t vforking;
+static void *vforker(void *arg)
+{
+        while (!stop)
+                usleep(1000);
+        vforking = 1;
+        pid_t c = vfork();
+        if (c == 0) {
+                struct timespec ts = {3, 0};
+                nanosleep(&ts, NULL);
+                _exit(0);
+        }
+        if (c > 0)
+                waitpid(c, NULL, 0);
+        return arg;
+}
 
 int main(int argc, char **argv)
 {
@@ -36,6 +59,9 @@ int main(int argc, char **argv)
         }
         if (!strcmp(what, "abort"))
                 abort();
+        pthread_t th;
+        if (!strcmp(what, "leak-vfork") && pthread_create(&th, NULL, vforker, NULL))
+                return 3;
         if (!strcmp(what, "ignore-term"))
                 signal(SIGTERM, SIG_IGN);
         else
@@ -44,7 +70,12 @@ int main(int argc, char **argv)
         fflush(stdout);
         while (!stop)
                 pause();
-        if (!strcmp(what, "leak")) {
+        if (!strcmp(what, "leak-vfork")) {
+                while (!vforking)
+                        usleep(1000);
+                usleep(200000); /* into the vfork */
+        }
+        if (!strncmp(what, "leak", 4)) {
                 char *p = malloc(1);
                 p[0] = 1;
                 p = NULL;
@@ -53,7 +84,7 @@ int main(int argc, char **argv)
 }
 EOF
 cc -std=gnu17 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined \
-  -fno-omit-frame-pointer "$T/bad.c" -o "$T/bad" || fail "cannot build the helper"
+  -fno-omit-frame-pointer -pthread "$T/bad.c" -o "$T/bad" || fail "cannot build the helper"
 
 # case NAME WANT_RC BODY — runs BODY as a test script built on lib.sh; its exit status must be
 # WANT_RC (0, 1 or 77) and a failing run must say why on stderr.
@@ -79,6 +110,14 @@ grep -q "LeakSanitizer" "$T/case$n.out" || fail "leak: the report is not shown"
 echo "== a leak in a process stopped mid-test with stop_proc: fail at once"
 case_ leak-stop 1 'bg member leak; stop_proc p; echo NOT-REACHED'
 grep -q NOT-REACHED "$T/case$n.out" && fail "stop_proc did not fail at once"
+grep -q "LeakSanitizer" "$T/case$n.out" || fail "leak-stop: the report is not shown"
+echo "== a leak check at exit already under way when the harness stops the process: fail with"
+echo "   the report (a SIGCONT from the harness would discard the tracer's SIGSTOP and hang it)"
+case_ leak-tracing 1 'STOP_SECS=15; bg member leak-vfork; kill -TERM "$PID_p"
+traced() { grep -q -E "^TracerPid:[[:space:]]*[1-9]" /proc/"$PID_p"/task/*/status; }
+wait_until 20 traced || fail "no leak check seen"'
+grep -q "LeakSanitizer" "$T/case$n.out" || fail "leak-tracing: the report is not shown"
+grep -q "did not end" "$T/case$n.out" && fail "leak-tracing: the leak check hung"
 echo "== ASan report in a foreground command with stderr thrown away: fail"
 case_ asan-fg 1 '"$BAD" asan 2>/dev/null || true'
 echo "== UBSan overflow in a foreground command with stderr thrown away: fail"
@@ -92,6 +131,13 @@ echo "== the same kill through kill9: pass"
 case_ kill9 0 'bg member clean; kill9 p'
 echo "== a process that ignores SIGTERM: fail"
 case_ ignore-term 1 'STOP_SECS=2; bg member ignore-term'
+echo "   ... and its thread stacks are in the test's output before it is killed"
+grep -q "=== stacks of pid" "$T/case$n.out" || fail "ignore-term: no stack dump"
+grep -q -E "^#[0-9]+ .* in (__GI___)?pause|^#[0-9]+ .* in main \\(" "$T/case$n.out" ||
+  fail "ignore-term: the dump has no user stack: $(grep -A 20 '=== stacks' "$T/case$n.out" | head -n 30)"
+echo "== a process that does not end when waited for: fail, with its stacks"
+case_ wait-hang 1 'bg helper ignore-term; wait_proc p 1'
+grep -q "=== stacks of pid" "$T/case$n.out" || fail "wait-hang: no stack dump"
 echo "== a member stopped by SIGSTOP at the end still gets SIGTERM: pass"
 case_ stopped 0 'bg member clean; kill -STOP "$PID_p"'
 echo "== fail() in a subshell that the test ignores: fail"

@@ -104,7 +104,10 @@ echo "== fork after reads: parent, children and a grandchild read byte-exact"
 # Then 40 quick forks while the client's group agent beats every millisecond: without the fork
 # gate about one child in four hangs in SQLite's allocator mutex, copied held from the agent.
 SHOAL_GROUP_HEARTBEAT=1ms "$T/fork_reads" "$S" "$STORE" -c 4 -r 2 -f 40 "${OPTS[@]}" \
-  >"$T/fork.out" 2>"$T/fork.err" || fail "fork_reads: $(grep -v '^    #' "$T/fork.err" | tail -n 8)"
+  >"$T/fork.out" 2>"$T/fork.err" || {
+  cat "$T/fork.err" >&2 # (a hung child's stacks included)
+  fail "fork_reads: $(grep -v -E '^    #|^#[0-9]' "$T/fork.err" | tail -n 8)"
+}
 cat "$T/fork.out"
 if grep -q -E 'Sanitizer|runtime error' "$T/fork.err"; then
   fail "fork_reads: $(grep -m 3 -E 'Sanitizer|runtime error' "$T/fork.err")"

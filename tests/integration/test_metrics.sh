@@ -6,7 +6,7 @@
 # within 1%; `shoal stats` against a member prints its sections with non-zero rates during a
 # read, and against a mount when `shoal mount` works here; the endpoint holds its bounds (large,
 # silent and wrong requests); `shoal cat` opens an endpoint only when asked; bad flags exit 2, a
-# missing source exits 1.
+# missing source exits 1; an owner counts one blockcache miss per cold block (not two).
 . "$(dirname "$0")/lib.sh"
 export SHOAL_GROUP_TIMEOUT=3s SHOAL_GROUP_HEARTBEAT=200ms
 PROMPARSE="$(dirname "$0")/promparse.py"
@@ -249,10 +249,37 @@ assert b"mount_iorpc_inflight" in ask(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1
 print("  404, 405, 400, HEAD, HTTP/1.0, 431 and a silent client (dropped after %.1f s) ok" % dt)
 PY
 
+echo "== an owner counts one blockcache miss per cold block, one hit per warm one"
+# (its disk lookup and its fill's second look are one request: one miss, not two)
+start_member h "$S" --meta "sqlite3://$T/h.db" --cache-group gh --group-ip 127.0.0.1 "${BS[@]}" \
+  --metrics "127.0.0.1:$(free_port)"
+wait_members "sqlite3://$T/h.db" gh 1
+AH=$(metrics_addr h)
+nblocks=0
+for i in $(seq 0 $((NOBJ - 1))); do
+  nblocks=$((nblocks + ($(stat -c %s "$STORE/data/f$i") + 1048575) / 1048576))
+done
+for pass in cold warm; do
+  for i in $(seq 0 $((NOBJ - 1))); do
+    "$SHOAL" cat "$S" "data/f$i" --meta "sqlite3://$T/h.db" --cache-group gh --no-sharing \
+      --cache-size 0 "${BS[@]}" --log-level error >"$T/out" || fail "cat data/f$i ($pass)"
+    cmp -s "$T/out" "$STORE/data/f$i" || fail "data/f$i differs ($pass)"
+  done
+  miss=$(metric "$AH" blockcache_miss)
+  hits=$(metric "$AH" blockcache_hits)
+  echo "  after the $pass pass over $nblocks blocks: blockcache_miss $miss, blockcache_hits $hits"
+  [ "$miss" -eq "$nblocks" ] || fail "$pass: blockcache_miss $miss for $nblocks cold blocks"
+  want_hits=0
+  [ "$pass" = warm ] && want_hits=$nblocks
+  [ "$hits" -eq "$want_hits" ] || fail "$pass: blockcache_hits $hits, want $want_hits"
+done
+stop_proc h
+
 echo "== shoal stats against a mount"
 mount_ok=0
 if [ -e /dev/fuse ] && command -v fusermount3 >/dev/null &&
   "$SHOAL" mount --help >/dev/null 2>&1; then
+  fuse_isolate
   mkdir -p "$T/mnt"
   if timeout 20 "$SHOAL" mount "$S" "$T/mnt" -d --meta "$META" --cache-group $G --no-sharing \
     --cache-size 0 "${BS[@]}" --log-file "$T/mount.log" >"$T/mount.out" 2>&1; then

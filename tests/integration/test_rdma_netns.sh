@@ -29,6 +29,12 @@ for k in 1 2 3; do
 done
 ip -n "$NSC" link set lo up
 ip -n "$NSM" link set lo up
+# Commands run in a namespace through nsenter --net, not `ip netns exec`: that one makes a new
+# mount namespace, a copy of every mount of the machine, FUSE mounts of tests running alongside
+# included; a copy keeps its FUSE connection alive after the test that made it unmounts it, so
+# that mount's process outlives `shoal umount` for as long as the command here runs.
+IN_C=(nsenter --net="/var/run/netns/$NSC" --)
+IN_M=(nsenter --net="/var/run/netns/$NSM" --)
 # An interface without IPv4, for the start-up check.
 ip link add "nx-$SUF" netns "$NSC" type veth peer name "ny-$SUF" netns "$NSC" || fail "veth"
 ip -n "$NSC" link set "nx-$SUF" up
@@ -42,11 +48,11 @@ chmod 600 "$T/secret"
 COMMON=(--meta "$META" --cache-group g1 --group-secret-file "$T/secret")
 
 echo "== start-up: an interface without IPv4 ends the start with one line [M3]"
-expect_exit 2 ip netns exec "$NSC" "$SHOAL" cat "$S" d/o0 "${COMMON[@]}" --rdma-network "nx-$SUF"
+expect_exit 2 "${IN_C[@]}" "$SHOAL" cat "$S" d/o0 "${COMMON[@]}" --rdma-network "nx-$SUF"
 grep -q "rdma-network nx-$SUF: it has no IPv4 address" "$T/last.err" || fail "no-IPv4: $(cat "$T/last.err")"
 
 echo "== a member on two RDMA interfaces, TCP on a third"
-ip netns exec "$NSM" "$SHOAL" serve "$S" --cache-dir "$T/m.cache" --log-file "$T/m.log" \
+"${IN_M[@]}" "$SHOAL" serve "$S" --cache-dir "$T/m.cache" --log-file "$T/m.log" \
   --log-level debug "${COMMON[@]}" --group-ip 10.201.3.2 --rdma-network "m1-$SUF:m2-$SUF" \
   --metrics 127.0.0.1:19599 2>>"$T/m.err" &
 track m $! member "$T/m.log" "$T/m.err"
@@ -54,7 +60,7 @@ wait_members "$META" g1 1
 grep -q "rdma listening on 10.201.1.2:" "$T/m.log" && grep -q "rdma listening on 10.201.2.2:" "$T/m.log" ||
   fail "member does not listen on both interfaces"
 mmetric() { # mmetric NAME — a counter of the member
-  ip netns exec "$NSM" python3 -c 'import sys,urllib.request
+  "${IN_M[@]}" python3 -c 'import sys,urllib.request
 for l in urllib.request.urlopen("http://127.0.0.1:19599/metrics", timeout=5).read().decode().splitlines():
     f = l.split()
     if f and (f[0] == sys.argv[1] or f[0].startswith(sys.argv[1] + "{")):
@@ -64,7 +70,7 @@ for l in urllib.request.urlopen("http://127.0.0.1:19599/metrics", timeout=5).rea
 echo "== two interfaces: byte-exact, traffic on both, no request split [M2]"
 for round in 1 2; do
   for i in $(seq 0 7); do
-    ip netns exec "$NSC" "$SHOAL" cat "$S" "d/o$i" "${COMMON[@]}" --no-sharing --cache-size 0 \
+    "${IN_C[@]}" "$SHOAL" cat "$S" "d/o$i" "${COMMON[@]}" --no-sharing --cache-size 0 \
       --rdma-network "c1-$SUF:c2-$SUF" --log-file "$T/c.log" --log-level info --summary \
       >"$T/out" 2>>"$T/c.sum" ||
       fail "read d/o$i failed"
@@ -85,7 +91,7 @@ echo "  interface bytes: m1 $if0, m2 $if1; $ops writes for $reqs requests"
 [ "$ops" -eq "$reqs" ] || fail "a request was split or answered twice ($ops writes, $reqs requests)"
 
 echo "== RDMA interfaces down mid-read: no read error, TCP carries; back up: RDMA again [M4]"
-ip netns exec "$NSC" "$SHOAL" bench "$S" "${COMMON[@]}" --rdma-network "c1-$SUF:c2-$SUF" --threads 4 \
+"${IN_C[@]}" "$SHOAL" bench "$S" "${COMMON[@]}" --rdma-network "c1-$SUF:c2-$SUF" --threads 4 \
   --duration 16s --warm --prefix d/ --log-level info --log-file "$T/b.log" >"$T/b.out" 2>&1 &
 track bench $! client "$T/b.log"
 # Take the interfaces down once RDMA carries the bench's reads.

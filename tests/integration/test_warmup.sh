@@ -44,6 +44,7 @@ expect_exit 2 "$SHOAL" warmup --storage "$S" --threads 0
 
 echo "== warmup of a mount path"
 if [ "$(id -u)" -eq 0 ] && [ -e /dev/fuse ] && command -v fusermount3 >/dev/null; then
+  fuse_isolate
   mkdir -p "$T/mnt"
   "$SHOAL" mount "$S" "$T/mnt" --meta "$META" --cache-group g2 --no-sharing --cache-size 0 \
     --log-file "$T/mount.log" -d || fail "mount failed"

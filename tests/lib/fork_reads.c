@@ -118,8 +118,29 @@ static int read_everything(void)
         return 0;
 }
 
-/* Waits up to DEADLINE seconds for PID; kills it (and fails) past that. Returns its exit
- * status. */
+/* Writes every thread's stack of PID to stderr (gdb, bounded to 120 s), so that a hung child
+ * says which lock it waits for before it is killed. */
+static void dump_stacks(pid_t pid)
+{
+        char p[16];
+        snprintf(p, sizeof(p), "%d", (int)pid);
+        fprintf(stderr, "=== stacks of pid %d:\n", (int)pid);
+        fflush(stderr);
+        pid_t g = fork();
+        if (g == 0) {
+                dup2(2, 1);
+                execlp("timeout", "timeout", "120", "gdb", "-p", p, "-batch", "-nx", "-ex",
+                       "set pagination off", "-ex", "thread apply all bt", (char *)NULL);
+                _exit(127);
+        }
+        int st;
+        if (g > 0)
+                waitpid(g, &st, 0);
+        fprintf(stderr, "=== end of stacks of pid %d\n", (int)pid);
+}
+
+/* Waits up to DEADLINE seconds for PID; past that, dumps its stacks and kills it (a failure).
+ * Returns its exit status. */
 static int wait_child(pid_t pid, int deadline)
 {
         time_t end = time(NULL) + deadline;
@@ -133,6 +154,7 @@ static int wait_child(pid_t pid, int deadline)
                 if (time(NULL) > end) {
                         fprintf(stderr, "fork_reads: child %d hung for %d s: killed\n", (int)pid,
                                 deadline);
+                        dump_stacks(pid);
                         kill(pid, SIGKILL);
                         waitpid(pid, &st, 0);
                         return 254;

@@ -5,6 +5,9 @@
  *   shoal_readers STORAGE --meta URL --cache-group G --verify-dir DIR [options]
  *     --block-size BYTES   the group's block size (default 4 MiB)
  *     --threads N          concurrent readers (default 16)
+ *     --prefix P           read only the objects whose keys start with P (default: all)
+ *     --exclude P          leave out the objects whose keys start with P
+ *     --endpoint URL       S3 endpoint for s3:// storage
  *     --all                read every block of every object once (a verification pass), then stop
  *     --reads N            stop after N reads in all (random blocks)
  *     --seconds S          stop after S seconds (default 600, a bound for every mode)
@@ -204,7 +207,7 @@ int main(int argc, char **argv)
         struct run r = {.max_reads = 0};
         unsigned threads = 16, buffer_blocks = 0;
         uint64_t seconds = 600;
-        const char *log_file = NULL, *log_level = "warn";
+        const char *log_file = NULL, *log_level = "warn", *prefix = "", *exclude = NULL;
         char cache_dir[] = "/tmp/shoal-readers.XXXXXX";
 
         if (argc < 2 || argv[1][0] == '-')
@@ -226,6 +229,12 @@ int main(int argc, char **argv)
                         cfg.meta_url = v;
                 } else if (!strcmp(a, "--cache-group")) {
                         cfg.cache_group = v;
+                } else if (!strcmp(a, "--prefix")) {
+                        prefix = v;
+                } else if (!strcmp(a, "--exclude")) {
+                        exclude = v;
+                } else if (!strcmp(a, "--endpoint")) {
+                        cfg.endpoint = v;
                 } else if (!strcmp(a, "--verify-dir")) {
                         r.verify_dir = v;
                 } else if (!strcmp(a, "--block-size")) {
@@ -278,7 +287,12 @@ int main(int argc, char **argv)
                 return code;
         }
         r.node = node;
-        int rc = shoal_store_list_objects(node->store, "", 1000000, &r.objs, &r.nobjs);
+        int rc = shoal_store_list_objects(node->store, prefix, 1000000, &r.objs, &r.nobjs);
+        size_t kept = 0;
+        for (size_t i = 0; !rc && i < r.nobjs; i++)
+                if (!exclude || strncmp(r.objs[i].key, exclude, strlen(exclude)))
+                        r.objs[kept++] = r.objs[i];
+        r.nobjs = kept;
         if (rc || !r.nobjs) {
                 fprintf(stderr, "shoal_readers: no objects to read (%s)\n", strerror(-rc));
                 goto out;
