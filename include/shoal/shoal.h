@@ -77,9 +77,10 @@ SHOAL_API int shoal_options_set_secret(struct shoal_options *o, const void *secr
 struct shoal_client;
 
 /* Opens a client of the object store STORAGE (file:///dir, s3://bucket[/prefix]) with settings O
- * (NULL: defaults), joining the cache group if O names one. Returns NULL with errno set
- * (EINVAL: a bad setting, the message says which; EIO or another errno: a runtime failure such
- * as an unreachable registry) and the message in shoal_errmsg(). */
+ * (NULL: defaults), joining the cache group if O names one. The first open of a process reads
+ * the environment variables shoal takes (docs/operations.md). Returns NULL with errno set
+ * (EINVAL: a bad setting or environment variable, the message says which; EIO or another errno:
+ * a runtime failure such as an unreachable registry) and the message in shoal_errmsg(). */
 SHOAL_API struct shoal_client *shoal_client_open(const char *storage,
                                                  const struct shoal_options *o);
 

@@ -190,23 +190,25 @@ SHOAL_API struct shoal_client *shoal_client_open(const char *storage, const stru
                 errno = ENOMEM;
                 return NULL;
         }
+        /* Inside the gate: a fork waits until the environment is read and the node started. */
+        bool t = shoal_fork_gate_enter();
         int rc = lib_config_build(&c->cfg, storage, o);
         if (rc)
                 goto out_free;
         setup_log(&c->cfg);
         pthread_mutex_init(&c->mu, NULL);
-        bool t = shoal_fork_gate_enter();
         c->gen = c->open_gen = c->files_gen = __atomic_load_n(&fork_gen, __ATOMIC_ACQUIRE);
         c->node = node_start(c, false, &rc);
-        shoal_fork_gate_exit(t);
         if (!c->node)
                 goto out_config;
+        shoal_fork_gate_exit(t);
         return c;
 
 out_config:
         pthread_mutex_destroy(&c->mu);
         lib_config_free(&c->cfg);
 out_free:
+        shoal_fork_gate_exit(t);
         free(c);
         errno = -rc;
         return NULL;

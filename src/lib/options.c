@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "common/block.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "lib/lib.h"
@@ -329,6 +330,12 @@ static const char *own(struct lib_config *cfg, int slot, const char *s, int *rc)
 int lib_config_build(struct lib_config *cfg, const char *storage, const struct shoal_options *o)
 {
         memset(cfg, 0, sizeof(*cfg));
+        /* The environment is read by the first open; a bad variable fails this open, and only
+         * it: the host process carries on. */
+        char err[1024];
+        int erc = shoal_config_ensure(err, sizeof(err));
+        if (erc)
+                return lib_fail(erc, "%s", err);
         if (!storage || !*storage)
                 return lib_fail(-EINVAL, "missing storage (e.g. file:///data or s3://bucket)");
         if (val(o, LOPT_RDMA_PROVIDER) && !val(o, LOPT_RDMA_NETWORK))
