@@ -507,3 +507,8 @@ int shoal_cli_node_config(const struct shoal_cli *cli, const char *storage,
                 return shoal_cli_fail(cli, "missing STORAGE (e.g. file:///data)");
         return 0;
 }
+
+int shoal_cli_start_code(int rc)
+{
+        return rc == -EINVAL ? 2 : 1;
+}

@@ -98,6 +98,9 @@ int shoal_cli_fail(const struct shoal_cli *cli, const char *fmt, ...)
  * every value checked. Returns 0 or 2 (after printing the error). */
 int shoal_cli_node_config(const struct shoal_cli *cli, const char *storage,
                           struct shoal_node_config *cfg);
+/* The exit code for a failed shoal_node_start that returned RC: 2 for a usage problem (-EINVAL),
+ * 1 for a runtime failure. */
+int shoal_cli_start_code(int rc);
 /* Applies --log-file / --log-level (default: info for mount and serve, warn for the tools).
  * Returns 0 or 2. */
 int shoal_cli_setup_log(const struct shoal_cli *cli);

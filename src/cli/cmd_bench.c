@@ -461,12 +461,11 @@ static int bench_one(struct shoal_node_config cfg, enum transport t, const struc
         memset(r, 0, sizeof(*r));
         r->asked = t;
         char err[1024];
-        int code;
         struct bench b = {0};
-        b.node = shoal_node_start(&cfg, err, sizeof(err), &code);
-        if (!b.node) {
+        int rc = shoal_node_start(&cfg, &b.node, err, sizeof(err));
+        if (rc) {
                 fprintf(stderr, "shoal bench: %s\n", err);
-                return code;
+                return shoal_cli_start_code(rc);
         }
         int ret = 1;
         struct worker *ws = NULL;

@@ -181,10 +181,10 @@ int shoal_cmd_mount(int argc, char **argv)
         shoal_daemon_block_signals(NULL);
 
         char err[1024];
-        int code;
-        struct shoal_node *node = shoal_node_start(&cfg, err, sizeof(err), &code);
-        if (!node)
-                return shoal_daemon_report("mount", err, code);
+        struct shoal_node *node;
+        rc = shoal_node_start(&cfg, &node, err, sizeof(err));
+        if (rc)
+                return shoal_daemon_report("mount", err, shoal_cli_start_code(rc));
         fc.node = node;
         struct shoal_fuse *f = shoal_fuse_mount(&fc, err, sizeof(err));
         if (!f) {

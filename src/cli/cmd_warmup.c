@@ -203,11 +203,10 @@ int shoal_cmd_warmup(int argc, char **argv)
                 if (cfg.cache_group)
                         cfg.cache_size = 0; /* the owners keep the blocks, not this process */
                 char err[1024];
-                int code;
-                w.node = shoal_node_start(&cfg, err, sizeof(err), &code);
-                if (!w.node) {
+                rc = shoal_node_start(&cfg, &w.node, err, sizeof(err));
+                if (rc) {
                         fprintf(stderr, "shoal warmup: %s\n", err);
-                        return code;
+                        return shoal_cli_start_code(rc);
                 }
                 if (w.node->group && !live_providers(w.node)) {
                         fprintf(stderr,

@@ -376,8 +376,14 @@ static void free_group(struct shoal_group *g)
         free(g);
 }
 
-struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char *err,
-                                      size_t errlen)
+/* Failures at run time never read as a bad configuration. */
+static int runtime_err(int rc)
+{
+        return rc == -EINVAL ? -EIO : rc;
+}
+
+int shoal_group_start(const struct shoal_group_config *cfg, struct shoal_group **out, char *err,
+                      size_t errlen)
 {
         struct shoal_member *list = NULL;
         struct shoal_group *g;
@@ -385,14 +391,15 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
         size_t n = 0;
         int ret;
 
+        *out = NULL;
         if (!cfg || !cfg->meta_url || !cfg->group) {
                 snprintf(err, errlen, "group: meta URL and group name are required");
-                return NULL;
+                return -EINVAL;
         }
         g = calloc(1, sizeof(*g));
         if (!g) {
                 snprintf(err, errlen, "group: out of memory");
-                return NULL;
+                return -ENOMEM;
         }
         pthread_mutex_init(&g->lock, NULL);
         pthread_condattr_init(&ca);
@@ -421,6 +428,7 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
                 snprintf(err, errlen,
                          "group: invalid member id (1..%d characters of 0-9 A-Z a-z . _ -)",
                          SHOAL_MEMBER_ID_LEN);
+                ret = -EINVAL;
                 goto out_free;
         }
         /* The environment (tests, operators) wins over the caller's values. */
@@ -437,13 +445,14 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
                          " ms): members may flap",
                          ns_to_ms(g->timeout_ns), ns_to_ms(g->heartbeat_ns));
 
-        g->reg = shoal_registry_open(cfg->meta_url, cfg->group, err, errlen);
-        if (!g->reg)
+        ret = shoal_registry_open(cfg->meta_url, cfg->group, &g->reg, err, errlen);
+        if (ret)
                 goto out_free;
         ret = shoal_registry_list(g->reg, &list, &n);
         if (ret < 0) {
                 snprintf(err, errlen, "group \"%s\": cannot read the members from the registry: %s",
                          g->group, strerror(-ret));
+                ret = runtime_err(ret);
                 goto out_free;
         }
         const struct shoal_member *c = volume_conflict(g, list, n);
@@ -462,6 +471,7 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
                         c->host[0]
                                 ? shoal_group_printable(c->host, sizeof(host), host, sizeof(host))
                                 : "?");
+                ret = -EINVAL;
                 goto out_free;
         }
 
@@ -473,16 +483,19 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
         if (ret < 0) {
                 snprintf(err, errlen, "group \"%s\": cannot register this member: %s", g->group,
                          ret == -EINVAL ? "invalid record" : strerror(-ret));
+                ret = runtime_err(ret);
                 goto out_free;
         }
         ret = refresh(g, list, n);
         if (ret < 0) {
                 snprintf(err, errlen, "group: out of memory");
+                ret = -ENOMEM;
                 goto out_leave;
         }
         ret = pthread_create(&g->thread, NULL, agent_main, g);
         if (ret) {
                 snprintf(err, errlen, "group: cannot start the agent thread: %s", strerror(ret));
+                ret = -ret;
                 goto out_leave;
         }
         pthread_setname_np(g->thread, "shoal-group");
@@ -493,14 +506,15 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
                  g->group, g->self.id, g->self.tcp_addr[0] ? g->self.tcp_addr : "no address",
                  g->self.weight, g->self.role == SHOAL_ROLE_CONSUMER ? ", consumer" : "",
                  ns_to_ms(g->heartbeat_ns), ns_to_ms(g->timeout_ns), g->view->n);
-        return g;
+        *out = g;
+        return 0;
 
 out_leave:
         shoal_registry_delete(g->reg, g->self.id);
 out_free:
         free(list);
         free_group(g);
-        return NULL;
+        return ret;
 }
 
 void shoal_group_stop(struct shoal_group *g)
@@ -552,9 +566,10 @@ int shoal_group_list_once(const char *meta_url, const char *group, uint64_t wait
         size_t n1 = 0, n2 = 0;
         int ret;
 
-        struct shoal_registry *r = shoal_registry_open(meta_url, group, err, errlen);
-        if (!r)
-                return -EINVAL;
+        struct shoal_registry *r;
+        ret = shoal_registry_open(meta_url, group, &r, err, errlen);
+        if (ret)
+                return ret;
         ret = shoal_registry_list(r, &first, &n1);
         if (ret < 0)
                 goto out_fail;

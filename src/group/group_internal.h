@@ -40,12 +40,13 @@ struct shoal_registry {
         char group[SHOAL_GROUP_NAME_MAX + 1];
 };
 
-/* Backend constructors: REST is the URL after "scheme://". They fill R->ops and their own state
- * (the caller fills the rest of the head). On failure they return NULL with one line in ERR. */
-struct shoal_registry *shoal_registry_sqlite_open(const char *rest, const char *group, char *err,
-                                                  size_t errlen);
-struct shoal_registry *shoal_registry_redis_open(const char *rest, const char *group, char *err,
-                                                 size_t errlen);
+/* Backend constructors: REST is the URL after "scheme://". They fill (*OUT)->ops and their own
+ * state (the caller fills the rest of the head). Return 0, or a negative errno with one line in
+ * ERR as shoal_registry_open does (-EINVAL: the URL cannot work). */
+int shoal_registry_sqlite_open(const char *rest, const char *group, struct shoal_registry **out,
+                               char *err, size_t errlen);
+int shoal_registry_redis_open(const char *rest, const char *group, struct shoal_registry **out,
+                              char *err, size_t errlen);
 
 /* True when ID is a usable member id: 1..SHOAL_MEMBER_ID_LEN characters of [0-9A-Za-z._-]. */
 bool shoal_member_id_valid(const char *id, size_t len);

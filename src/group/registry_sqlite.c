@@ -199,8 +199,8 @@ static const struct shoal_registry_ops sqlite_ops = {
         .close = sqlite_close,
 };
 
-struct shoal_registry *shoal_registry_sqlite_open(const char *rest, const char *group, char *err,
-                                                  size_t errlen)
+int shoal_registry_sqlite_open(const char *rest, const char *group, struct shoal_registry **out,
+                               char *err, size_t errlen)
 {
         static const char *const schema =
                 "CREATE TABLE IF NOT EXISTS shoal_members ("
@@ -210,28 +210,33 @@ struct shoal_registry *shoal_registry_sqlite_open(const char *rest, const char *
         char mode[16] = "";
         int rc, ret;
 
+        *out = NULL;
         if (!*rest) {
                 snprintf(err, errlen,
                          "registry: sqlite3:// needs a path, as in "
                          "sqlite3:///var/lib/shoal/meta.db");
-                return NULL;
+                return -EINVAL;
         }
         s = calloc(1, sizeof(*s));
         if (!s) {
                 snprintf(err, errlen, "registry: out of memory");
-                return NULL;
+                return -ENOMEM;
         }
         s->base.ops = &sqlite_ops;
         if (shoal_strlcpy(s->path, rest, sizeof(s->path)) >= sizeof(s->path)) {
                 snprintf(err, errlen, "registry: sqlite path too long");
+                ret = -EINVAL;
                 goto out_free;
         }
         ret = make_parents(s->path);
         if (ret < 0) {
                 snprintf(err, errlen, "registry: cannot create the folder of %s: %s", s->path,
                          strerror(-ret));
+                if (ret == -EINVAL)
+                        ret = -EIO; /* a failure at run time, never a bad URL */
                 goto out_free;
         }
+        ret = -EIO; /* from here on, SQLite's failures */
         rc = sqlite3_open_v2(s->path, &s->db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                              NULL);
@@ -278,7 +283,8 @@ struct shoal_registry *shoal_registry_sqlite_open(const char *rest, const char *
                 goto out_finalize;
         }
         (void)group;
-        return &s->base;
+        *out = &s->base;
+        return 0;
 
 out_finalize:
         sqlite3_finalize(s->put);
@@ -288,5 +294,5 @@ out_close:
         sqlite3_close(s->db);
 out_free:
         free(s);
-        return NULL;
+        return ret;
 }

@@ -124,10 +124,11 @@ static struct shoal_node *node_start(struct shoal_client *c, bool child, int *rc
         if (child)
                 nc.metrics_addr = NULL; /* the parent keeps the endpoint's port */
         char err[1024];
-        int code;
-        struct shoal_node *n = shoal_node_start(&nc, err, sizeof(err), &code);
-        if (!n) {
-                *rc = lib_fail(code == 2 ? -EINVAL : -EIO, "%s", err);
+        struct shoal_node *n;
+        /* -EINVAL: a bad setting (ValueError in Python); anything else failed at run time */
+        int ret = shoal_node_start(&nc, &n, err, sizeof(err));
+        if (ret) {
+                *rc = lib_fail(ret, "%s", err);
                 return NULL;
         }
         size_t len;

@@ -70,8 +70,11 @@ bool shoal_store_err_retryable(int err)
         }
 }
 
-struct shoal_store *shoal_store_open(const struct shoal_store_config *cfg, char *err, size_t errlen)
+int shoal_store_open(const struct shoal_store_config *cfg, struct shoal_store **out, char *err,
+                     size_t errlen)
 {
+        *out = NULL;
+        int rc = -ENOMEM;
         struct shoal_store *st = calloc(1, sizeof(*st));
         struct store_lock *lk = calloc(1, sizeof(*lk));
         if (!st || !lk) {
@@ -92,6 +95,7 @@ struct shoal_store *shoal_store_open(const struct shoal_store_config *cfg, char 
             st->cfg.upload_part_size > SHOAL_STORE_PART_SIZE_MAX) {
                 snprintf(err, errlen, "upload part size %llu: expected 5 MiB to 5 GiB",
                          (unsigned long long)st->cfg.upload_part_size);
+                rc = -EINVAL;
                 goto out_free;
         }
         if (!st->cfg.upload_buffer_bytes)
@@ -106,8 +110,8 @@ struct shoal_store *shoal_store_open(const struct shoal_store_config *cfg, char 
                 goto out_destroy;
         }
 
+        /* The backends keep the convention: -EINVAL for a URL or setting that cannot work. */
         const char *url = cfg->url ? cfg->url : "";
-        int rc;
         if (!strncmp(url, "file://", 7)) {
                 rc = shoal_store_file_open(st, url, err, errlen);
         } else if (!strncmp(url, "s3://", 5)) {
@@ -121,7 +125,8 @@ struct shoal_store *shoal_store_open(const struct shoal_store_config *cfg, char 
         }
         if (rc)
                 goto out_destroy;
-        return st;
+        *out = st;
+        return 0;
 
 out_destroy:
         shoal_store_uploads_stop(st);
@@ -130,7 +135,7 @@ out_destroy:
 out_free:
         free(lk);
         free(st);
-        return NULL;
+        return rc;
 }
 
 void shoal_store_close(struct shoal_store *st)
