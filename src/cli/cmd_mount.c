@@ -17,7 +17,6 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fuse/fuse_mount.h"
-#include "store/store.h"
 
 #define MOUNT_MAX_THREADS 32
 #define SHOAL_FSTYPE      "fuse.shoal"
@@ -135,22 +134,6 @@ static int parse_mount_flags(const struct shoal_cli *cli, struct shoal_fuse_conf
         return 0;
 }
 
-/* --upload-part-size into CFG. Returns 0 or 2. */
-static int parse_upload_flags(const struct shoal_cli *cli, struct shoal_node_config *cfg)
-{
-        const char *v = cli->val[OPT_UPLOAD_PART_SIZE];
-        int64_t ps;
-        if (v &&
-            (shoal_parse_size(v, SHOAL_MiB, false, &ps) ||
-             (uint64_t)ps < SHOAL_STORE_PART_SIZE_MIN || (uint64_t)ps > SHOAL_STORE_PART_SIZE_MAX))
-                return shoal_cli_fail(cli,
-                                      "invalid --upload-part-size %s: expected 5M to 5G (S3's "
-                                      "limits on a part)",
-                                      v);
-        cfg->upload_part_size = v ? (uint64_t)ps : 0;
-        return 0;
-}
-
 int shoal_cmd_mount(int argc, char **argv)
 {
         struct shoal_cli cli;
@@ -165,10 +148,8 @@ int shoal_cmd_mount(int argc, char **argv)
         struct shoal_node_config cfg;
         if (shoal_cli_node_config(&cli, cli.pos[0], &cfg))
                 return 2;
-        /* A mount is a member that shares its cache unless --no-sharing (or no group). */
-        cfg.serve = true;
         struct shoal_fuse_config fc = {0};
-        if (parse_mount_flags(&cli, &fc) || parse_upload_flags(&cli, &cfg))
+        if (parse_mount_flags(&cli, &fc))
                 return 2;
         char mp[PATH_MAX];
         if (check_mountpoint(&cli, cli.pos[1], mp))

@@ -27,7 +27,6 @@ int shoal_cmd_serve(int argc, char **argv)
         if (cfg.no_sharing)
                 return shoal_cli_fail(&cli, "--no-sharing makes no sense for a dedicated cache "
                                             "node");
-        cfg.serve = true;
 
         if (shoal_cli_background(&cli))
                 return 2;
