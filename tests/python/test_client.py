@@ -156,6 +156,7 @@ def test_bad_settings_raise_with_the_library_message(tmp_path):
         ({"secret": b"short"}, "the group secret must be 16"),
         ({"group_secret_file": str(tmp_path / "missing")}, "cannot read group-secret-file"),
         ({"rdma_provider": "tcp"}, "rdma-provider needs rdma-network"),
+        ({"group_weight": 5}, "setting group-weight is for a member that serves"),
     ]
     for settings, msg in cases:
         with pytest.raises(ValueError, match="^" + __import__("re").escape(msg)):
