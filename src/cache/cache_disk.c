@@ -39,9 +39,9 @@
 #define MOD "cache"
 
 #define DIR_ERR_LIMIT     3 /* I/O errors within DIR_ERR_WINDOW_NS that take a dir out of use */
-#define DIR_ERR_WINDOW_NS (10ULL * 1000000000ULL)
-#define DIR_DOWN_NS       (30ULL * 1000000000ULL)
-#define STATVFS_EVERY_NS  (1000000000ULL)
+#define DIR_ERR_WINDOW_NS (10 * SHOAL_NS_PER_SEC)
+#define DIR_DOWN_NS       (30 * SHOAL_NS_PER_SEC)
+#define STATVFS_EVERY_NS  SHOAL_NS_PER_SEC
 #define ENOSPC_EVICT_MIN  4 /* blocks freed at least after an insert met a full disk */
 #define HASH_INIT         1024
 #define DIO_ALIGN         4096u
@@ -354,7 +354,7 @@ static void dir_io_error(struct shoal_cache *c, unsigned di, int err)
         pthread_mutex_unlock(&c->lock);
         if (down)
                 log_warn(MOD, "dir %s: out of use for %llu ms after I/O errors (last: %s)", d->root,
-                         (unsigned long long)(c->down_ns / 1000000ULL), strerror(-err));
+                         (unsigned long long)(c->down_ns / SHOAL_NS_PER_MS), strerror(-err));
 }
 
 static void dir_io_ok(struct shoal_cache *c, unsigned di)
@@ -864,8 +864,7 @@ static int scan_leaf(struct shoal_cache *c, unsigned di, DIR *dh, const char *xx
                 }
                 e->id = id;
                 e->bytes = (uint64_t)st.st_size;
-                e->tick =
-                        (uint64_t)st.st_mtim.tv_sec * 1000000000ULL + (uint64_t)st.st_mtim.tv_nsec;
+                e->tick = shoal_timespec_ns(&st.st_mtim);
                 e->dir = di;
                 lru_init(&e->lru);
                 index_add(c, e);

@@ -20,7 +20,7 @@
 
 #define MOUNT_MAX_THREADS 32
 #define SHOAL_FSTYPE      "fuse.shoal"
-#define UMOUNT_WAIT_NS    (30ULL * 1000000000ULL)
+#define UMOUNT_WAIT_NS    (30 * SHOAL_NS_PER_SEC)
 
 /* A mount's process is found by its mount's device numbers, unique while it is mounted:
  * /run/shoal/mount-MAJOR-MINOR.pid (root) or ~/.shoal/run/... holds its PID, so that `shoal
@@ -113,7 +113,7 @@ static int parse_mount_flags(const struct shoal_cli *cli, struct shoal_fuse_conf
                                               "to 86400",
                                               v);
         }
-        fc->attr_ttl_ns = (uint64_t)(ttl * 1e9);
+        fc->attr_ttl_ns = (uint64_t)(ttl * (double)SHOAL_NS_PER_SEC);
         int64_t mw = SHOAL_MiB;
         v = cli->val[OPT_MAX_WRITE];
         if (v && (shoal_parse_size(v, 1, false, &mw) || mw < 4096 || mw > (int64_t)SHOAL_MiB ||
@@ -180,7 +180,7 @@ int shoal_cmd_mount(int argc, char **argv)
                  !cfg.cache_group ? ""
                  : node->server   ? ", sharing"
                                   : ", not sharing",
-                 (double)fc.attr_ttl_ns / 1e9, fc.max_read,
+                 (double)fc.attr_ttl_ns / (double)SHOAL_NS_PER_SEC, fc.max_read,
                  fc.read_only                            ? "read-only"
                  : fc.allow_overwrite && fc.allow_delete ? "new files, overwrite, delete"
                  : fc.allow_overwrite                    ? "new files, overwrite"
@@ -240,7 +240,7 @@ static bool wait_exit(int pidfd, uint64_t timeout_ns)
                 if (now >= end)
                         return false;
                 struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
-                int ms = (int)SHOAL_MIN((end - now) / 1000000 + 1, 1000);
+                int ms = (int)SHOAL_MIN((end - now) / SHOAL_NS_PER_MS + 1, 1000);
                 int n = poll(&pfd, 1, ms);
                 if (n > 0)
                         return true;

@@ -27,7 +27,7 @@
 #include "metrics/metrics.h"
 
 #define STALE_FACTOR          10
-#define ERROR_LOG_INTERVAL_NS (30ULL * 1000000000ULL)
+#define ERROR_LOG_INTERVAL_NS (30 * SHOAL_NS_PER_SEC)
 
 struct seen {
         char id[SHOAL_MEMBER_ID_LEN + 1];
@@ -60,12 +60,12 @@ struct shoal_group {
 
 static uint64_t ns_to_ms(uint64_t ns)
 {
-        return ns / 1000000u;
+        return ns / SHOAL_NS_PER_MS;
 }
 
 static int64_t wall_ms(void)
 {
-        return (int64_t)(shoal_wall_ns() / 1000000ULL);
+        return (int64_t)(shoal_wall_ns() / SHOAL_NS_PER_MS);
 }
 
 static int cmp_member(const void *a, const void *b)
@@ -83,14 +83,14 @@ static int64_t first_sight_changed(int64_t now, int64_t wall_now_ms, const struc
                                    uint64_t timeout_ns)
 {
         int64_t age_ms = wall_now_ms - m->updated_ms;
-        int64_t cap_ms = (int64_t)(timeout_ns / 1000000ULL) * (STALE_FACTOR + 1);
+        int64_t cap_ms = (int64_t)(timeout_ns / SHOAL_NS_PER_MS) * (STALE_FACTOR + 1);
 
         /* A clock ahead of ours gives a negative age; one far behind must not underflow. */
         if (m->updated_ms > wall_now_ms)
                 age_ms = 0;
         if (age_ms > cap_ms)
                 age_ms = cap_ms;
-        return now - age_ms * 1000000LL;
+        return now - age_ms * (int64_t)SHOAL_NS_PER_MS;
 }
 
 static uint64_t view_version(const struct shoal_member *v, size_t n)
@@ -222,7 +222,7 @@ static int refresh(struct shoal_group *g, struct shoal_member *list, size_t n)
                                          m->id,
                                          shoal_group_printable(m->host, sizeof(m->host), host,
                                                                sizeof(host)),
-                                         (int64_t)(silent / 1000000000));
+                                         (int64_t)(silent / (int64_t)SHOAL_NS_PER_SEC));
                                 n_seen--;
                                 continue;
                         }
@@ -231,7 +231,7 @@ static int refresh(struct shoal_group *g, struct shoal_member *list, size_t n)
                 }
                 if (silent < timeout) {
                         m->alive = true;
-                        m->age_ms = (uint64_t)silent / 1000000ULL;
+                        m->age_ms = (uint64_t)silent / SHOAL_NS_PER_MS;
                         v->members[v->n++] = *m;
                 }
         }
@@ -319,8 +319,7 @@ static void *agent_main(void *arg)
         while (!g->stopping) {
                 uint64_t now = shoal_now_ns();
                 if (now < next) {
-                        struct timespec ts = {.tv_sec = (time_t)(next / 1000000000ULL),
-                                              .tv_nsec = (long)(next % 1000000000ULL)};
+                        struct timespec ts = shoal_ns_timespec(next);
                         pthread_cond_timedwait(&g->cond, &g->lock, &ts);
                         continue;
                 }
@@ -354,7 +353,7 @@ static const struct shoal_member *volume_conflict(const struct shoal_group *g,
                                                   const struct shoal_member *list, size_t n)
 {
         int64_t wnow = wall_ms();
-        int64_t timeout_ms = (int64_t)(g->timeout_ns / 1000000ULL);
+        int64_t timeout_ms = (int64_t)(g->timeout_ns / SHOAL_NS_PER_MS);
 
         for (size_t i = 0; i < n; i++) {
                 const struct shoal_member *m = &list[i];
@@ -597,9 +596,9 @@ int shoal_group_list_once(const char *meta_url, const char *group, uint64_t wait
                 uint64_t wall_age = m->updated_ms < wnow ? (uint64_t)(wnow - m->updated_ms) : 0;
                 /* Watched for WAIT without a move, the member has been silent at least that
                  * long, whatever its clock says. */
-                uint64_t silent_ms = moved ? 0 : SHOAL_MAX(wall_age, wait_ns / 1000000ULL);
-                m->alive = moved || silent_ms < timeout_ns / 1000000ULL;
-                m->age_ms = moved ? SHOAL_MIN(wall_age, wait_ns / 1000000ULL) : silent_ms;
+                uint64_t silent_ms = moved ? 0 : SHOAL_MAX(wall_age, wait_ns / SHOAL_NS_PER_MS);
+                m->alive = moved || silent_ms < timeout_ns / SHOAL_NS_PER_MS;
+                m->age_ms = moved ? SHOAL_MIN(wall_age, wait_ns / SHOAL_NS_PER_MS) : silent_ms;
         }
         free(first);
         shoal_registry_close(r);

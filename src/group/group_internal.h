@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/util.h"
 #include "group/group.h"
 
 #define SHOAL_GROUP_NAME_MAX 255
@@ -72,7 +73,7 @@ struct shoal_group;
  * outage to have lasted a number of heartbeats instead of sleeping. */
 unsigned shoal_group_registry_failures(const struct shoal_group *g);
 
-#define SHOAL_GROUP_HEARTBEAT_DEFAULT (1000000000ULL)
-#define SHOAL_GROUP_TIMEOUT_DEFAULT   (5000000000ULL)
+#define SHOAL_GROUP_HEARTBEAT_DEFAULT SHOAL_NS_PER_SEC
+#define SHOAL_GROUP_TIMEOUT_DEFAULT   (5 * SHOAL_NS_PER_SEC)
 
 #endif

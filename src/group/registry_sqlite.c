@@ -90,7 +90,7 @@ static int make_parents(const char *path)
  * in the busy handler. */
 static int exec_retry(sqlite3 *db, const char *sql, char *mode, size_t modelen)
 {
-        uint64_t deadline = shoal_now_ns() + (uint64_t)SQLITE_BUSY_MS * 1000000ULL;
+        uint64_t deadline = shoal_now_ns() + (uint64_t)SQLITE_BUSY_MS * SHOAL_NS_PER_MS;
 
         for (;;) {
                 sqlite3_stmt *st = NULL;
@@ -108,7 +108,7 @@ static int exec_retry(sqlite3 *db, const char *sql, char *mode, size_t modelen)
                 int base = rc & 0xff;
                 if ((base != SQLITE_BUSY && base != SQLITE_LOCKED) || shoal_now_ns() > deadline)
                         return rc;
-                shoal_sleep_ns(10 * 1000000ULL);
+                shoal_sleep_ns(10 * SHOAL_NS_PER_MS);
         }
 }
 

@@ -19,8 +19,6 @@
 #include "common/util.h"
 #include "metrics/metrics.h"
 
-#define NS_PER_MS    1000000ULL
-#define NS_PER_S     1000000000ULL
 #define RING         (SHOAL_METRICS_WINDOW_S + 1)
 #define GET_MAX_BODY (16u << 20)
 
@@ -143,7 +141,7 @@ static int wait_fd(int fd, short events, uint64_t deadline)
                 if (now >= deadline)
                         return -ETIMEDOUT;
                 struct pollfd p = {.fd = fd, .events = events};
-                int ms = (int)((deadline - now + NS_PER_MS - 1) / NS_PER_MS);
+                int ms = (int)((deadline - now + SHOAL_NS_PER_MS - 1) / SHOAL_NS_PER_MS);
                 int n = poll(&p, 1, ms);
                 if (n < 0 && errno == EINTR)
                         continue;
@@ -196,7 +194,7 @@ static const struct shoal_metrics_snap *ring_window_start(const struct shoal_met
                                                           uint64_t now)
 {
         const struct shoal_metrics_snap *best = NULL;
-        uint64_t window = (uint64_t)SHOAL_METRICS_WINDOW_S * NS_PER_S;
+        uint64_t window = (uint64_t)SHOAL_METRICS_WINDOW_S * SHOAL_NS_PER_SEC;
 
         if (!h->ring_len)
                 return NULL;
@@ -263,7 +261,7 @@ static ssize_t read_head(int fd, char *buf, size_t cap, uint64_t deadline)
 static void serve_one(struct shoal_metrics_http *h, int fd)
 {
         char req[SHOAL_METRICS_HTTP_MAX_REQ + 1];
-        uint64_t deadline = shoal_now_ns() + SHOAL_METRICS_HTTP_TIMEOUT_MS * NS_PER_MS;
+        uint64_t deadline = shoal_now_ns() + SHOAL_METRICS_HTTP_TIMEOUT_MS * SHOAL_NS_PER_MS;
         ssize_t n = read_head(fd, req, sizeof(req), deadline);
         if (n == -EMSGSIZE) {
                 respond_text(fd, deadline, 431, "Request Header Fields Too Large",
@@ -322,20 +320,21 @@ static void *http_main(void *arg)
                 uint64_t now = shoal_now_ns();
                 if (now >= next_tick) {
                         ring_tick(h);
-                        next_tick += NS_PER_S;
+                        next_tick += SHOAL_NS_PER_SEC;
                         /* After a stall (a slow client, a suspended process) tick from now on
                          * rather than catching up with a burst of identical snapshots. */
                         if (next_tick <= now)
-                                next_tick = now + NS_PER_S;
+                                next_tick = now + SHOAL_NS_PER_SEC;
                 }
                 struct pollfd p[2] = {{.fd = h->lfd, .events = POLLIN},
                                       {.fd = h->wake_fd, .events = POLLIN}};
-                int ms = (int)((next_tick - SHOAL_MIN(now, next_tick) + NS_PER_MS - 1) / NS_PER_MS);
+                int ms = (int)((next_tick - SHOAL_MIN(now, next_tick) + SHOAL_NS_PER_MS - 1) /
+                               SHOAL_NS_PER_MS);
                 int n = poll(p, 2, ms);
                 if (n < 0 && errno != EINTR) {
                         log_ratelimited(SHOAL_LOG_WARN, "metrics", "poll failed: %s",
                                         strerror(errno));
-                        shoal_sleep_ns(100 * NS_PER_MS);
+                        shoal_sleep_ns(100 * SHOAL_NS_PER_MS);
                         continue;
                 }
                 if (n <= 0)
@@ -511,7 +510,7 @@ int shoal_metrics_http_get(const char *addr, const char *path, unsigned timeout_
 {
         char host[256], req[512];
         uint16_t port;
-        uint64_t deadline = shoal_now_ns() + (uint64_t)timeout_ms * NS_PER_MS;
+        uint64_t deadline = shoal_now_ns() + (uint64_t)timeout_ms * SHOAL_NS_PER_MS;
         char *buf = NULL;
         size_t got = 0, cap = 0;
         int rc;

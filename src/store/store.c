@@ -50,7 +50,8 @@ int shoal_store_give_up(int rc, const char *what, const char *key, unsigned atte
                 return rc;
         log_ratelimited(SHOAL_LOG_WARN, "store", "%s %s failed after %u attempt%s in %llu ms: %s",
                         what, key, attempts, attempts == 1 ? "" : "s",
-                        (unsigned long long)((shoal_now_ns() - start) / 1000000), strerror(-rc));
+                        (unsigned long long)((shoal_now_ns() - start) / SHOAL_NS_PER_MS),
+                        strerror(-rc));
         return -EIO;
 }
 
@@ -86,9 +87,9 @@ int shoal_store_open(const struct shoal_store_config *cfg, struct shoal_store **
         if (!st->cfg.max_attempts)
                 st->cfg.max_attempts = 5;
         if (!st->cfg.deadline_ns)
-                st->cfg.deadline_ns = 60ULL * 1000000000ULL;
+                st->cfg.deadline_ns = 60 * SHOAL_NS_PER_SEC;
         if (!st->cfg.backoff_base_ns)
-                st->cfg.backoff_base_ns = 100ULL * 1000000ULL;
+                st->cfg.backoff_base_ns = 100 * SHOAL_NS_PER_MS;
         if (!st->cfg.upload_part_size)
                 st->cfg.upload_part_size = SHOAL_STORE_PART_SIZE_DEFAULT;
         if (st->cfg.upload_part_size < SHOAL_STORE_PART_SIZE_MIN ||
@@ -152,15 +153,17 @@ void shoal_store_close(struct shoal_store *st)
         free(st);
 }
 
+#define BACKOFF_MAX_NS (5 * SHOAL_NS_PER_SEC)
+
 /* Backoff before attempt N (1-based retry count): base * 2^(n-1), capped at 5 s, with "full
  * jitter" (uniform in [d/2, d]) so that many clients throttled together do not retry together. */
 static uint64_t backoff_ns(const struct shoal_store *st, unsigned n)
 {
         uint64_t d = st->cfg.backoff_base_ns;
-        for (unsigned i = 1; i < n && d < 5000000000ULL; i++)
+        for (unsigned i = 1; i < n && d < BACKOFF_MAX_NS; i++)
                 d *= 2;
-        if (d > 5000000000ULL)
-                d = 5000000000ULL;
+        if (d > BACKOFF_MAX_NS)
+                d = BACKOFF_MAX_NS;
         return d / 2 + shoal_rand64() % (d / 2 + 1);
 }
 
