@@ -64,7 +64,8 @@ SHOAL_API void shoal_options_free(struct shoal_options *o);
  * "rdma-provider", "buffer-size" (MiB or with a unit), "max-downloads", "prefetch" (blocks),
  * "group-secret-file", "metrics" (HOST:PORT of a Prometheus endpoint; none by default),
  * "log-level", "log-file". VALUE NULL restores the default. Values are checked here: returns 0,
- * or -EINVAL for an unknown name or a bad value (the message names both). */
+ * or -EINVAL for an unknown name, a flag that only a serving member takes ("group-weight"), or a
+ * bad value (the message names both). */
 SHOAL_API int shoal_options_set(struct shoal_options *o, const char *name, const char *value);
 
 /* Sets the group secret to the LEN bytes at SECRET (16 to 4096 bytes, every byte counts, NUL
@@ -77,9 +78,10 @@ SHOAL_API int shoal_options_set_secret(struct shoal_options *o, const void *secr
 struct shoal_client;
 
 /* Opens a client of the object store STORAGE (file:///dir, s3://bucket[/prefix]) with settings O
- * (NULL: defaults), joining the cache group if O names one. Returns NULL with errno set
- * (EINVAL: a bad setting, the message says which; EIO or another errno: a runtime failure such
- * as an unreachable registry) and the message in shoal_errmsg(). */
+ * (NULL: defaults), joining the cache group if O names one. The first open of a process reads
+ * the environment variables shoal takes (docs/operations.md). Returns NULL with errno set
+ * (EINVAL: a bad setting or environment variable, the message says which; EIO or another errno:
+ * a runtime failure such as an unreachable registry) and the message in shoal_errmsg(). */
 SHOAL_API struct shoal_client *shoal_client_open(const char *storage,
                                                  const struct shoal_options *o);
 

@@ -43,10 +43,12 @@ struct shoal_cache_config {
         const struct shoal_volume *volume;
 };
 
-/* Opens (creating folders as needed) and indexes the cache. On failure returns NULL and writes
- * one line into ERR (e.g. no dir matched, a dir cannot be created). */
-struct shoal_cache *shoal_cache_open(const struct shoal_cache_config *cfg, char *err,
-                                     size_t errlen);
+/* Opens (creating folders as needed) and indexes the cache into *OUT. Returns 0, or a negative
+ * errno with one line in ERR: -EINVAL when the configuration cannot work (a size below -1, a
+ * free-space ratio outside [0, 1), no volume); any other errno is a failure at run time (no dir
+ * matched, a dir cannot be created, indexing failed, no memory). */
+int shoal_cache_open(const struct shoal_cache_config *cfg, struct shoal_cache **out, char *err,
+                     size_t errlen);
 void shoal_cache_close(struct shoal_cache *c);
 
 /* True when the cache has at least one usable dir and a non-zero size. */

@@ -39,9 +39,9 @@
 #define MOD "cache"
 
 #define DIR_ERR_LIMIT     3 /* I/O errors within DIR_ERR_WINDOW_NS that take a dir out of use */
-#define DIR_ERR_WINDOW_NS (10ULL * 1000000000ULL)
-#define DIR_DOWN_NS       (30ULL * 1000000000ULL)
-#define STATVFS_EVERY_NS  (1000000000ULL)
+#define DIR_ERR_WINDOW_NS (10 * SHOAL_NS_PER_SEC)
+#define DIR_DOWN_NS       (30 * SHOAL_NS_PER_SEC)
+#define STATVFS_EVERY_NS  SHOAL_NS_PER_SEC
 #define ENOSPC_EVICT_MIN  4 /* blocks freed at least after an insert met a full disk */
 #define HASH_INIT         1024
 #define DIO_ALIGN         4096u
@@ -354,7 +354,7 @@ static void dir_io_error(struct shoal_cache *c, unsigned di, int err)
         pthread_mutex_unlock(&c->lock);
         if (down)
                 log_warn(MOD, "dir %s: out of use for %llu ms after I/O errors (last: %s)", d->root,
-                         (unsigned long long)(c->down_ns / 1000000ULL), strerror(-err));
+                         (unsigned long long)(c->down_ns / SHOAL_NS_PER_MS), strerror(-err));
 }
 
 static void dir_io_ok(struct shoal_cache *c, unsigned di)
@@ -864,8 +864,7 @@ static int scan_leaf(struct shoal_cache *c, unsigned di, DIR *dh, const char *xx
                 }
                 e->id = id;
                 e->bytes = (uint64_t)st.st_size;
-                e->tick =
-                        (uint64_t)st.st_mtim.tv_sec * 1000000000ULL + (uint64_t)st.st_mtim.tv_nsec;
+                e->tick = shoal_timespec_ns(&st.st_mtim);
                 e->dir = di;
                 lru_init(&e->lru);
                 index_add(c, e);
@@ -961,14 +960,22 @@ static void cache_free(struct shoal_cache *c)
         free(c);
 }
 
-struct shoal_cache *shoal_cache_open(const struct shoal_cache_config *cfg, char *err, size_t errlen)
+/* Failures at run time never read as a bad configuration. */
+static int runtime_err(int rc)
+{
+        return rc == -EINVAL ? -EIO : rc;
+}
+
+int shoal_cache_open(const struct shoal_cache_config *cfg, struct shoal_cache **out, char *err,
+                     size_t errlen)
 {
         struct shoal_cache *c = calloc(1, sizeof(*c));
         int ret;
 
+        *out = NULL;
         if (!c) {
                 set_err(err, errlen, "cache: out of memory");
-                return NULL;
+                return -ENOMEM;
         }
         pthread_mutex_init(&c->lock, NULL);
         for (unsigned i = 0; i < PATH_LOCKS; i++)
@@ -977,8 +984,10 @@ struct shoal_cache *shoal_cache_open(const struct shoal_cache_config *cfg, char 
         c->buckets = calloc(c->nbuckets, sizeof(*c->buckets));
         if (!c->buckets) {
                 set_err(err, errlen, "cache: out of memory");
+                ret = -ENOMEM;
                 goto out_free;
         }
+        ret = -EINVAL;
         if (cfg->size_bytes < -1) {
                 set_err(err, errlen, "cache size must be -1, 0 or a number of bytes");
                 goto out_free;
@@ -990,17 +999,23 @@ struct shoal_cache *shoal_cache_open(const struct shoal_cache_config *cfg, char 
         c->capacity = cfg->size_bytes > 0 ? (uint64_t)cfg->size_bytes : UINT64_MAX;
         c->ratio = cfg->free_space_ratio;
         c->down_ns = DIR_DOWN_NS;
-        if (cfg->size_bytes == 0 || !cfg->dirs || !cfg->dirs[0])
-                return c; /* no disk cache: every lookup misses */
+        if (cfg->size_bytes == 0 || !cfg->dirs || !cfg->dirs[0]) {
+                *out = c; /* no disk cache: every lookup misses */
+                return 0;
+        }
         if (!cfg->volume) {
                 set_err(err, errlen, "cache: no volume");
                 goto out_free;
         }
 
-        if (dirs_add_all(c, cfg->dirs, cfg->volume, err, errlen))
+        ret = dirs_add_all(c, cfg->dirs, cfg->volume, err, errlen);
+        if (ret) {
+                ret = runtime_err(ret);
                 goto out_free;
+        }
         if (c->ndirs == 0) {
                 set_err(err, errlen, "cache dir %s: no dir matched", cfg->dirs);
+                ret = -ENOENT;
                 goto out_free;
         }
         /* Only now: the list heads point at themselves, and dir_add moves the array. */
@@ -1009,6 +1024,7 @@ struct shoal_cache *shoal_cache_open(const struct shoal_cache_config *cfg, char 
         ret = index_rebuild(c);
         if (ret) {
                 set_err(err, errlen, "cache: indexing failed: %s", strerror(-ret));
+                ret = runtime_err(ret);
                 goto out_free;
         }
         if (c->capacity != UINT64_MAX) {
@@ -1026,11 +1042,12 @@ struct shoal_cache *shoal_cache_open(const struct shoal_cache_config *cfg, char 
         c->enabled = true;
         log_info(MOD, "%u dirs, %zu blocks, %llu bytes indexed", c->ndirs, c->count,
                  (unsigned long long)c->bytes);
-        return c;
+        *out = c;
+        return 0;
 
 out_free:
         cache_free(c);
-        return NULL;
+        return ret;
 }
 
 void shoal_cache_close(struct shoal_cache *c)

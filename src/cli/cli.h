@@ -1,6 +1,7 @@
 /* Command-line parsing shared by every subcommand: one table of flags (name, argument, which
- * commands take it, help), parsed into struct shoal_cli; values are checked where they are
- * converted, and every problem is one line on stderr and exit code 2. */
+ * commands take it, help), parsed into struct shoal_cli. Flags that configure a node are
+ * settings (client/settings.h, shared with libshoal): their names and checks come from there,
+ * and they are checked when parsed. Every problem is one line on stderr and exit code 2. */
 #ifndef SHOAL_CLI_CLI_H
 #define SHOAL_CLI_CLI_H
 
@@ -9,6 +10,7 @@
 #include <stdio.h>
 
 #include "client/node.h"
+#include "client/settings.h"
 
 enum shoal_cmd {
         CMD_MOUNT = 1u << 0,
@@ -82,10 +84,12 @@ struct shoal_cli {
         const char *val[OPT__COUNT]; /* NULL when not given; "1" for a given switch */
         const char *pos[SHOAL_CLI_MAX_POS];
         int npos;
+        struct shoal_settings set; /* the settings among the flags, checked */
 };
 
-/* Parses ARGV (after the subcommand word). Returns 0, 1 when --help was printed (exit 0), or 2
- * after printing one error line (exit 2). */
+/* Parses ARGV (after the subcommand word; ARGV must outlive CLI), then the environment
+ * (common/config.h), then checks every setting given (reading --group-secret-file). Returns 0, 1
+ * when --help was printed (exit 0), or 2 after printing one error line (exit 2). */
 int shoal_cli_parse(struct shoal_cli *cli, enum shoal_cmd cmd, const char *name, int argc,
                     char **argv);
 void shoal_cli_usage(enum shoal_cmd cmd, const char *name, FILE *out);
@@ -94,10 +98,15 @@ void shoal_cli_usage(enum shoal_cmd cmd, const char *name, FILE *out);
 int shoal_cli_fail(const struct shoal_cli *cli, const char *fmt, ...)
         __attribute__((format(printf, 2, 3)));
 
-/* Converts the common flags into a node configuration (STORAGE from pos[0] unless given), with
- * every value checked. Returns 0 or 2 (after printing the error). */
-int shoal_cli_node_config(const struct shoal_cli *cli, const char *storage,
+/* Builds the node configuration of the object store STORAGE from the settings among the flags
+ * (shoal_settings_build: mount and serve are members that serve, the other commands tools). CFG
+ * points into CLI, which must stay in place while CFG is used. Returns 0 or 2 (after printing
+ * the error). */
+int shoal_cli_node_config(struct shoal_cli *cli, const char *storage,
                           struct shoal_node_config *cfg);
+/* The exit code for a failed shoal_node_start that returned RC: 2 for a usage problem (-EINVAL),
+ * 1 for a runtime failure. */
+int shoal_cli_start_code(int rc);
 /* Applies --log-file / --log-level (default: info for mount and serve, warn for the tools).
  * Returns 0 or 2. */
 int shoal_cli_setup_log(const struct shoal_cli *cli);

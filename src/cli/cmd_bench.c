@@ -28,7 +28,6 @@
 #define MAX_BLOCKS     200000
 #define MAX_SAMPLES    200000
 #define MAX_TRANSPORTS 3
-#define NS_PER_S       1000000000ULL
 #define SCRAPE_MS      2000
 
 enum transport {
@@ -384,9 +383,9 @@ static int timed_run(struct bench *b, const struct opts *o, struct worker *ws, s
         bool emptied = false;
         uint64_t last = 0;
         for (unsigned s = 1; !rc && shoal_now_ns() < b->deadline; s++) {
-                uint64_t next = SHOAL_MIN(t0 + (uint64_t)s * NS_PER_S, b->deadline);
+                uint64_t next = SHOAL_MIN(t0 + (uint64_t)s * SHOAL_NS_PER_SEC, b->deadline);
                 while (shoal_now_ns() < next)
-                        shoal_sleep_ns(SHOAL_MIN(next - shoal_now_ns(), 100000000ULL));
+                        shoal_sleep_ns(SHOAL_MIN(next - shoal_now_ns(), 100 * SHOAL_NS_PER_MS));
                 if (!live_providers(b->node)) {
                         emptied = true;
                         __atomic_store_n(&b->deadline, 0, __ATOMIC_RELAXED);
@@ -410,7 +409,7 @@ static int timed_run(struct bench *b, const struct opts *o, struct worker *ws, s
                         o->group);
                 return 1;
         }
-        r->secs = (double)(shoal_now_ns() - t0) / 1e9;
+        r->secs = (double)(shoal_now_ns() - t0) / (double)SHOAL_NS_PER_SEC;
         r->client_cpu = cpu_seconds() - cpu0;
         double scpu = server_cpu_end(&sc);
         r->server_cpu_known = scpu >= 0;
@@ -427,8 +426,8 @@ static int timed_run(struct bench *b, const struct opts *o, struct worker *ws, s
                         all[m++] = ws[t].lat[i];
         if (all && m)
                 qsort(all, m, sizeof(uint64_t), cmp_u64);
-        r->p50_ms = m ? (double)all[m / 2] / 1e6 : 0;
-        r->p99_ms = m ? (double)all[m * 99 / 100] / 1e6 : 0;
+        r->p50_ms = m ? (double)all[m / 2] / (double)SHOAL_NS_PER_MS : 0;
+        r->p99_ms = m ? (double)all[m * 99 / 100] / (double)SHOAL_NS_PER_MS : 0;
         free(all);
         r->gib = (double)b->bytes / (double)SHOAL_GiB;
         r->reqs = b->reqs;
@@ -461,12 +460,11 @@ static int bench_one(struct shoal_node_config cfg, enum transport t, const struc
         memset(r, 0, sizeof(*r));
         r->asked = t;
         char err[1024];
-        int code;
         struct bench b = {0};
-        b.node = shoal_node_start(&cfg, err, sizeof(err), &code);
-        if (!b.node) {
+        int rc = shoal_node_start(&cfg, &b.node, err, sizeof(err));
+        if (rc) {
                 fprintf(stderr, "shoal bench: %s\n", err);
-                return code;
+                return shoal_cli_start_code(rc);
         }
         int ret = 1;
         struct worker *ws = NULL;
@@ -507,7 +505,7 @@ static int bench_one(struct shoal_node_config cfg, enum transport t, const struc
                 goto out;
         print_result(r);
         for (uint64_t end = shoal_now_ns() + o->linger; shoal_now_ns() < end;) {
-                shoal_sleep_ns(NS_PER_S);
+                shoal_sleep_ns(SHOAL_NS_PER_SEC);
                 print_conns(&b, "idle: ");
         }
         ret = r->errors ? 1 : 0;
@@ -586,7 +584,7 @@ int shoal_cmd_bench(int argc, char **argv)
                 return 2;
         if (cli.npos != 1)
                 return shoal_cli_fail(&cli, "expected STORAGE (see 'shoal bench --help')");
-        struct opts o = {.threads = 16, .duration = 10 * NS_PER_S};
+        struct opts o = {.threads = 16, .duration = 10 * SHOAL_NS_PER_SEC};
         uint64_t threads = o.threads;
         if (cli.val[OPT_THREADS] &&
             (shoal_parse_u64(cli.val[OPT_THREADS], 4096, &threads) || !threads))

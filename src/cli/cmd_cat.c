@@ -66,11 +66,11 @@ int shoal_cmd_cat(int argc, char **argv)
         if (shoal_cli_node_config(&cli, cli.pos[0], &cfg))
                 return 2;
         char err[1024];
-        int code;
-        struct shoal_node *node = shoal_node_start(&cfg, err, sizeof(err), &code);
-        if (!node) {
+        struct shoal_node *node;
+        rc = shoal_node_start(&cfg, &node, err, sizeof(err));
+        if (rc) {
                 fprintf(stderr, "shoal cat: %s\n", err);
-                return code;
+                return shoal_cli_start_code(rc);
         }
 
         int ret = 0;

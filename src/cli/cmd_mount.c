@@ -18,11 +18,10 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fuse/fuse_mount.h"
-#include "store/store.h"
 
 #define MOUNT_MAX_THREADS 32
 #define SHOAL_FSTYPE      "fuse.shoal"
-#define UMOUNT_WAIT_NS    (30ULL * 1000000000ULL)
+#define UMOUNT_WAIT_NS    (30 * SHOAL_NS_PER_SEC)
 
 /* A mount's process is found by its mount's device numbers, unique while it is mounted:
  * /run/shoal/mount-MAJOR-MINOR.pid (root) or ~/.shoal/run/... holds its PID, so that `shoal
@@ -115,7 +114,7 @@ static int parse_mount_flags(const struct shoal_cli *cli, struct shoal_fuse_conf
                                               "to 86400",
                                               v);
         }
-        fc->attr_ttl_ns = (uint64_t)(ttl * 1e9);
+        fc->attr_ttl_ns = (uint64_t)(ttl * (double)SHOAL_NS_PER_SEC);
         int64_t mw = SHOAL_MiB;
         v = cli->val[OPT_MAX_WRITE];
         if (v && (shoal_parse_size(v, 1, false, &mw) || mw < 4096 || mw > (int64_t)SHOAL_MiB ||
@@ -136,22 +135,6 @@ static int parse_mount_flags(const struct shoal_cli *cli, struct shoal_fuse_conf
         return 0;
 }
 
-/* --upload-part-size into CFG. Returns 0 or 2. */
-static int parse_upload_flags(const struct shoal_cli *cli, struct shoal_node_config *cfg)
-{
-        const char *v = cli->val[OPT_UPLOAD_PART_SIZE];
-        int64_t ps;
-        if (v &&
-            (shoal_parse_size(v, SHOAL_MiB, false, &ps) ||
-             (uint64_t)ps < SHOAL_STORE_PART_SIZE_MIN || (uint64_t)ps > SHOAL_STORE_PART_SIZE_MAX))
-                return shoal_cli_fail(cli,
-                                      "invalid --upload-part-size %s: expected 5M to 5G (S3's "
-                                      "limits on a part)",
-                                      v);
-        cfg->upload_part_size = v ? (uint64_t)ps : 0;
-        return 0;
-}
-
 int shoal_cmd_mount(int argc, char **argv)
 {
         struct shoal_cli cli;
@@ -166,10 +149,8 @@ int shoal_cmd_mount(int argc, char **argv)
         struct shoal_node_config cfg;
         if (shoal_cli_node_config(&cli, cli.pos[0], &cfg))
                 return 2;
-        /* A mount is a member that shares its cache unless --no-sharing (or no group). */
-        cfg.serve = true;
         struct shoal_fuse_config fc = {0};
-        if (parse_mount_flags(&cli, &fc) || parse_upload_flags(&cli, &cfg))
+        if (parse_mount_flags(&cli, &fc))
                 return 2;
         char mp[PATH_MAX];
         if (check_mountpoint(&cli, cli.pos[1], mp))
@@ -182,10 +163,10 @@ int shoal_cmd_mount(int argc, char **argv)
         shoal_daemon_block_signals(NULL);
 
         char err[1024];
-        int code;
-        struct shoal_node *node = shoal_node_start(&cfg, err, sizeof(err), &code);
-        if (!node)
-                return shoal_daemon_report("mount", err, code);
+        struct shoal_node *node;
+        rc = shoal_node_start(&cfg, &node, err, sizeof(err));
+        if (rc)
+                return shoal_daemon_report("mount", err, shoal_cli_start_code(rc));
         fc.node = node;
         struct shoal_fuse *f = shoal_fuse_mount(&fc, err, sizeof(err));
         if (!f) {
@@ -200,7 +181,7 @@ int shoal_cmd_mount(int argc, char **argv)
                  !cfg.cache_group ? ""
                  : node->server   ? ", sharing"
                                   : ", not sharing",
-                 (double)fc.attr_ttl_ns / 1e9, fc.max_read,
+                 (double)fc.attr_ttl_ns / (double)SHOAL_NS_PER_SEC, fc.max_read,
                  fc.read_only                            ? "read-only"
                  : fc.allow_overwrite && fc.allow_delete ? "new files, overwrite, delete"
                  : fc.allow_overwrite                    ? "new files, overwrite"
@@ -260,7 +241,7 @@ static bool wait_exit(int pidfd, uint64_t timeout_ns)
                 if (now >= end)
                         return false;
                 struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
-                int ms = (int)SHOAL_MIN((end - now) / 1000000 + 1, 1000);
+                int ms = (int)SHOAL_MIN((end - now) / SHOAL_NS_PER_MS + 1, 1000);
                 int n = poll(&pfd, 1, ms);
                 if (n > 0)
                         return true;

@@ -21,7 +21,7 @@ static int ping_service(const char *what, const char *addr, uint8_t service,
                         const struct shoal_hs_key *key, struct shoal_wire_info *info)
 {
         uint64_t t0 = shoal_now_ns();
-        uint64_t deadline = t0 + 5ULL * 1000000000ULL;
+        uint64_t deadline = t0 + 5 * SHOAL_NS_PER_SEC;
         struct shoal_rpc_peer peer = {0};
         int fd = shoal_rpc_connect(addr, service, key, deadline, &peer);
         if (fd < 0) {
@@ -30,7 +30,7 @@ static int ping_service(const char *what, const char *addr, uint8_t service,
                                      : strerror(-fd));
                 return 1;
         }
-        double connect_ms = (double)(shoal_now_ns() - t0) / 1e6;
+        double connect_ms = (double)(shoal_now_ns() - t0) / (double)SHOAL_NS_PER_MS;
         double min = 1e9, max = 0, sum = 0;
         uint8_t hdr[SHOAL_WIRE_HDR_LEN], body[2048];
         int rc = 0;
@@ -46,7 +46,7 @@ static int ping_service(const char *what, const char *addr, uint8_t service,
                 if (!rc && (h.type != SHOAL_MSG_PONG || h.id != 100 + i ||
                             h.body_len != sizeof(payload) || memcmp(body, payload, 8)))
                         rc = -EPROTO;
-                double ms = (double)(shoal_now_ns() - p0) / 1e6;
+                double ms = (double)(shoal_now_ns() - p0) / (double)SHOAL_NS_PER_MS;
                 min = ms < min ? ms : min;
                 max = ms > max ? ms : max;
                 sum += ms;

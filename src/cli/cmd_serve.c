@@ -27,7 +27,6 @@ int shoal_cmd_serve(int argc, char **argv)
         if (cfg.no_sharing)
                 return shoal_cli_fail(&cli, "--no-sharing makes no sense for a dedicated cache "
                                             "node");
-        cfg.serve = true;
 
         if (shoal_cli_background(&cli))
                 return 2;
@@ -36,10 +35,10 @@ int shoal_cmd_serve(int argc, char **argv)
         shoal_daemon_block_signals(&set);
 
         char err[1024];
-        int code;
-        struct shoal_node *node = shoal_node_start(&cfg, err, sizeof(err), &code);
-        if (!node)
-                return shoal_daemon_report("serve", err, code);
+        struct shoal_node *node;
+        rc = shoal_node_start(&cfg, &node, err, sizeof(err));
+        if (rc)
+                return shoal_daemon_report("serve", err, shoal_cli_start_code(rc));
         char tcp[64], iorpc[64];
         shoal_server_addrs(node->server, tcp, iorpc);
         log_info("serve", "member %s of group %s ready: tcp pool %s, iorpc %s",

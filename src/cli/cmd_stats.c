@@ -269,7 +269,7 @@ static int source_read(const struct view *vw, const struct source *src, struct r
 
 static double value_of(const struct shown *s, const struct reading *prev, const struct reading *cur)
 {
-        double dt = (double)(cur->at_ns - prev->at_ns) / 1e9;
+        double dt = (double)(cur->at_ns - prev->at_ns) / (double)SHOAL_NS_PER_SEC;
         double a = cur->v[s->key_a], pa = prev->v[s->key_a];
         /* A value missing from the source, or a counter that went back (the process
          * restarted), shows as zero for this row rather than as a huge or negative rate. */
@@ -397,18 +397,17 @@ static int parse_interval(const char *s, uint64_t *ns)
         if (end != s && !*end) {
                 if (!(secs > 0) || secs > 86400)
                         return -EINVAL;
-                *ns = (uint64_t)(secs * 1e9);
+                *ns = (uint64_t)(secs * (double)SHOAL_NS_PER_SEC);
                 return 0;
         }
-        if (shoal_parse_duration(s, ns) || !*ns || *ns > 86400ULL * 1000000000ULL)
+        if (shoal_parse_duration(s, ns) || !*ns || *ns > 86400 * SHOAL_NS_PER_SEC)
                 return -EINVAL;
         return 0;
 }
 
 static void sleep_until(uint64_t deadline_ns)
 {
-        struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000ULL),
-                              .tv_nsec = (long)(deadline_ns % 1000000000ULL)};
+        struct timespec ts = shoal_ns_timespec(deadline_ns);
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
                 ;
 }
@@ -435,7 +434,7 @@ int shoal_cmd_stats(int argc, char **argv)
                                               cli.val[OPT_VERBOSITY]);
                 detail = cli.val[OPT_VERBOSITY][0] == '1';
         }
-        uint64_t interval = 1000000000ULL;
+        uint64_t interval = SHOAL_NS_PER_SEC;
         if (cli.val[OPT_INTERVAL] && parse_interval(cli.val[OPT_INTERVAL], &interval))
                 return shoal_cli_fail(&cli,
                                       "invalid --interval %s: expected seconds (e.g. 1, 0.5, "

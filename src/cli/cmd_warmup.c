@@ -167,7 +167,7 @@ static void progress(struct warm *w, const char *unit, uint64_t t0, bool last)
         uint64_t bytes = __atomic_load_n(&w->bytes, __ATOMIC_RELAXED);
         char b[32];
         shoal_format_bytes(bytes, b, sizeof(b));
-        double secs = (double)(shoal_now_ns() - t0) / 1e9;
+        double secs = (double)(shoal_now_ns() - t0) / (double)SHOAL_NS_PER_SEC;
         fprintf(stderr, "%swarmup: %llu/%zu %s, %s in %.1f s (%.0f MiB/s), %llu errors%s",
                 isatty(STDERR_FILENO) && !last ? "\r" : "", (unsigned long long)done, w->n, unit, b,
                 secs, secs > 0 ? (double)bytes / (double)SHOAL_MiB / secs : 0.0,
@@ -203,11 +203,10 @@ int shoal_cmd_warmup(int argc, char **argv)
                 if (cfg.cache_group)
                         cfg.cache_size = 0; /* the owners keep the blocks, not this process */
                 char err[1024];
-                int code;
-                w.node = shoal_node_start(&cfg, err, sizeof(err), &code);
-                if (!w.node) {
+                rc = shoal_node_start(&cfg, &w.node, err, sizeof(err));
+                if (rc) {
                         fprintf(stderr, "shoal warmup: %s\n", err);
-                        return code;
+                        return shoal_cli_start_code(rc);
                 }
                 if (w.node->group && !live_providers(w.node)) {
                         fprintf(stderr,
@@ -262,10 +261,10 @@ int shoal_cmd_warmup(int argc, char **argv)
         for (unsigned t = 0; th && t < threads; t++)
                 if (!pthread_create(&th[t], NULL, worker_main, &w))
                         started++;
-        uint64_t next_print = t0 + 1000000000ULL;
+        uint64_t next_print = t0 + SHOAL_NS_PER_SEC;
         bool emptied = false;
         while (__atomic_load_n(&w.done_items, __ATOMIC_RELAXED) < w.n && started) {
-                shoal_sleep_ns(50000000ULL);
+                shoal_sleep_ns(50 * SHOAL_NS_PER_MS);
                 if (shoal_now_ns() >= next_print) {
                         if (w.node && w.node->group && !live_providers(w.node)) {
                                 /* the workers take no new item; what is in flight finishes */
@@ -274,7 +273,7 @@ int shoal_cmd_warmup(int argc, char **argv)
                                 break;
                         }
                         progress(&w, unit, t0, false);
-                        next_print += 1000000000ULL;
+                        next_print += SHOAL_NS_PER_SEC;
                 }
         }
         for (unsigned t = 0; t < started; t++)

@@ -51,285 +51,325 @@ int shoal_node_check_rdma(const char *network, const char *provider, char (*ifs)
         return n;
 }
 
-/* [S1] on every transport, before anything starts: without a group secret a member listens on
- * loopback only, for the TCP pool and IORPC (IP) and for RDMA (each interface's address). The
- * servers check again themselves. Returns 0 or -EPERM with one line in ERR. */
-static int check_listen_rule(const struct shoal_node_config *cfg, const char *ip,
-                             char rdma_if[][32], int n_rdma_if, char *err, size_t errlen)
-{
-        if (shoal_secret_set(&cfg->group_secret))
-                return 0;
-        if (strncmp(ip, "127.", 4)) {
-                snprintf(err, errlen,
-                         "refusing to listen on %s without a group secret: set "
-                         "--group-secret-file or SHOAL_GROUP_SECRET (or use --group-ip 127.0.0.1)",
-                         ip);
-                return -EPERM;
-        }
-        for (int i = 0; i < n_rdma_if; i++) {
-                char rip[64];
-                /* An interface without IPv4 is reported by the RDMA start-up itself. */
-                if (!shoal_iface_ipv4(rdma_if[i], rip, sizeof(rip)) && strncmp(rip, "127.", 4)) {
-                        snprintf(err, errlen,
-                                 "refusing to listen for RDMA on %s (%s) without a group secret: "
-                                 "set --group-secret-file or SHOAL_GROUP_SECRET (or use "
-                                 "--rdma-network lo)",
-                                 rdma_if[i], rip);
-                        return -EPERM;
-                }
-        }
-        return 0;
-}
+/* What the checks settle before anything starts, for the parts that follow. */
+struct plan {
+        bool sharing; /* a member that serves its cache to the group */
+        char ip[64];  /* where its servers listen */
+        char rdma_if[SHOAL_FAB_MAX_IFACES][32];
+        int n_rdma_if; /* 0: no RDMA */
+        const char *rdma_provider;
+        char member_id[SHOAL_MEMBER_ID_LEN + 1]; /* "" without a group */
+};
 
-struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *err, size_t errlen,
-                                    int *exit_code)
+/* The address the servers listen on: --group-ip, the IPv4 of --group-network, or loopback. */
+static int resolve_listen_ip(const struct shoal_node_config *cfg, char *ip, size_t iplen, char *err,
+                             size_t errlen)
 {
-        *exit_code = 1;
-        struct shoal_node *n = calloc(1, sizeof(*n));
-        if (!n) {
-                snprintf(err, errlen, "out of memory");
-                return NULL;
-        }
-        n->cfg = *cfg;
-        if (shoal_volume_init(&n->vol, cfg->storage, cfg->block_size)) {
-                snprintf(err, errlen, "invalid storage %s or block size %u", cfg->storage,
-                         cfg->block_size);
-                *exit_code = 2;
-                goto out_free;
-        }
-        bool sharing = cfg->cache_group && cfg->serve && !cfg->no_sharing;
-        char ip[64] = "127.0.0.1";
+        shoal_strlcpy(ip, "127.0.0.1", iplen);
         if (cfg->group_ip && cfg->group_network) {
                 snprintf(err, errlen, "give --group-ip or --group-network, not both");
-                *exit_code = 2;
-                goto out_free;
+                return -EINVAL;
         }
         if (cfg->group_ip) {
                 struct in_addr a;
                 if (inet_pton(AF_INET, cfg->group_ip, &a) != 1) {
                         snprintf(err, errlen, "invalid --group-ip %s: expected an IPv4 address",
                                  cfg->group_ip);
-                        *exit_code = 2;
-                        goto out_free;
+                        return -EINVAL;
                 }
-                shoal_strlcpy(ip, cfg->group_ip, sizeof(ip));
+                shoal_strlcpy(ip, cfg->group_ip, iplen);
         } else if (cfg->group_network) {
-                int rc = shoal_iface_ipv4(cfg->group_network, ip, sizeof(ip));
+                int rc = shoal_iface_ipv4(cfg->group_network, ip, iplen);
                 if (rc) {
                         snprintf(err, errlen, "--group-network %s: %s", cfg->group_network,
                                  rc == -ENODEV ? "no such interface" : "it has no IPv4 address");
-                        *exit_code = 2;
-                        goto out_free;
+                        return -EINVAL;
                 }
         }
+        return 0;
+}
 
-        /* [M3]: with --rdma-network every interface must come up on the provider, with or
-         * without a group, or the node does not start (a configuration problem: exit 2);
-         * without it, no libfabric at all. */
-        char rdma_if[SHOAL_FAB_MAX_IFACES][32];
-        int n_rdma_if = 0;
+/* [S1] on every transport, before anything starts: without a group secret a member listens on
+ * loopback only, for the TCP pool and IORPC (IP) and for RDMA (each interface's address). A
+ * secret, when there is one, has SHOAL_SECRET_MIN bytes or more. The servers and the RDMA client
+ * check again themselves; after this they refuse nothing. */
+static int check_secret(const struct shoal_node_config *cfg, const struct plan *p, char *err,
+                        size_t errlen)
+{
+        if (shoal_secret_set(&cfg->group_secret)) {
+                if (cfg->group_secret.len >= SHOAL_SECRET_MIN)
+                        return 0;
+                snprintf(err, errlen, "the group secret must be at least %d bytes",
+                         SHOAL_SECRET_MIN);
+                return -EINVAL;
+        }
+        if (!p->sharing)
+                return 0;
+        if (strncmp(p->ip, "127.", 4)) {
+                snprintf(err, errlen,
+                         "refusing to listen on %s without a group secret: set "
+                         "--group-secret-file or SHOAL_GROUP_SECRET (or use --group-ip 127.0.0.1)",
+                         p->ip);
+                return -EINVAL;
+        }
+        for (int i = 0; i < p->n_rdma_if; i++) {
+                char rip[64];
+                /* An interface without IPv4 is reported by the RDMA check that follows. */
+                if (!shoal_iface_ipv4(p->rdma_if[i], rip, sizeof(rip)) && strncmp(rip, "127.", 4)) {
+                        snprintf(err, errlen,
+                                 "refusing to listen for RDMA on %s (%s) without a group secret: "
+                                 "set --group-secret-file or SHOAL_GROUP_SECRET (or use "
+                                 "--rdma-network lo)",
+                                 p->rdma_if[i], rip);
+                        return -EINVAL;
+                }
+        }
+        return 0;
+}
+
+/* Everything that can be found wrong without starting anything; all of it is the user's to fix
+ * (-EINVAL). [M3]: with --rdma-network every interface must come up on the provider, with or
+ * without a group; without it, no libfabric at all. */
+static int check_config(struct shoal_node *n, struct plan *p, char *err, size_t errlen)
+{
+        const struct shoal_node_config *cfg = &n->cfg;
+        memset(p, 0, sizeof(*p));
+        if (shoal_volume_init(&n->vol, cfg->storage, cfg->block_size)) {
+                snprintf(err, errlen, "invalid storage %s or block size %u", cfg->storage,
+                         cfg->block_size);
+                return -EINVAL;
+        }
+        p->sharing = cfg->cache_group && cfg->serve && !cfg->no_sharing;
+        int rc = resolve_listen_ip(cfg, p->ip, sizeof(p->ip), err, errlen);
+        if (rc)
+                return rc;
+        p->rdma_provider = shoal_fab_provider(cfg->rdma_provider);
         if (cfg->rdma_network) {
-                n_rdma_if = shoal_fab_parse_ifaces(cfg->rdma_network, rdma_if);
-                if (n_rdma_if < 0) {
+                p->n_rdma_if = shoal_fab_parse_ifaces(cfg->rdma_network, p->rdma_if);
+                if (p->n_rdma_if < 0) {
                         snprintf(err, errlen,
                                  "invalid --rdma-network %s: expected IF1[:IF2...] (at most %d)",
                                  cfg->rdma_network, SHOAL_FAB_MAX_IFACES);
-                        *exit_code = 2;
-                        goto out_free;
+                        return -EINVAL;
                 }
         }
-        /* The listen rule first: it needs no libfabric. */
-        if (sharing && check_listen_rule(cfg, ip, rdma_if, n_rdma_if, err, errlen)) {
-                *exit_code = 2;
-                goto out_free;
-        }
-        if (n_rdma_if > 0 && shoal_node_check_rdma(cfg->rdma_network, cfg->rdma_provider, rdma_if,
-                                                   err, errlen) < 0) {
-                *exit_code = 2;
-                goto out_free;
-        }
+        /* The secret first: it needs no libfabric. */
+        rc = check_secret(cfg, p, err, errlen);
+        if (rc)
+                return rc;
+        if (p->n_rdma_if > 0 && shoal_node_check_rdma(cfg->rdma_network, cfg->rdma_provider,
+                                                      p->rdma_if, err, errlen) < 0)
+                return -EINVAL;
+        return 0;
+}
 
+static int start_store(struct shoal_node *n, char *err, size_t errlen)
+{
         struct shoal_store_config scfg = {
                 .url = n->vol.url,
-                .endpoint = cfg->endpoint,
-                .max_downloads = cfg->max_downloads,
-                .upload_part_size = cfg->upload_part_size,
+                .endpoint = n->cfg.endpoint,
+                .max_downloads = n->cfg.max_downloads,
+                .upload_part_size = n->cfg.upload_part_size,
                 /* Uploads take their part buffers from a budget as large as the read
                  * buffers' (--buffer-size bounds each). */
-                .upload_buffer_bytes = cfg->buffer_size,
+                .upload_buffer_bytes = n->cfg.buffer_size,
         };
-        n->store = shoal_store_open(&scfg, err, errlen);
-        if (!n->store) {
-                /* A URL we cannot use is the user's to fix: exit 2. */
-                if (strncmp(cfg->storage, "file://", 7) || !strstr(err, "cannot open"))
-                        *exit_code = 2;
-                goto out_free;
-        }
+        return shoal_store_open(&scfg, &n->store, err, errlen);
+}
 
+static int start_cache(struct shoal_node *n, char *err, size_t errlen)
+{
         struct shoal_cache_config ccfg = {
-                .dirs = cfg->cache_size ? cfg->cache_dir : NULL,
-                .size_bytes = cfg->cache_size,
-                .free_space_ratio = cfg->free_space_ratio,
+                .dirs = n->cfg.cache_size ? n->cfg.cache_dir : NULL,
+                .size_bytes = n->cfg.cache_size,
+                .free_space_ratio = n->cfg.free_space_ratio,
                 .volume = &n->vol,
         };
-        n->cache = shoal_cache_open(&ccfg, err, errlen);
-        if (!n->cache)
-                goto out_store;
+        return shoal_cache_open(&ccfg, &n->cache, err, errlen);
+}
 
-        const char *rdma_prov = shoal_fab_provider(cfg->rdma_provider);
-        if (cfg->cache_group && n_rdma_if > 0) {
-                struct shoal_rdma_client_config rc = {.provider = rdma_prov,
-                                                      .ifaces = rdma_if,
-                                                      .n_if = (unsigned)n_rdma_if,
+/* The client side: the transports to the group's members (RDMA needs the reader's buffers
+ * registered) and the reader over store, cache and group. */
+static int start_client(struct shoal_node *n, struct plan *p, char *err, size_t errlen)
+{
+        const struct shoal_node_config *cfg = &n->cfg;
+        if (cfg->cache_group && p->n_rdma_if > 0) {
+                struct shoal_rdma_client_config rc = {.provider = p->rdma_provider,
+                                                      .ifaces = p->rdma_if,
+                                                      .n_if = (unsigned)p->n_rdma_if,
                                                       .secret = cfg->group_secret,
                                                       .bounce_size = n->vol.block_size};
                 n->rdma_client = shoal_rdma_client_create(&rc, err, errlen);
                 if (!n->rdma_client)
-                        goto out_cache;
+                        return -EIO;
         }
         if (cfg->cache_group) {
                 struct shoal_remote_config rmc = {.secret = cfg->group_secret,
-                                                  .use_iorpc = cfg->use_iorpc || n_rdma_if > 0,
+                                                  .use_iorpc = cfg->use_iorpc || p->n_rdma_if > 0,
                                                   .rdma = n->rdma_client};
                 n->remote = shoal_remote_create(&rmc);
                 if (!n->remote) {
                         snprintf(err, errlen, "cannot create the group client");
-                        goto out_rdma_client;
+                        return -ENOMEM;
                 }
         }
-
         struct shoal_reader_config rcfg = {
                 .vol = &n->vol,
                 .store = n->store,
                 .cache = n->cache,
                 .remote = n->remote,
-                .sharing = sharing,
+                .sharing = p->sharing,
                 .buffer_bytes = cfg->buffer_size,
                 .readahead = cfg->prefetch,
                 .prefetch_threads = cfg->prefetch ? SHOAL_MIN(cfg->prefetch, 8u) : 0,
         };
         n->reader = shoal_reader_create(&rcfg, err, errlen);
         if (!n->reader)
-                goto out_remote;
+                return -ENOMEM;
         if (n->rdma_client) {
                 size_t blen;
                 void *bbase = shoal_reader_buffers(n->reader, &blen);
                 if (shoal_rdma_client_register(n->rdma_client, bbase, blen, err, errlen))
-                        goto out_reader;
+                        return -EIO;
         }
+        return 0;
+}
 
-        /* The member id is drawn here, not at the join, because the handshake proofs of the
-         * servers below carry it (rpc/handshake.h). */
-        char member_id[SHOAL_MEMBER_ID_LEN + 1] = "";
-        if (cfg->cache_group) {
-                unsigned char rnd[SHOAL_MEMBER_ID_LEN / 2];
-                int rc = shoal_random_bytes(rnd, sizeof(rnd));
-                if (rc) {
-                        snprintf(err, errlen, "cannot draw a member id: %s", strerror(-rc));
-                        goto out_reader;
-                }
-                shoal_hex(rnd, sizeof(rnd), member_id);
+/* The member id is drawn before the servers start, not at the join, because the handshake proofs
+ * of the servers carry it (rpc/handshake.h). */
+static int draw_member_id(struct plan *p, char *err, size_t errlen)
+{
+        unsigned char rnd[SHOAL_MEMBER_ID_LEN / 2];
+        int rc = shoal_random_bytes(rnd, sizeof(rnd));
+        if (rc) {
+                snprintf(err, errlen, "cannot draw a member id: %s", strerror(-rc));
+                return rc;
         }
-        if (sharing) {
-                struct shoal_server_config sc = {
-                        .vol = &n->vol,
-                        .reader = n->reader,
-                        .cache = n->cache,
-                        .listen_ip = ip,
-                        .tcp_port = cfg->group_port,
-                        .cache_try_dio = cfg->cache_try_dio,
-                        .iorpc_mode = cfg->iorpc_mode,
-                        .secret = cfg->group_secret,
-                        .member_id = member_id,
-                        .rdma = n_rdma_if > 0,
-                };
-                n->server = shoal_server_start(&sc, err, errlen);
-                if (!n->server) {
-                        if (strstr(err, "refusing"))
-                                *exit_code = 2;
-                        goto out_reader;
-                }
-                if (n_rdma_if > 0) {
-                        n->rdma_server = shoal_rdma_server_start(
-                                n->server, rdma_prov, rdma_if, (unsigned)n_rdma_if,
-                                &cfg->group_secret, member_id, err, errlen);
-                        if (!n->rdma_server) {
-                                if (strstr(err, "refusing"))
-                                        *exit_code = 2;
-                                goto out_server;
-                        }
-                        char ra[SHOAL_FAB_MAX_IFACES][64];
-                        unsigned nra = shoal_rdma_server_addrs(n->rdma_server, ra);
-                        shoal_server_set_rdma_addrs(n->server, ra, nra);
-                }
-        }
-        /* Before the join, so that a member whose metrics address is taken never joins (its
-         * brief membership would move blocks); short-lived clients (cat) get an endpoint only
-         * when they ask for one. */
-        if (cfg->metrics_addr || cfg->serve) {
-                struct shoal_metrics_http_config mc = {
-                        .addr = cfg->metrics_addr,
-                        .cache_group = cfg->cache_group,
-                        .role = sharing ? "Provider" : "Consumer",
-                        .volume = n->vol.url,
-                };
-                n->metrics = shoal_metrics_http_start(&mc, err, errlen);
-                if (!n->metrics)
-                        goto out_server;
-        }
-        if (cfg->cache_group) {
-                struct shoal_group_config gc = {
-                        .meta_url = cfg->meta_url,
-                        .group = cfg->cache_group,
-                };
-                struct shoal_member *me = &gc.self;
-                shoal_strlcpy(me->id, member_id, sizeof(me->id));
-                gethostname(me->host, sizeof(me->host) - 1);
-                me->weight = sharing ? cfg->group_weight : 0;
-                me->role = sharing ? SHOAL_ROLE_PROVIDER : SHOAL_ROLE_CONSUMER;
-                shoal_strlcpy(me->volume_url, n->vol.url, sizeof(me->volume_url));
-                me->block_size = n->vol.block_size;
-                if (n->server)
-                        shoal_server_addrs(n->server, me->tcp_addr, me->iorpc_addr);
-                if (n->rdma_server)
-                        me->n_rdma = shoal_rdma_server_addrs(n->rdma_server, me->rdma_addr);
-                /* shoal bench reads the members' CPU there */
-                if (n->metrics)
-                        shoal_strlcpy(me->metrics_addr, shoal_metrics_http_addr(n->metrics),
-                                      sizeof(me->metrics_addr));
-                gc.usage = publish_usage; /* with every heartbeat [C7] */
-                gc.usage_arg = n->cache;
-                n->group = shoal_group_start(&gc, err, errlen);
-                if (!n->group) {
-                        if (strstr(err, "mismatch"))
-                                *exit_code = 2;
-                        goto out_metrics;
-                }
-                shoal_reader_set_group(n->reader, n->group);
-                if (n->server)
-                        shoal_server_set_group(n->server, n->group);
-        }
-        *exit_code = 0;
-        return n;
+        shoal_hex(rnd, sizeof(rnd), p->member_id);
+        return 0;
+}
 
-out_metrics:
-        shoal_metrics_http_stop(n->metrics);
-out_server:
-        shoal_rdma_server_stop(n->rdma_server);
-        shoal_server_stop(n->server);
-out_reader:
-        shoal_reader_destroy(n->reader);
-out_remote:
-        shoal_remote_destroy(n->remote);
-out_rdma_client:
-        shoal_rdma_client_destroy(n->rdma_client);
-out_cache:
-        shoal_cache_close(n->cache);
-out_store:
-        shoal_store_close(n->store);
-out_free:
-        free(n);
-        return NULL;
+/* The TCP pool and IORPC server, and the RDMA server with --rdma-network. check_config settled
+ * everything they could refuse, so what is left is a failure at run time (a port in use). */
+static int start_servers(struct shoal_node *n, struct plan *p, char *err, size_t errlen)
+{
+        const struct shoal_node_config *cfg = &n->cfg;
+        struct shoal_server_config sc = {
+                .vol = &n->vol,
+                .reader = n->reader,
+                .cache = n->cache,
+                .listen_ip = p->ip,
+                .tcp_port = cfg->group_port,
+                .cache_try_dio = cfg->cache_try_dio,
+                .iorpc_mode = cfg->iorpc_mode,
+                .secret = cfg->group_secret,
+                .member_id = p->member_id,
+                .rdma = p->n_rdma_if > 0,
+        };
+        n->server = shoal_server_start(&sc, err, errlen);
+        if (!n->server)
+                return -EIO;
+        if (p->n_rdma_if == 0)
+                return 0;
+        n->rdma_server = shoal_rdma_server_start(n->server, p->rdma_provider, p->rdma_if,
+                                                 (unsigned)p->n_rdma_if, &cfg->group_secret,
+                                                 p->member_id, err, errlen);
+        if (!n->rdma_server)
+                return -EIO;
+        char ra[SHOAL_FAB_MAX_IFACES][64];
+        unsigned nra = shoal_rdma_server_addrs(n->rdma_server, ra);
+        shoal_server_set_rdma_addrs(n->server, ra, nra);
+        return 0;
+}
+
+/* Before the join, so that a member whose metrics address is taken never joins (its brief
+ * membership would move blocks); short-lived clients (cat, libshoal) get an endpoint only when
+ * they ask for one. */
+static int start_metrics(struct shoal_node *n, const struct plan *p, char *err, size_t errlen)
+{
+        if (!n->cfg.metrics_addr && !n->cfg.serve)
+                return 0;
+        struct shoal_metrics_http_config mc = {
+                .addr = n->cfg.metrics_addr,
+                .cache_group = n->cfg.cache_group,
+                .role = p->sharing ? "Provider" : "Consumer",
+                .volume = n->vol.url,
+        };
+        n->metrics = shoal_metrics_http_start(&mc, err, errlen);
+        return n->metrics ? 0 : -EIO;
+}
+
+static int join_group(struct shoal_node *n, const struct plan *p, char *err, size_t errlen)
+{
+        const struct shoal_node_config *cfg = &n->cfg;
+        struct shoal_group_config gc = {
+                .meta_url = cfg->meta_url,
+                .group = cfg->cache_group,
+        };
+        struct shoal_member *me = &gc.self;
+        shoal_strlcpy(me->id, p->member_id, sizeof(me->id));
+        gethostname(me->host, sizeof(me->host) - 1);
+        me->weight = p->sharing ? cfg->group_weight : 0;
+        me->role = p->sharing ? SHOAL_ROLE_PROVIDER : SHOAL_ROLE_CONSUMER;
+        shoal_strlcpy(me->volume_url, n->vol.url, sizeof(me->volume_url));
+        me->block_size = n->vol.block_size;
+        if (n->server)
+                shoal_server_addrs(n->server, me->tcp_addr, me->iorpc_addr);
+        if (n->rdma_server)
+                me->n_rdma = shoal_rdma_server_addrs(n->rdma_server, me->rdma_addr);
+        /* shoal bench reads the members' CPU there */
+        if (n->metrics)
+                shoal_strlcpy(me->metrics_addr, shoal_metrics_http_addr(n->metrics),
+                              sizeof(me->metrics_addr));
+        gc.usage = publish_usage; /* with every heartbeat [C7] */
+        gc.usage_arg = n->cache;
+        int rc = shoal_group_start(&gc, &n->group, err, errlen);
+        if (rc)
+                return rc;
+        shoal_reader_set_group(n->reader, n->group);
+        if (n->server)
+                shoal_server_set_group(n->server, n->group);
+        return 0;
+}
+
+int shoal_node_start(const struct shoal_node_config *cfg, struct shoal_node **out, char *err,
+                     size_t errlen)
+{
+        *out = NULL;
+        struct shoal_node *n = calloc(1, sizeof(*n));
+        if (!n) {
+                snprintf(err, errlen, "out of memory");
+                return -ENOMEM;
+        }
+        n->cfg = *cfg;
+        struct plan p;
+        int rc = check_config(n, &p, err, errlen);
+        if (rc)
+                goto out_stop;
+        rc = start_store(n, err, errlen);
+        if (rc)
+                goto out_stop;
+        rc = start_cache(n, err, errlen);
+        if (rc)
+                goto out_stop;
+        rc = start_client(n, &p, err, errlen);
+        if (rc)
+                goto out_stop;
+        if (cfg->cache_group && (rc = draw_member_id(&p, err, errlen)))
+                goto out_stop;
+        if (p.sharing && (rc = start_servers(n, &p, err, errlen)))
+                goto out_stop;
+        rc = start_metrics(n, &p, err, errlen);
+        if (rc)
+                goto out_stop;
+        if (cfg->cache_group && (rc = join_group(n, &p, err, errlen)))
+                goto out_stop;
+        *out = n;
+        return 0;
+
+out_stop:
+        shoal_node_stop(n); /* stops what started, in the right order */
+        return rc;
 }
 
 void shoal_node_stop(struct shoal_node *n)

@@ -56,10 +56,17 @@ struct shoal_node {
         struct shoal_metrics_http *metrics;    /* NULL: no endpoint */
 };
 
-/* Starts every part CFG asks for. On failure returns NULL with one line in ERR and *EXIT_CODE
- * set to 2 for a usage problem (bad value, unsupported option) or 1 for a runtime failure. */
-struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *err, size_t errlen,
-                                    int *exit_code);
+/* Starts every part CFG asks for into *OUT; CFG's strings and secret must outlive the node.
+ * Returns 0, or a negative errno with one line in ERR: -EINVAL for a usage problem, the user's to
+ * fix (a bad storage URL or block size, an interface that does not exist or has no IPv4, RDMA
+ * that cannot start on the provider, listening beyond loopback without a group secret, a
+ * registry URL that cannot work, a volume that differs from the group's); any other errno is a
+ * failure at run time (a folder or registry that cannot be opened, a port in use). The command
+ * line exits 2 or 1 (shoal_cli_start_code); libshoal returns the errno (ValueError in Python for
+ * -EINVAL). */
+int shoal_node_start(const struct shoal_node_config *cfg, struct shoal_node **out, char *err,
+                     size_t errlen);
+/* Stops every part that was started (any of them may be missing) and frees N. NULL is a no-op. */
 void shoal_node_stop(struct shoal_node *n);
 
 /* Checks --rdma-network NETWORK on PROVIDER (NULL: $FI_PROVIDER, else verbs) at start-up [M3]:

@@ -72,12 +72,8 @@ void *shoal_bufpool_get(struct shoal_bufpool *p, uint64_t timeout_ns)
 {
         pthread_mutex_lock(&p->mu);
         if (!p->nfree && timeout_ns) {
-                struct timespec ts;
-                clock_gettime(CLOCK_MONOTONIC, &ts);
-                uint64_t t =
-                        (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec + timeout_ns;
-                ts.tv_sec = (time_t)(t / 1000000000ULL);
-                ts.tv_nsec = (long)(t % 1000000000ULL);
+                /* the condition waits on CLOCK_MONOTONIC, shoal_now_ns's clock */
+                struct timespec ts = shoal_ns_timespec(shoal_now_ns() + timeout_ns);
                 while (!p->nfree) {
                         if (pthread_cond_timedwait(&p->cond, &p->mu, &ts) == ETIMEDOUT)
                                 break;

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "common/secret.h"
 #include "common/util.h"
 
@@ -57,9 +58,13 @@ static const struct var vars[] = {
         {"HOME", K_STRING, F(home), 0},
 };
 
+/* env_cur is written by shoal_config_load before threads start (the command line), or under
+ * env_mu before env_loaded is published (shoal_config_ensure, the lazy load). */
 static struct shoal_env env_cur;
-static bool env_loaded;
-static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static const struct shoal_env env_unset;
+static bool env_loaded; /* atomic */
+static bool env_failed; /* atomic: the lazy load found a bad value (logged once) */
+static pthread_mutex_t env_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static int bad(const struct var *v, const char *val, char *err, size_t errlen, const char *want)
 {
@@ -150,25 +155,37 @@ int shoal_config_load(char *err, size_t errlen)
         if (rc)
                 return rc;
         env_cur = e;
-        env_loaded = true;
+        __atomic_store_n(&env_loaded, true, __ATOMIC_RELEASE);
         return 0;
 }
 
-static void load_once(void)
+int shoal_config_ensure(char *err, size_t errlen)
 {
-        if (env_loaded)
-                return;
-        char err[256];
-        if (shoal_config_load(err, sizeof(err))) {
-                fprintf(stderr, "shoal: %s\n", err);
-                exit(2);
-        }
+        if (__atomic_load_n(&env_loaded, __ATOMIC_ACQUIRE))
+                return 0;
+        pthread_mutex_lock(&env_mu);
+        int rc = 0;
+        if (!env_loaded)
+                rc = shoal_config_load(err, errlen);
+        pthread_mutex_unlock(&env_mu);
+        return rc;
 }
 
 const struct shoal_env *shoal_config_env(void)
 {
-        pthread_once(&env_once, load_once);
-        return &env_cur;
+        if (__atomic_load_n(&env_loaded, __ATOMIC_ACQUIRE))
+                return &env_cur;
+        if (__atomic_load_n(&env_failed, __ATOMIC_ACQUIRE))
+                return &env_unset;
+        char err[256];
+        pthread_mutex_lock(&env_mu);
+        bool ok = env_loaded || !shoal_config_load(err, sizeof(err));
+        if (!ok && !env_failed) {
+                __atomic_store_n(&env_failed, true, __ATOMIC_RELEASE);
+                log_error("config", "%s; every environment override is ignored", err);
+        }
+        pthread_mutex_unlock(&env_mu);
+        return ok ? &env_cur : &env_unset;
 }
 
 const char *shoal_config_var_name(size_t i)

@@ -47,13 +47,20 @@ int shoal_config_parse(struct shoal_env *env, const char *(*get)(const char *nam
                        size_t errlen);
 
 /* Parses the process environment into the process-wide configuration (again, when called
- * again). Call before any thread that reads it starts. Returns 0 or -EINVAL with one line in
- * ERR; the process-wide configuration is then left as it was. */
+ * again). The command line calls it once, before any thread that reads it starts. Returns 0 or
+ * -EINVAL with one line in ERR; the process-wide configuration is then left as it was. */
 int shoal_config_load(char *err, size_t errlen);
 
-/* The process-wide configuration. When shoal_config_load has not run (library users, unit
- * tests), the first call loads it; a bad value then prints the error on stderr and exits 2,
- * the same verdict the command line gives. Never NULL. */
+/* Loads the process-wide configuration unless a load already succeeded: libshoal calls it at
+ * every client open, so that a bad value fails that open instead of anything later. Thread-safe.
+ * Returns 0 or -EINVAL with one line in ERR; after a failure nothing is loaded, so a later call
+ * with a corrected environment succeeds. */
+int shoal_config_ensure(char *err, size_t errlen);
+
+/* The process-wide configuration. Never NULL, and never ends the process: a program that loaded
+ * nothing first (a unit test, a test tool) gets it loaded by the first call; if that finds a bad
+ * value, the error is logged once and every variable reads as unset. The command line and the
+ * library load first and report a bad value themselves, so they never get here with one. */
 const struct shoal_env *shoal_config_env(void);
 
 /* The name of entry I of the table of every variable shoal reads (documentation order), or NULL

@@ -170,19 +170,19 @@ void shoal_format_duration(uint64_t ns, char *out, size_t outlen)
 {
         if (!outlen)
                 return;
-        if (ns < 1000) {
+        if (ns < SHOAL_NS_PER_US) {
                 snprintf(out, outlen, "%lluns", (unsigned long long)ns);
                 return;
         }
-        if (ns < 1000000) {
-                snprintf(out, outlen, "%.3gus", (double)ns / 1e3);
+        if (ns < SHOAL_NS_PER_MS) {
+                snprintf(out, outlen, "%.3gus", (double)ns / (double)SHOAL_NS_PER_US);
                 return;
         }
-        if (ns < 1000000000) {
-                snprintf(out, outlen, "%.3gms", (double)ns / 1e6);
+        if (ns < SHOAL_NS_PER_SEC) {
+                snprintf(out, outlen, "%.3gms", (double)ns / (double)SHOAL_NS_PER_MS);
                 return;
         }
-        uint64_t ms = ns / 1000000, s = ms / 1000;
+        uint64_t ms = ns / SHOAL_NS_PER_MS, s = ms / 1000;
         size_t at = dur_part(out, outlen, 0, s / 3600, "h");
         at = dur_part(out, outlen, at, s / 60 % 60, "m");
         if (at < outlen && ms % 60000) {
@@ -246,8 +246,7 @@ uint64_t shoal_rand64(void)
 
 void shoal_sleep_ns(uint64_t ns)
 {
-        struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ULL),
-                              .tv_nsec = (long)(ns % 1000000000ULL)};
+        struct timespec ts = shoal_ns_timespec(ns);
         while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
                 ;
 }

@@ -14,12 +14,31 @@
 #define SHOAL_MiB           (1024ULL * 1024ULL)
 #define SHOAL_GiB           (1024ULL * 1024ULL * 1024ULL)
 
+/* Time is counted in nanoseconds everywhere (clocks, deadlines, durations); these name the
+ * conversions. Unsigned, as the clocks are: cast for signed arithmetic (mtimes). */
+#define SHOAL_NS_PER_US  1000ULL
+#define SHOAL_NS_PER_MS  1000000ULL
+#define SHOAL_NS_PER_SEC 1000000000ULL
+
+/* TS in nanoseconds (TS not before the clock's epoch). */
+static inline uint64_t shoal_timespec_ns(const struct timespec *ts)
+{
+        return (uint64_t)ts->tv_sec * SHOAL_NS_PER_SEC + (uint64_t)ts->tv_nsec;
+}
+
+/* NS nanoseconds as a timespec (absolute deadlines for pthread_cond_timedwait and friends). */
+static inline struct timespec shoal_ns_timespec(uint64_t ns)
+{
+        return (struct timespec){.tv_sec = (time_t)(ns / SHOAL_NS_PER_SEC),
+                                 .tv_nsec = (long)(ns % SHOAL_NS_PER_SEC)};
+}
+
 /* Monotonic nanoseconds (deadlines, expiry, latency). */
 static inline uint64_t shoal_now_ns(void)
 {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+        return shoal_timespec_ns(&ts);
 }
 
 /* Wall-clock nanoseconds since the epoch (signatures and display only). */
@@ -27,7 +46,7 @@ static inline uint64_t shoal_wall_ns(void)
 {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+        return shoal_timespec_ns(&ts);
 }
 
 /* Parses a size: "4096", "4K", "4M", "1G", "2T" (binary units, optional "i"/"iB"/"B").

@@ -160,7 +160,7 @@ void shoal_loop_run(struct shoal_loop *l)
                                 l->tick_fn(l->tick_arg);
                                 l->next_tick = now + l->tick_ns;
                         }
-                        timeout = (int)((l->next_tick - now) / 1000000ULL) + 1;
+                        timeout = (int)((l->next_tick - now) / SHOAL_NS_PER_MS) + 1;
                 }
                 int n = epoll_wait(l->epfd, evs, 64, timeout);
                 if (n < 0 && errno != EINTR)

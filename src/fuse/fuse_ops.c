@@ -191,8 +191,8 @@ void shoal_fuse_fill_stat(const struct shoal_fuse *f, uint64_t ino,
         st->st_uid = f->uid;
         st->st_gid = f->gid;
         int64_t t = a->is_dir ? f->start_ns : a->mtime_ns;
-        st->st_mtim.tv_sec = t / 1000000000LL;
-        st->st_mtim.tv_nsec = t % 1000000000LL;
+        st->st_mtim.tv_sec = t / (int64_t)SHOAL_NS_PER_SEC;
+        st->st_mtim.tv_nsec = t % (int64_t)SHOAL_NS_PER_SEC;
         st->st_atim = st->st_mtim;
         st->st_ctim = st->st_mtim;
         /* Tools size their buffers by st_blksize: ask for whole FUSE requests. */
@@ -740,7 +740,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                         continue;
                 }
                 if ((n == -EBUSY || n == -EAGAIN) && busy++ < 200) {
-                        shoal_sleep_ns(1000000);
+                        shoal_sleep_ns(SHOAL_NS_PER_MS);
                         continue;
                 }
                 break;

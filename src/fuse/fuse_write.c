@@ -64,7 +64,7 @@ static bool refuse_log_ok(unsigned *dropped)
         static long long window;
         static unsigned lines, skipped;
         static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-        long long now = (long long)(shoal_now_ns() / 1000000000ULL);
+        long long now = (long long)(shoal_now_ns() / SHOAL_NS_PER_SEC);
         pthread_mutex_lock(&mu);
         if (now != window) {
                 window = now;

@@ -71,7 +71,7 @@ struct shoal_fuse *shoal_fuse_mount(const struct shoal_fuse_config *cfg, char *e
         shoal_strlcpy(f->mountpoint, cfg->mountpoint, sizeof(f->mountpoint));
         f->cfg.mountpoint = f->mountpoint;
         f->node = cfg->node;
-        f->ttl_s = (double)cfg->attr_ttl_ns / 1e9;
+        f->ttl_s = (double)cfg->attr_ttl_ns / (double)SHOAL_NS_PER_SEC;
         f->block_size = cfg->node->vol.block_size;
         f->start_ns = (int64_t)shoal_wall_ns();
         f->uid = getuid();

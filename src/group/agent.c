@@ -27,7 +27,7 @@
 #include "metrics/metrics.h"
 
 #define STALE_FACTOR          10
-#define ERROR_LOG_INTERVAL_NS (30ULL * 1000000000ULL)
+#define ERROR_LOG_INTERVAL_NS (30 * SHOAL_NS_PER_SEC)
 
 struct seen {
         char id[SHOAL_MEMBER_ID_LEN + 1];
@@ -60,12 +60,12 @@ struct shoal_group {
 
 static uint64_t ns_to_ms(uint64_t ns)
 {
-        return ns / 1000000u;
+        return ns / SHOAL_NS_PER_MS;
 }
 
 static int64_t wall_ms(void)
 {
-        return (int64_t)(shoal_wall_ns() / 1000000ULL);
+        return (int64_t)(shoal_wall_ns() / SHOAL_NS_PER_MS);
 }
 
 static int cmp_member(const void *a, const void *b)
@@ -83,14 +83,14 @@ static int64_t first_sight_changed(int64_t now, int64_t wall_now_ms, const struc
                                    uint64_t timeout_ns)
 {
         int64_t age_ms = wall_now_ms - m->updated_ms;
-        int64_t cap_ms = (int64_t)(timeout_ns / 1000000ULL) * (STALE_FACTOR + 1);
+        int64_t cap_ms = (int64_t)(timeout_ns / SHOAL_NS_PER_MS) * (STALE_FACTOR + 1);
 
         /* A clock ahead of ours gives a negative age; one far behind must not underflow. */
         if (m->updated_ms > wall_now_ms)
                 age_ms = 0;
         if (age_ms > cap_ms)
                 age_ms = cap_ms;
-        return now - age_ms * 1000000LL;
+        return now - age_ms * (int64_t)SHOAL_NS_PER_MS;
 }
 
 static uint64_t view_version(const struct shoal_member *v, size_t n)
@@ -222,7 +222,7 @@ static int refresh(struct shoal_group *g, struct shoal_member *list, size_t n)
                                          m->id,
                                          shoal_group_printable(m->host, sizeof(m->host), host,
                                                                sizeof(host)),
-                                         (int64_t)(silent / 1000000000));
+                                         (int64_t)(silent / (int64_t)SHOAL_NS_PER_SEC));
                                 n_seen--;
                                 continue;
                         }
@@ -231,7 +231,7 @@ static int refresh(struct shoal_group *g, struct shoal_member *list, size_t n)
                 }
                 if (silent < timeout) {
                         m->alive = true;
-                        m->age_ms = (uint64_t)silent / 1000000ULL;
+                        m->age_ms = (uint64_t)silent / SHOAL_NS_PER_MS;
                         v->members[v->n++] = *m;
                 }
         }
@@ -322,8 +322,7 @@ static void *agent_main(void *arg)
         while (!g->stopping) {
                 uint64_t now = shoal_now_ns();
                 if (now < next) {
-                        struct timespec ts = {.tv_sec = (time_t)(next / 1000000000ULL),
-                                              .tv_nsec = (long)(next % 1000000000ULL)};
+                        struct timespec ts = shoal_ns_timespec(next);
                         pthread_cond_timedwait(&g->cond, &g->lock, &ts);
                         continue;
                 }
@@ -357,7 +356,7 @@ static const struct shoal_member *volume_conflict(const struct shoal_group *g,
                                                   const struct shoal_member *list, size_t n)
 {
         int64_t wnow = wall_ms();
-        int64_t timeout_ms = (int64_t)(g->timeout_ns / 1000000ULL);
+        int64_t timeout_ms = (int64_t)(g->timeout_ns / SHOAL_NS_PER_MS);
 
         for (size_t i = 0; i < n; i++) {
                 const struct shoal_member *m = &list[i];
@@ -379,8 +378,14 @@ static void free_group(struct shoal_group *g)
         free(g);
 }
 
-struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char *err,
-                                      size_t errlen)
+/* Failures at run time never read as a bad configuration. */
+static int runtime_err(int rc)
+{
+        return rc == -EINVAL ? -EIO : rc;
+}
+
+int shoal_group_start(const struct shoal_group_config *cfg, struct shoal_group **out, char *err,
+                      size_t errlen)
 {
         struct shoal_member *list = NULL;
         struct shoal_group *g;
@@ -388,14 +393,15 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
         size_t n = 0;
         int ret;
 
+        *out = NULL;
         if (!cfg || !cfg->meta_url || !cfg->group) {
                 snprintf(err, errlen, "group: meta URL and group name are required");
-                return NULL;
+                return -EINVAL;
         }
         g = calloc(1, sizeof(*g));
         if (!g) {
                 snprintf(err, errlen, "group: out of memory");
-                return NULL;
+                return -ENOMEM;
         }
         pthread_mutex_init(&g->lock, NULL);
         pthread_condattr_init(&ca);
@@ -424,6 +430,7 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
                 snprintf(err, errlen,
                          "group: invalid member id (1..%d characters of 0-9 A-Z a-z . _ -)",
                          SHOAL_MEMBER_ID_LEN);
+                ret = -EINVAL;
                 goto out_free;
         }
         /* The environment (tests, operators) wins over the caller's values. */
@@ -440,13 +447,14 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
                          " ms): members may flap",
                          ns_to_ms(g->timeout_ns), ns_to_ms(g->heartbeat_ns));
 
-        g->reg = shoal_registry_open(cfg->meta_url, cfg->group, err, errlen);
-        if (!g->reg)
+        ret = shoal_registry_open(cfg->meta_url, cfg->group, &g->reg, err, errlen);
+        if (ret)
                 goto out_free;
         ret = shoal_registry_list(g->reg, &list, &n);
         if (ret < 0) {
                 snprintf(err, errlen, "group \"%s\": cannot read the members from the registry: %s",
                          g->group, strerror(-ret));
+                ret = runtime_err(ret);
                 goto out_free;
         }
         const struct shoal_member *c = volume_conflict(g, list, n);
@@ -465,6 +473,7 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
                         c->host[0]
                                 ? shoal_group_printable(c->host, sizeof(host), host, sizeof(host))
                                 : "?");
+                ret = -EINVAL;
                 goto out_free;
         }
 
@@ -476,11 +485,13 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
         if (ret < 0) {
                 snprintf(err, errlen, "group \"%s\": cannot register this member: %s", g->group,
                          ret == -EINVAL ? "invalid record" : strerror(-ret));
+                ret = runtime_err(ret);
                 goto out_free;
         }
         ret = refresh(g, list, n);
         if (ret < 0) {
                 snprintf(err, errlen, "group: out of memory");
+                ret = -ENOMEM;
                 goto out_leave;
         }
         /* Read before the agent runs: it replaces (and frees) the view under g->lock. */
@@ -488,6 +499,7 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
         ret = pthread_create(&g->thread, NULL, agent_main, g);
         if (ret) {
                 snprintf(err, errlen, "group: cannot start the agent thread: %s", strerror(ret));
+                ret = -ret;
                 goto out_leave;
         }
         pthread_setname_np(g->thread, "shoal-group");
@@ -498,14 +510,15 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
                  g->group, g->self.id, g->self.tcp_addr[0] ? g->self.tcp_addr : "no address",
                  g->self.weight, g->self.role == SHOAL_ROLE_CONSUMER ? ", consumer" : "",
                  ns_to_ms(g->heartbeat_ns), ns_to_ms(g->timeout_ns), live);
-        return g;
+        *out = g;
+        return 0;
 
 out_leave:
         shoal_registry_delete(g->reg, g->self.id);
 out_free:
         free(list);
         free_group(g);
-        return NULL;
+        return ret;
 }
 
 void shoal_group_stop(struct shoal_group *g)
@@ -557,9 +570,10 @@ int shoal_group_list_once(const char *meta_url, const char *group, uint64_t wait
         size_t n1 = 0, n2 = 0;
         int ret;
 
-        struct shoal_registry *r = shoal_registry_open(meta_url, group, err, errlen);
-        if (!r)
-                return -EINVAL;
+        struct shoal_registry *r;
+        ret = shoal_registry_open(meta_url, group, &r, err, errlen);
+        if (ret)
+                return ret;
         ret = shoal_registry_list(r, &first, &n1);
         if (ret < 0)
                 goto out_fail;
@@ -587,9 +601,9 @@ int shoal_group_list_once(const char *meta_url, const char *group, uint64_t wait
                 uint64_t wall_age = m->updated_ms < wnow ? (uint64_t)(wnow - m->updated_ms) : 0;
                 /* Watched for WAIT without a move, the member has been silent at least that
                  * long, whatever its clock says. */
-                uint64_t silent_ms = moved ? 0 : SHOAL_MAX(wall_age, wait_ns / 1000000ULL);
-                m->alive = moved || silent_ms < timeout_ns / 1000000ULL;
-                m->age_ms = moved ? SHOAL_MIN(wall_age, wait_ns / 1000000ULL) : silent_ms;
+                uint64_t silent_ms = moved ? 0 : SHOAL_MAX(wall_age, wait_ns / SHOAL_NS_PER_MS);
+                m->alive = moved || silent_ms < timeout_ns / SHOAL_NS_PER_MS;
+                m->age_ms = moved ? SHOAL_MIN(wall_age, wait_ns / SHOAL_NS_PER_MS) : silent_ms;
         }
         free(first);
         shoal_registry_close(r);

@@ -54,10 +54,13 @@ struct shoal_member {
 
 struct shoal_registry;
 
-/* Opens the registry at URL for group GROUP (sqlite3:///path, redis://host:port/db). On failure
- * returns NULL with one line in ERR. */
-struct shoal_registry *shoal_registry_open(const char *url, const char *group, char *err,
-                                           size_t errlen);
+/* Opens the registry at URL for group GROUP (sqlite3:///path, redis://host:port/db) into *OUT.
+ * Returns 0, or a negative errno with one line in ERR: -EINVAL when URL or GROUP cannot work
+ * (empty, an unknown scheme, a malformed redis URL, a bad group name); any other errno is a
+ * failure at run time (the database cannot be opened, the server cannot be reached or refuses
+ * the password). */
+int shoal_registry_open(const char *url, const char *group, struct shoal_registry **out, char *err,
+                        size_t errlen);
 void shoal_registry_close(struct shoal_registry *r);
 
 /* Low-level record operations (each a few round trips; thread-safe through an internal lock).
@@ -93,11 +96,13 @@ struct shoal_group_config {
 
 struct shoal_group;
 
-/* Joins: refuses with -EINVAL and a line in ERR naming both values when a live member has another
- * volume URL or block size [D1]; otherwise writes the record and starts the agent thread.
- * Returns NULL on failure. */
-struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char *err,
-                                      size_t errlen);
+/* Joins into *OUT: writes the record and starts the agent thread. Returns 0, or a negative errno
+ * with one line in ERR: -EINVAL when the configuration cannot work (no meta URL or group, a bad
+ * member id, a registry URL that shoal_registry_open refuses, or a live member with another
+ * volume URL or block size [D1], the message naming both); any other errno is a failure at run
+ * time (the registry cannot be reached, read or written). */
+int shoal_group_start(const struct shoal_group_config *cfg, struct shoal_group **out, char *err,
+                      size_t errlen);
 /* Leaves (deletes the record) and stops the agent. */
 void shoal_group_stop(struct shoal_group *g);
 /* Updates the cache use published with the next heartbeat (when the config has no usage

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/util.h"
 #include "group/group.h"
 
 #define SHOAL_GROUP_NAME_MAX 255
@@ -40,12 +41,13 @@ struct shoal_registry {
         char group[SHOAL_GROUP_NAME_MAX + 1];
 };
 
-/* Backend constructors: REST is the URL after "scheme://". They fill R->ops and their own state
- * (the caller fills the rest of the head). On failure they return NULL with one line in ERR. */
-struct shoal_registry *shoal_registry_sqlite_open(const char *rest, const char *group, char *err,
-                                                  size_t errlen);
-struct shoal_registry *shoal_registry_redis_open(const char *rest, const char *group, char *err,
-                                                 size_t errlen);
+/* Backend constructors: REST is the URL after "scheme://". They fill (*OUT)->ops and their own
+ * state (the caller fills the rest of the head). Return 0, or a negative errno with one line in
+ * ERR as shoal_registry_open does (-EINVAL: the URL cannot work). */
+int shoal_registry_sqlite_open(const char *rest, const char *group, struct shoal_registry **out,
+                               char *err, size_t errlen);
+int shoal_registry_redis_open(const char *rest, const char *group, struct shoal_registry **out,
+                              char *err, size_t errlen);
 
 /* A redis://[[user]:password@]host[:port][/db] meta URL, parsed. */
 struct shoal_redis_url {
@@ -92,7 +94,7 @@ struct shoal_group;
  * outage to have lasted a number of heartbeats instead of sleeping. */
 unsigned shoal_group_registry_failures(const struct shoal_group *g);
 
-#define SHOAL_GROUP_HEARTBEAT_DEFAULT (1000000000ULL)
-#define SHOAL_GROUP_TIMEOUT_DEFAULT   (5000000000ULL)
+#define SHOAL_GROUP_HEARTBEAT_DEFAULT SHOAL_NS_PER_SEC
+#define SHOAL_GROUP_TIMEOUT_DEFAULT   (5 * SHOAL_NS_PER_SEC)
 
 #endif

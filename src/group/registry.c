@@ -67,37 +67,40 @@ static bool group_name_valid(const char *g)
         return true;
 }
 
-struct shoal_registry *shoal_registry_open(const char *url, const char *group, char *err,
-                                           size_t errlen)
+int shoal_registry_open(const char *url, const char *group, struct shoal_registry **out, char *err,
+                        size_t errlen)
 {
         struct shoal_registry *r = NULL;
+        int ret;
 
+        *out = NULL;
         if (!url || !*url) {
                 snprintf(err, errlen, "registry: empty meta URL");
-                return NULL;
+                return -EINVAL;
         }
         if (!group || !group_name_valid(group)) {
                 snprintf(err, errlen,
                          "registry: invalid group name (1..%d characters, no control characters)",
                          SHOAL_GROUP_NAME_MAX);
-                return NULL;
+                return -EINVAL;
         }
         if (!strncmp(url, "sqlite3://", 10)) {
-                r = shoal_registry_sqlite_open(url + 10, group, err, errlen);
+                ret = shoal_registry_sqlite_open(url + 10, group, &r, err, errlen);
         } else if (!strncmp(url, "redis://", 8)) {
-                r = shoal_registry_redis_open(url + 8, group, err, errlen);
+                ret = shoal_registry_redis_open(url + 8, group, &r, err, errlen);
         } else {
                 snprintf(err, errlen,
                          "registry: unsupported meta URL \"%.200s\" (use sqlite3:///path/meta.db "
                          "or redis://[:password@]host:port[/db])",
                          url);
-                return NULL;
+                return -EINVAL;
         }
-        if (!r)
-                return NULL;
+        if (ret)
+                return ret;
         pthread_mutex_init(&r->lock, NULL);
         shoal_strlcpy(r->group, group, sizeof(r->group));
-        return r;
+        *out = r;
+        return 0;
 }
 
 void shoal_registry_close(struct shoal_registry *r)

@@ -388,18 +388,20 @@ static const struct shoal_registry_ops redis_ops = {
         .close = redis_close,
 };
 
-struct shoal_registry *shoal_registry_redis_open(const char *rest, const char *group, char *err,
-                                                 size_t errlen)
+int shoal_registry_redis_open(const char *rest, const char *group, struct shoal_registry **out,
+                              char *err, size_t errlen)
 {
         struct redis_registry *r = calloc(1, sizeof(*r));
         char cerr[512];
 
+        *out = NULL;
         if (!r) {
                 snprintf(err, errlen, "registry: out of memory");
-                return NULL;
+                return -ENOMEM;
         }
         r->base.ops = &redis_ops;
-        if (shoal_registry_redis_url_parse(rest, &r->u, err, errlen) < 0)
+        int ret = shoal_registry_redis_url_parse(rest, &r->u, err, errlen);
+        if (ret < 0)
                 goto out_free;
         snprintf(r->where, sizeof(r->where), "redis://%s:%d/%u", r->u.host, r->u.port, r->u.db);
         snprintf(r->key, sizeof(r->key), "shoal:%s:members", group);
@@ -407,16 +409,19 @@ struct shoal_registry *shoal_registry_redis_open(const char *rest, const char *g
          * stream of heartbeat warnings. */
         struct sigpipe_guard g;
         sigpipe_block(&g);
-        int ret = connect_redis(r, cerr, sizeof(cerr));
+        ret = connect_redis(r, cerr, sizeof(cerr));
         sigpipe_restore(&g);
         if (ret < 0) {
                 snprintf(err, errlen, "registry: %s", cerr);
+                if (ret == -EINVAL)
+                        ret = -EIO; /* the server's answer, not a bad URL */
                 goto out_free;
         }
-        return &r->base;
+        *out = &r->base;
+        return 0;
 
 out_free:
         explicit_bzero(r->u.pass, sizeof(r->u.pass));
         free(r);
-        return NULL;
+        return ret;
 }

@@ -90,7 +90,7 @@ static int make_parents(const char *path)
  * in the busy handler. */
 static int exec_retry(sqlite3 *db, const char *sql, char *mode, size_t modelen)
 {
-        uint64_t deadline = shoal_now_ns() + (uint64_t)SQLITE_BUSY_MS * 1000000ULL;
+        uint64_t deadline = shoal_now_ns() + (uint64_t)SQLITE_BUSY_MS * SHOAL_NS_PER_MS;
 
         for (;;) {
                 sqlite3_stmt *st = NULL;
@@ -108,7 +108,7 @@ static int exec_retry(sqlite3 *db, const char *sql, char *mode, size_t modelen)
                 int base = rc & 0xff;
                 if ((base != SQLITE_BUSY && base != SQLITE_LOCKED) || shoal_now_ns() > deadline)
                         return rc;
-                shoal_sleep_ns(10 * 1000000ULL);
+                shoal_sleep_ns(10 * SHOAL_NS_PER_MS);
         }
 }
 
@@ -199,8 +199,8 @@ static const struct shoal_registry_ops sqlite_ops = {
         .close = sqlite_close,
 };
 
-struct shoal_registry *shoal_registry_sqlite_open(const char *rest, const char *group, char *err,
-                                                  size_t errlen)
+int shoal_registry_sqlite_open(const char *rest, const char *group, struct shoal_registry **out,
+                               char *err, size_t errlen)
 {
         static const char *const schema =
                 "CREATE TABLE IF NOT EXISTS shoal_members ("
@@ -210,28 +210,33 @@ struct shoal_registry *shoal_registry_sqlite_open(const char *rest, const char *
         char mode[16] = "";
         int rc, ret;
 
+        *out = NULL;
         if (!*rest) {
                 snprintf(err, errlen,
                          "registry: sqlite3:// needs a path, as in "
                          "sqlite3:///var/lib/shoal/meta.db");
-                return NULL;
+                return -EINVAL;
         }
         s = calloc(1, sizeof(*s));
         if (!s) {
                 snprintf(err, errlen, "registry: out of memory");
-                return NULL;
+                return -ENOMEM;
         }
         s->base.ops = &sqlite_ops;
         if (shoal_strlcpy(s->path, rest, sizeof(s->path)) >= sizeof(s->path)) {
                 snprintf(err, errlen, "registry: sqlite path too long");
+                ret = -EINVAL;
                 goto out_free;
         }
         ret = make_parents(s->path);
         if (ret < 0) {
                 snprintf(err, errlen, "registry: cannot create the folder of %s: %s", s->path,
                          strerror(-ret));
+                if (ret == -EINVAL)
+                        ret = -EIO; /* a failure at run time, never a bad URL */
                 goto out_free;
         }
+        ret = -EIO; /* from here on, SQLite's failures */
         rc = sqlite3_open_v2(s->path, &s->db,
                              SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                              NULL);
@@ -278,7 +283,8 @@ struct shoal_registry *shoal_registry_sqlite_open(const char *rest, const char *
                 goto out_finalize;
         }
         (void)group;
-        return &s->base;
+        *out = &s->base;
+        return 0;
 
 out_finalize:
         sqlite3_finalize(s->put);
@@ -288,5 +294,5 @@ out_close:
         sqlite3_close(s->db);
 out_free:
         free(s);
-        return NULL;
+        return ret;
 }

@@ -124,10 +124,11 @@ static struct shoal_node *node_start(struct shoal_client *c, bool child, int *rc
         if (child)
                 nc.metrics_addr = NULL; /* the parent keeps the endpoint's port */
         char err[1024];
-        int code;
-        struct shoal_node *n = shoal_node_start(&nc, err, sizeof(err), &code);
-        if (!n) {
-                *rc = lib_fail(code == 2 ? -EINVAL : -EIO, "%s", err);
+        struct shoal_node *n;
+        /* -EINVAL: a bad setting (ValueError in Python); anything else failed at run time */
+        int ret = shoal_node_start(&nc, &n, err, sizeof(err));
+        if (ret) {
+                *rc = lib_fail(ret, "%s", err);
                 return NULL;
         }
         size_t len;
@@ -190,23 +191,25 @@ SHOAL_API struct shoal_client *shoal_client_open(const char *storage, const stru
                 errno = ENOMEM;
                 return NULL;
         }
+        /* Inside the gate: a fork waits until the environment is read and the node started. */
+        bool t = shoal_fork_gate_enter();
         int rc = lib_config_build(&c->cfg, storage, o);
         if (rc)
                 goto out_free;
         setup_log(&c->cfg);
         pthread_mutex_init(&c->mu, NULL);
-        bool t = shoal_fork_gate_enter();
         c->gen = c->open_gen = c->files_gen = __atomic_load_n(&fork_gen, __ATOMIC_ACQUIRE);
         c->node = node_start(c, false, &rc);
-        shoal_fork_gate_exit(t);
         if (!c->node)
                 goto out_config;
+        shoal_fork_gate_exit(t);
         return c;
 
 out_config:
         pthread_mutex_destroy(&c->mu);
         lib_config_free(&c->cfg);
 out_free:
+        shoal_fork_gate_exit(t);
         free(c);
         errno = -rc;
         return NULL;

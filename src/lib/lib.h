@@ -7,48 +7,29 @@
 #include <stdint.h>
 
 #include "client/node.h"
+#include "client/settings.h"
 
-/* Library settings by id; options.c's table gives each its name and parser. */
-enum lib_opt {
-        LOPT_META,
-        LOPT_CACHE_GROUP,
-        LOPT_CACHE_DIR,
-        LOPT_CACHE_SIZE,
-        LOPT_FREE_SPACE_RATIO,
-        LOPT_BLOCK_SIZE,
-        LOPT_ENDPOINT,
-        LOPT_USE_IORPC,
-        LOPT_RDMA_NETWORK,
-        LOPT_RDMA_PROVIDER,
-        LOPT_BUFFER_SIZE,
-        LOPT_MAX_DOWNLOADS,
-        LOPT_PREFETCH,
-        LOPT_GROUP_SECRET_FILE,
-        LOPT_METRICS,
-        LOPT_LOG_LEVEL,
-        LOPT_LOG_FILE,
-        LOPT__COUNT
-};
-
+/* The settings behind shoal_options_set (client/settings.h, as for the command line), with the
+ * library's own copies of the values they point to. */
 struct shoal_options {
-        char *val[LOPT__COUNT]; /* as given (checked), or NULL for the default */
-        unsigned char *secret;  /* from shoal_options_set_secret or the secret file */
-        size_t secret_len;
+        struct shoal_settings set;   /* checked values, pointing into own[] */
+        char *own[SHOAL_SET__COUNT]; /* copies of the values given */
 };
 
-/* Everything a client needs to start (and, in a forked child, restart) its node: the node
- * configuration and the strings it points into, owned here. */
+/* Everything a client needs to start (and, in a forked child, restart) its node: a copy of its
+ * options, the node configuration built from them and the log settings, all owned here. Must not
+ * move once built: the configuration points into it. */
 struct lib_config {
+        struct shoal_options opts;
+        char *storage;
         struct shoal_node_config node;
-        char *strs[LOPT__COUNT + 2]; /* owned copies behind node's pointers */
-        uint8_t *secret;             /* a copy of the secret's bytes, or NULL */
-        size_t secret_len;
         int log_level;
-        char *log_file;
+        const char *log_file; /* NULL: stderr */
 };
 
-/* Builds CFG from STORAGE and O (NULL: defaults); every value was checked when set, the rest is
- * checked here. Returns 0 or -EINVAL/-ENOMEM with the message set (lib_fail). */
+/* Builds CFG from STORAGE and O (NULL: defaults): reads the environment if nothing has yet
+ * (common/config.h; a bad variable is an error here, never an exit), copies O and builds the node
+ * configuration. Returns 0 or -EINVAL/-ENOMEM with the message set (lib_fail). */
 int lib_config_build(struct lib_config *cfg, const char *storage, const struct shoal_options *o);
 void lib_config_free(struct lib_config *cfg);
 

@@ -22,8 +22,6 @@
 #include "metrics/http_parse.h"
 #include "metrics/metrics.h"
 
-#define NS_PER_MS    1000000ULL
-#define NS_PER_S     1000000000ULL
 #define RING         (SHOAL_METRICS_WINDOW_S + 1)
 #define GET_MAX_BODY (16u << 20)
 
@@ -152,7 +150,7 @@ static int wait_fd(int fd, short events, uint64_t deadline)
                 if (now >= deadline)
                         return -ETIMEDOUT;
                 struct pollfd p = {.fd = fd, .events = events};
-                int ms = (int)((deadline - now + NS_PER_MS - 1) / NS_PER_MS);
+                int ms = (int)((deadline - now + SHOAL_NS_PER_MS - 1) / SHOAL_NS_PER_MS);
                 int n = poll(&p, 1, ms);
                 if (n < 0 && errno == EINTR)
                         continue;
@@ -205,7 +203,7 @@ static const struct shoal_metrics_snap *ring_window_start(const struct shoal_met
                                                           uint64_t now)
 {
         const struct shoal_metrics_snap *best = NULL;
-        uint64_t window = (uint64_t)SHOAL_METRICS_WINDOW_S * NS_PER_S;
+        uint64_t window = (uint64_t)SHOAL_METRICS_WINDOW_S * SHOAL_NS_PER_SEC;
 
         if (!h->ring_len)
                 return NULL;
@@ -395,7 +393,7 @@ static void accept_clients(struct shoal_metrics_http *h)
                 struct http_client *c = client_slot(h);
                 c->fd = fd;
                 c->in_len = 0;
-                c->deadline = shoal_now_ns() + SHOAL_METRICS_HTTP_TIMEOUT_MS * NS_PER_MS;
+                c->deadline = shoal_now_ns() + SHOAL_METRICS_HTTP_TIMEOUT_MS * SHOAL_NS_PER_MS;
         }
 }
 
@@ -412,11 +410,11 @@ static void *http_main(void *arg)
                 uint64_t now = shoal_now_ns();
                 if (now >= next_tick) {
                         ring_tick(h);
-                        next_tick += NS_PER_S;
+                        next_tick += SHOAL_NS_PER_SEC;
                         /* After a stall (a suspended process) tick from now on rather than
                          * catching up with a burst of identical snapshots. */
                         if (next_tick <= now)
-                                next_tick = now + NS_PER_S;
+                                next_tick = now + SHOAL_NS_PER_SEC;
                 }
                 uint64_t wake = next_tick;
                 nfds_t n = 0;
@@ -434,12 +432,13 @@ static void *http_main(void *arg)
                         who[n] = c;
                         p[n++] = (struct pollfd){.fd = c->fd, .events = c->out ? POLLOUT : POLLIN};
                 }
-                int ms = (int)((wake - SHOAL_MIN(now, wake) + NS_PER_MS - 1) / NS_PER_MS);
+                int ms = (int)((wake - SHOAL_MIN(now, wake) + SHOAL_NS_PER_MS - 1) /
+                               SHOAL_NS_PER_MS);
                 int rc = poll(p, n, ms);
                 if (rc < 0 && errno != EINTR) {
                         log_ratelimited(SHOAL_LOG_WARN, "metrics", "poll failed: %s",
                                         strerror(errno));
-                        shoal_sleep_ns(100 * NS_PER_MS);
+                        shoal_sleep_ns(100 * SHOAL_NS_PER_MS);
                         continue;
                 }
                 if (rc <= 0)
@@ -672,7 +671,7 @@ int shoal_metrics_http_get(const char *addr, const char *path, unsigned timeout_
 {
         char host[256], req[512];
         uint16_t port;
-        uint64_t deadline = shoal_now_ns() + (uint64_t)timeout_ms * NS_PER_MS;
+        uint64_t deadline = shoal_now_ns() + (uint64_t)timeout_ms * SHOAL_NS_PER_MS;
         char *buf = NULL;
         size_t got = 0, cap = 0;
         int rc;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/util.h"
+
 /* Growable output; the first failed allocation makes the whole render fail. */
 struct sbuf {
         char *p;
@@ -97,7 +99,7 @@ static void hist_figures(const struct shoal_metrics_snap *cur,
 
 static double secs(uint64_t ns)
 {
-        return (double)ns / 1e9;
+        return (double)ns / (double)SHOAL_NS_PER_SEC;
 }
 
 /* HELP text may hold only escaped backslashes and newlines (exposition format 0.0.4). */

@@ -50,7 +50,8 @@ int shoal_store_give_up(int rc, const char *what, const char *key, unsigned atte
                 return rc;
         log_ratelimited(SHOAL_LOG_WARN, "store", "%s %s failed after %u attempt%s in %llu ms: %s",
                         what, key, attempts, attempts == 1 ? "" : "s",
-                        (unsigned long long)((shoal_now_ns() - start) / 1000000), strerror(-rc));
+                        (unsigned long long)((shoal_now_ns() - start) / SHOAL_NS_PER_MS),
+                        strerror(-rc));
         return -EIO;
 }
 
@@ -70,8 +71,11 @@ bool shoal_store_err_retryable(int err)
         }
 }
 
-struct shoal_store *shoal_store_open(const struct shoal_store_config *cfg, char *err, size_t errlen)
+int shoal_store_open(const struct shoal_store_config *cfg, struct shoal_store **out, char *err,
+                     size_t errlen)
 {
+        *out = NULL;
+        int rc = -ENOMEM;
         struct shoal_store *st = calloc(1, sizeof(*st));
         struct store_lock *lk = calloc(1, sizeof(*lk));
         if (!st || !lk) {
@@ -83,15 +87,16 @@ struct shoal_store *shoal_store_open(const struct shoal_store_config *cfg, char 
         if (!st->cfg.max_attempts)
                 st->cfg.max_attempts = 5;
         if (!st->cfg.deadline_ns)
-                st->cfg.deadline_ns = 60ULL * 1000000000ULL;
+                st->cfg.deadline_ns = 60 * SHOAL_NS_PER_SEC;
         if (!st->cfg.backoff_base_ns)
-                st->cfg.backoff_base_ns = 100ULL * 1000000ULL;
+                st->cfg.backoff_base_ns = 100 * SHOAL_NS_PER_MS;
         if (!st->cfg.upload_part_size)
                 st->cfg.upload_part_size = SHOAL_STORE_PART_SIZE_DEFAULT;
         if (st->cfg.upload_part_size < SHOAL_STORE_PART_SIZE_MIN ||
             st->cfg.upload_part_size > SHOAL_STORE_PART_SIZE_MAX) {
                 snprintf(err, errlen, "upload part size %llu: expected 5 MiB to 5 GiB",
                          (unsigned long long)st->cfg.upload_part_size);
+                rc = -EINVAL;
                 goto out_free;
         }
         if (!st->cfg.upload_buffer_bytes)
@@ -106,8 +111,8 @@ struct shoal_store *shoal_store_open(const struct shoal_store_config *cfg, char 
                 goto out_destroy;
         }
 
+        /* The backends keep the convention: -EINVAL for a URL or setting that cannot work. */
         const char *url = cfg->url ? cfg->url : "";
-        int rc;
         if (!strncmp(url, "file://", 7)) {
                 rc = shoal_store_file_open(st, url, err, errlen);
         } else if (!strncmp(url, "s3://", 5)) {
@@ -121,7 +126,8 @@ struct shoal_store *shoal_store_open(const struct shoal_store_config *cfg, char 
         }
         if (rc)
                 goto out_destroy;
-        return st;
+        *out = st;
+        return 0;
 
 out_destroy:
         shoal_store_uploads_stop(st);
@@ -130,7 +136,7 @@ out_destroy:
 out_free:
         free(lk);
         free(st);
-        return NULL;
+        return rc;
 }
 
 void shoal_store_close(struct shoal_store *st)
@@ -147,15 +153,17 @@ void shoal_store_close(struct shoal_store *st)
         free(st);
 }
 
+#define BACKOFF_MAX_NS (5 * SHOAL_NS_PER_SEC)
+
 /* Backoff before attempt N (1-based retry count): base * 2^(n-1), capped at 5 s, with "full
  * jitter" (uniform in [d/2, d]) so that many clients throttled together do not retry together. */
 static uint64_t backoff_ns(const struct shoal_store *st, unsigned n)
 {
         uint64_t d = st->cfg.backoff_base_ns;
-        for (unsigned i = 1; i < n && d < 5000000000ULL; i++)
+        for (unsigned i = 1; i < n && d < BACKOFF_MAX_NS; i++)
                 d *= 2;
-        if (d > 5000000000ULL)
-                d = 5000000000ULL;
+        if (d > BACKOFF_MAX_NS)
+                d = BACKOFF_MAX_NS;
         return d / 2 + shoal_rand64() % (d / 2 + 1);
 }
 

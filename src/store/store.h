@@ -114,9 +114,12 @@ struct shoal_store {
         void *uploads; /* store_upload.c: part workers and the buffer budget */
 };
 
-/* Opens the store named by CFG->url. On failure returns NULL and writes one line into ERR. */
-struct shoal_store *shoal_store_open(const struct shoal_store_config *cfg, char *err,
-                                     size_t errlen);
+/* Opens the store named by CFG->url into *OUT. Returns 0, or a negative errno with one line in
+ * ERR: -EINVAL when the configuration cannot work (an unknown scheme, a malformed URL or
+ * endpoint, a part size out of range, an access key without its secret: the user's to fix);
+ * any other errno is a failure at run time (the folder cannot be opened, no memory, libcurl). */
+int shoal_store_open(const struct shoal_store_config *cfg, struct shoal_store **out, char *err,
+                     size_t errlen);
 void shoal_store_close(struct shoal_store *st);
 
 /* Generic entry points: validate the key, count metrics, apply the retry policy (read and stat)
@@ -199,7 +202,8 @@ int shoal_store_delete(struct shoal_store *st, const char *key);
 /* Stops the upload workers (store close calls it; every upload must be finished). */
 void shoal_store_uploads_stop(struct shoal_store *st);
 
-/* Backend constructors (store_file.c, store_s3.c). Each fills st->ops and st->impl. */
+/* Backend constructors (store_file.c, store_s3.c). Each fills st->ops and st->impl, and returns
+ * 0 or a negative errno as shoal_store_open does (-EINVAL: the URL or a setting cannot work). */
 int shoal_store_file_open(struct shoal_store *st, const char *url, char *err, size_t errlen);
 int shoal_store_s3_open(struct shoal_store *st, const char *url, char *err, size_t errlen);
 

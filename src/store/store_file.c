@@ -134,7 +134,7 @@ static int file_stat(struct shoal_store *st, const char *key, struct shoal_objec
         shoal_strlcpy(out->key, key, sizeof(out->key));
         version_of(&sb, out->version, sizeof(out->version));
         out->size = (uint64_t)sb.st_size;
-        out->mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
+        out->mtime_ns = (int64_t)sb.st_mtim.tv_sec * (int64_t)SHOAL_NS_PER_SEC + sb.st_mtim.tv_nsec;
         return 0;
 }
 
@@ -294,7 +294,7 @@ static int list_dir(struct list_ctx *c, const char *rel)
                 struct shoal_list_entry le = {
                         .key = full,
                         .size = (uint64_t)ents[i].sb.st_size,
-                        .mtime_ns = (int64_t)ents[i].sb.st_mtim.tv_sec * 1000000000LL +
+                        .mtime_ns = (int64_t)ents[i].sb.st_mtim.tv_sec * (int64_t)SHOAL_NS_PER_SEC +
                                     ents[i].sb.st_mtim.tv_nsec,
                         .version = version,
                 };
@@ -596,7 +596,7 @@ static int file_stream_commit(struct shoal_store *st, void *h, struct shoal_obje
         shoal_strlcpy(out->key, u->key, sizeof(out->key));
         version_of(&sb, out->version, sizeof(out->version));
         out->size = (uint64_t)sb.st_size;
-        out->mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
+        out->mtime_ns = (int64_t)sb.st_mtim.tv_sec * (int64_t)SHOAL_NS_PER_SEC + sb.st_mtim.tv_nsec;
         upload_free(st, u, false);
         return rc;
 }

@@ -319,7 +319,7 @@ static int perform_req(struct s3_store *s, const char *method, const char *url,
         if (deadline) {
                 if (now >= deadline)
                         return -ETIMEDOUT;
-                timeout_ms = (long)((deadline - now + 999999) / 1000000);
+                timeout_ms = (long)((deadline - now + SHOAL_NS_PER_MS - 1) / SHOAL_NS_PER_MS);
         }
         CURL *h = handle_get(s);
         if (!h)
@@ -462,7 +462,7 @@ static int s3_stat(struct shoal_store *st, const char *key, struct shoal_object 
         shoal_strlcpy(out->key, key, sizeof(out->key));
         out->size = (uint64_t)r->content_length;
         time_t mt = r->last_modified[0] ? curl_getdate(r->last_modified, NULL) : -1;
-        out->mtime_ns = mt > 0 ? (int64_t)mt * 1000000000LL : 0;
+        out->mtime_ns = mt > 0 ? (int64_t)mt * (int64_t)SHOAL_NS_PER_SEC : 0;
 out:
         free(r);
         return rc;

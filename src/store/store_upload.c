@@ -589,7 +589,7 @@ int shoal_store_upload_commit(struct shoal_upload *u, struct shoal_object *out)
                         snprintf(parts, sizeof(parts), " in %u parts", u->nparts);
                 log_info("store", "uploaded %s: %llu bytes%s in %llu ms, version %s", u->key,
                          (unsigned long long)u->size, parts,
-                         (unsigned long long)((now - u->t0) / 1000000), out->version);
+                         (unsigned long long)((now - u->t0) / SHOAL_NS_PER_MS), out->version);
         }
         if (!streamed(st))
                 upload_free(u);

@@ -173,9 +173,10 @@ static void fuzz_store(const char *s, uint8_t p)
         snprintf(url, sizeof(url), "s3://%.*s", (int)ul, s);
         struct shoal_store_config cfg = {.url = url, .endpoint = endpoint};
         char err[512];
-        struct shoal_store *st = shoal_store_open(&cfg, err, sizeof(err));
-        if (!st) {
-                FZ_CHECK(strlen(err) > 0);
+        struct shoal_store *st = NULL;
+        int rc = shoal_store_open(&cfg, &st, err, sizeof(err));
+        if (rc) {
+                FZ_CHECK(rc < 0 && !st && strlen(err) > 0);
                 return;
         }
         const char *b = url + 5;

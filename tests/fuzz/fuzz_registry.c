@@ -330,8 +330,7 @@ static void sq_setup(void)
         snprintf(sq_path, sizeof(sq_path), "%s/shoal-fuzz-registry-%d.db", dir, (int)getpid());
         char url[300], err[256];
         snprintf(url, sizeof(url), "sqlite3://%s", sq_path);
-        sq_reg = shoal_registry_open(url, GROUP, err, sizeof(err));
-        if (!sq_reg) {
+        if (shoal_registry_open(url, GROUP, &sq_reg, err, sizeof(err))) {
                 fprintf(stderr, "fuzz_registry: %s\n", err);
                 abort();
         }

@@ -178,8 +178,8 @@ int main(int argc, char **argv)
                 return 2;
         struct shoal_store_config cfg = {.url = argv[1], .endpoint = argv[2]};
         char err[1024];
-        struct shoal_store *st = shoal_store_open(&cfg, err, sizeof(err));
-        if (!st) {
+        struct shoal_store *st;
+        if (shoal_store_open(&cfg, &st, err, sizeof(err))) {
                 fprintf(stderr, "lister: %s\n", err);
                 return 2;
         }

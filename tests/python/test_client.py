@@ -1,17 +1,20 @@
 """shoal.Client [P2]: read, readinto and open byte-exact for every object of a file:// and an
 s3:// (s3rver) bucket with awkward keys, read through a 2-member group (the client itself makes
 no store GET; the group makes one per block); 8 Python threads at once; bad settings raise with
-the library's message; a missing key raises FileNotFoundError."""
+the library's message, and so does a bad environment override (the process lives on); a missing
+key raises FileNotFoundError."""
 import concurrent.futures
 import io
 import os
 import random
+import subprocess
+import sys
 
 import numpy
 import pytest
 
 import shoal
-from conftest import BLOCK, SHOAL, blocks_of, make_tree
+from conftest import BLOCK, SANITIZER_RE, SHOAL, blocks_of, make_tree, python_env
 
 MULTI = [("multi/m%d.bin" % i, BLOCK * (i + 2) + 1000 * i) for i in range(4)]
 
@@ -153,6 +156,7 @@ def test_bad_settings_raise_with_the_library_message(tmp_path):
         ({"secret": b"short"}, "the group secret must be 16"),
         ({"group_secret_file": str(tmp_path / "missing")}, "cannot read group-secret-file"),
         ({"rdma_provider": "tcp"}, "rdma-provider needs rdma-network"),
+        ({"group_weight": 5}, "setting group-weight is for a member that serves"),
     ]
     for settings, msg in cases:
         with pytest.raises(ValueError, match="^" + __import__("re").escape(msg)):
@@ -172,6 +176,35 @@ def test_bad_settings_raise_with_the_library_message(tmp_path):
         c = shoal.Client(storage)
         c.close()
         c.stat("x")
+
+
+# In a Python of its own: the environment is read once per process, by the first open.
+ENV_CHILD = r"""
+import os, sys, shoal
+try:
+    shoal.Client(sys.argv[1])
+    print("opened")
+except ValueError as e:
+    print("ValueError: %s" % e)
+os.environ["IORPC_RDMA_RETRY_DURATION"] = "30s"
+with shoal.Client(sys.argv[1]) as c:
+    print("read: %s" % c.read("k").decode())
+"""
+
+
+def test_bad_environment_raises_and_the_process_lives_on(tmp_path):
+    # A bad override is the open's ValueError naming the variable, never an exit of the host
+    # process (the command line exits 2 for it); corrected, the next open reads it.
+    (tmp_path / "k").write_bytes(b"abc")
+    r = subprocess.run([sys.executable, "-c", ENV_CHILD, "file://" + str(tmp_path)],
+                       capture_output=True, text=True, timeout=120,
+                       env=python_env(IORPC_RDMA_RETRY_DURATION="5 minutes",
+                                      ASAN_OPTIONS="detect_leaks=0"))
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    assert r.stdout.splitlines() == [
+        "ValueError: invalid IORPC_RDMA_RETRY_DURATION=5 minutes: expected a positive duration "
+        "like 500ms, 30s, 5m or 1h", "read: abc"], r.stdout
+    assert not SANITIZER_RE.search(r.stderr.encode()), r.stderr
 
 
 def test_open_files_keep_the_client_open(tmp_path):

@@ -279,12 +279,13 @@ int main(int argc, char **argv)
         cfg.buffer_size = (uint64_t)(buffer_blocks ? buffer_blocks : 2 * threads) * cfg.block_size;
 
         char err[1024];
-        int code = 1, ret = 1;
-        struct shoal_node *node = shoal_node_start(&cfg, err, sizeof(err), &code);
-        if (!node) {
+        int ret = 1;
+        struct shoal_node *node;
+        int code = shoal_node_start(&cfg, &node, err, sizeof(err));
+        if (code) {
                 fprintf(stderr, "shoal_readers: %s\n", err);
                 rmdir(cache_dir);
-                return code;
+                return code == -EINVAL ? 2 : 1;
         }
         r.node = node;
         int rc = shoal_store_list_objects(node->store, prefix, 1000000, &r.objs, &r.nobjs);

@@ -86,8 +86,8 @@ static struct shoal_cache *open_cache(struct fx *f, const char *dirs, int64_t si
                 .free_space_ratio = ratio,
                 .volume = &f->vol,
         };
-        struct shoal_cache *c = shoal_cache_open(&cfg, err, sizeof(err));
-        if (!c)
+        struct shoal_cache *c;
+        if (shoal_cache_open(&cfg, &c, err, sizeof(err)))
                 fail_msg("shoal_cache_open(%s): %s", dirs ? dirs : "(null)", err);
         return c;
 }
@@ -597,14 +597,19 @@ static void test_disabled(void **state)
         /* Bad configs are one-line errors. */
         char err[256] = "";
         struct shoal_cache_config cfg = {.dirs = f->base, .size_bytes = -2, .volume = &f->vol};
-        assert_null(shoal_cache_open(&cfg, err, sizeof(err)));
+        struct shoal_cache *c = (struct shoal_cache *)1;
+        /* a size that cannot work is a bad configuration ... */
+        assert_int_equal(shoal_cache_open(&cfg, &c, err, sizeof(err)), -EINVAL);
+        assert_null(c);
         assert_true(err[0] != '\0');
         char pat[PATH_MAX];
         pathf(pat, sizeof(pat), "%s/nothing*", f->base);
         cfg.dirs = pat;
         cfg.size_bytes = -1;
         err[0] = '\0';
-        assert_null(shoal_cache_open(&cfg, err, sizeof(err)));
+        /* ... a glob that matches nothing a failure at run time (the folders may appear) */
+        assert_int_equal(shoal_cache_open(&cfg, &c, err, sizeof(err)), -ENOENT);
+        assert_null(c);
         assert_non_null(strstr(err, "no dir matched"));
 }
 

@@ -1,6 +1,6 @@
 /* The configuration layer: every environment variable parsed once, a bad value an error naming
- * it (never a silent default), every variable documented in docs/operations.md; and durations
- * printed the way they are read (never "0s" below a second). */
+ * it (never a silent default, never an exit), every variable documented in docs/operations.md;
+ * and durations printed the way they are read (never "0s" below a second). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -190,12 +190,43 @@ static void test_format_duration(void **state)
         assert_true(strlen(tiny) < sizeof(tiny));
 }
 
+/* A bad variable never ends the process (a library's host must survive it): the lazy load
+ * logs it and reads every variable as unset, the library's load returns it, and a corrected
+ * environment loads on the next try. */
+static void test_bad_environment_never_exits(void **state)
+{
+        (void)state;
+        setenv("IORPC_RDMA_RETRY_DURATION", "5 minutes", 1);
+        setenv("SHOAL_STORE_ATTEMPTS", "3", 1);
+        const struct shoal_env *env = shoal_config_env();
+        assert_int_equal(env->rdma_retry_ns, 0);
+        assert_int_equal(env->store_attempts, 0); /* all or nothing */
+        char err[256] = "";
+        assert_int_equal(shoal_config_ensure(err, sizeof(err)), -EINVAL);
+        assert_non_null(strstr(err, "invalid IORPC_RDMA_RETRY_DURATION=5 minutes"));
+        assert_int_equal(shoal_config_ensure(err, sizeof(err)), -EINVAL);
+        setenv("IORPC_RDMA_RETRY_DURATION", "30s", 1);
+        assert_int_equal(shoal_config_ensure(err, sizeof(err)), 0);
+        env = shoal_config_env();
+        assert_int_equal(env->rdma_retry_ns, 30000000000ULL);
+        assert_int_equal(env->store_attempts, 3);
+        /* loaded: a later bad value is not read again (threads may be reading the table) */
+        setenv("IORPC_RDMA_RETRY_DURATION", "soon", 1);
+        assert_int_equal(shoal_config_ensure(err, sizeof(err)), 0);
+        assert_int_equal(shoal_config_env()->rdma_retry_ns, 30000000000ULL);
+        unsetenv("IORPC_RDMA_RETRY_DURATION");
+        unsetenv("SHOAL_STORE_ATTEMPTS");
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test(test_unset_is_zero),   cmocka_unit_test(test_good_values),
-                cmocka_unit_test(test_bad_values),      cmocka_unit_test(test_documented),
+                cmocka_unit_test(test_unset_is_zero),
+                cmocka_unit_test(test_good_values),
+                cmocka_unit_test(test_bad_values),
+                cmocka_unit_test(test_documented),
                 cmocka_unit_test(test_format_duration),
+                cmocka_unit_test(test_bad_environment_never_exits),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

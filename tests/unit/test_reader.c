@@ -54,14 +54,12 @@ static struct env *env_new(uint32_t block_size)
         assert_int_equal(shoal_volume_init(&e->vol, e->url, block_size), 0);
         char err[256];
         struct shoal_store_config sc = {.url = e->url};
-        e->store = shoal_store_open(&sc, err, sizeof(err));
-        assert_non_null(e->store);
+        assert_int_equal(shoal_store_open(&sc, &e->store, err, sizeof(err)), 0);
         struct shoal_cache_config cc = {.dirs = e->cache_dir,
                                         .size_bytes = 1 << 30,
                                         .free_space_ratio = 0,
                                         .volume = &e->vol};
-        e->cache = shoal_cache_open(&cc, err, sizeof(err));
-        assert_non_null(e->cache);
+        assert_int_equal(shoal_cache_open(&cc, &e->cache, err, sizeof(err)), 0);
         assert_int_equal(shoal_store_stat(e->store, "obj", &e->obj), 0);
         return e;
 }

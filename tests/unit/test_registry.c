@@ -174,13 +174,28 @@ static void agent_config(struct shoal_group_config *cfg, const char *url, const 
         cfg->self.cache_capacity = UINT64_MAX;
 }
 
+/* The registry at URL for GROUP, or NULL with ERR saying why. */
+static struct shoal_registry *reg_open(const char *url, const char *group, char *err, size_t errlen)
+{
+        struct shoal_registry *r;
+        return shoal_registry_open(url, group, &r, err, errlen) ? NULL : r;
+}
+
+/* The agent CFG starts, or NULL with ERR saying why. */
+static struct shoal_group *group_start(const struct shoal_group_config *cfg, char *err,
+                                       size_t errlen)
+{
+        struct shoal_group *g;
+        return shoal_group_start(cfg, &g, err, errlen) ? NULL : g;
+}
+
 static struct shoal_group *start_agent(const char *url, const char *group)
 {
         struct shoal_group_config cfg;
         char err[512] = "";
 
         agent_config(&cfg, url, group, "file:///data", 4194304);
-        struct shoal_group *g = shoal_group_start(&cfg, err, sizeof(err));
+        struct shoal_group *g = group_start(&cfg, err, sizeof(err));
         if (!g)
                 fail_msg("shoal_group_start: %s", err);
         return g;
@@ -353,16 +368,20 @@ static void test_open_refuses_bad_urls(void **state)
 
         for (size_t i = 0; i < SHOAL_ARRAY_SIZE(urls); i++) {
                 err[0] = '\0';
-                struct shoal_registry *r = shoal_registry_open(urls[i], "g", err, sizeof(err));
-                if (r)
-                        fail_msg("opened \"%s\"", urls[i]);
+                struct shoal_registry *r = (struct shoal_registry *)1;
+                /* a URL that cannot work is the user's to fix */
+                int rc = shoal_registry_open(urls[i], "g", &r, err, sizeof(err));
+                if (rc != -EINVAL || r)
+                        fail_msg("\"%s\": %d", urls[i], rc);
                 assert_true(err[0] != '\0');
                 assert_null(strchr(err, '\n'));
         }
         err[0] = '\0';
-        assert_null(shoal_registry_open(new_sqlite_url(), "", err, sizeof(err)));
+        struct shoal_registry *r;
+        assert_int_equal(shoal_registry_open(new_sqlite_url(), "", &r, err, sizeof(err)), -EINVAL);
         assert_true(err[0]);
-        assert_null(shoal_registry_open(new_sqlite_url(), "a\nb", err, sizeof(err)));
+        assert_int_equal(shoal_registry_open(new_sqlite_url(), "a\nb", &r, err, sizeof(err)),
+                         -EINVAL);
         /* A file that is not a database. */
         char path[128];
         snprintf(path, sizeof(path), "%s/not-a-db", tmpdir);
@@ -375,7 +394,9 @@ static void test_open_refuses_bad_urls(void **state)
         char url[160];
         snprintf(url, sizeof(url), "sqlite3://%s", path);
         err[0] = '\0';
-        assert_null(shoal_registry_open(url, "g", err, sizeof(err)));
+        /* ... and one that cannot be opened a failure at run time */
+        assert_int_equal(shoal_registry_open(url, "g", &r, err, sizeof(err)), -EIO);
+        assert_null(r);
         assert_non_null(strstr(err, path));
 }
 
@@ -384,8 +405,8 @@ static void test_open_refuses_bad_urls(void **state)
 static void check_roundtrip(const char *url)
 {
         char err[256] = "";
-        struct shoal_registry *r = shoal_registry_open(url, "grp one", err, sizeof(err));
-        struct shoal_registry *other = shoal_registry_open(url, "grp two", err, sizeof(err));
+        struct shoal_registry *r = reg_open(url, "grp one", err, sizeof(err));
+        struct shoal_registry *other = reg_open(url, "grp two", err, sizeof(err));
         struct shoal_member m[3], *v = NULL;
         size_t n = 0;
 
@@ -423,7 +444,7 @@ static void check_roundtrip(const char *url)
         assert_int_equal(shoal_registry_put(r, &bad), -EINVAL);
 
         /* A second connection sees the first one's writes, and the other way round. */
-        struct shoal_registry *r2 = shoal_registry_open(url, "grp one", err, sizeof(err));
+        struct shoal_registry *r2 = reg_open(url, "grp one", err, sizeof(err));
         if (!r2)
                 fail_msg("open %s: %s", url, err);
         assert_int_equal(count_records(r2), 2);
@@ -493,7 +514,7 @@ static void check_agents(const char *url)
 
         /* A crash: a record that never beats again is alive at first sight, then dropped one
          * timeout after its last beat, but not deleted yet. */
-        struct shoal_registry *r = shoal_registry_open(url, "agents", err, sizeof(err));
+        struct shoal_registry *r = reg_open(url, "agents", err, sizeof(err));
         if (!r)
                 fail_msg("open: %s", err);
         struct shoal_member c;
@@ -538,25 +559,28 @@ static void check_volume_mismatch(const char *url)
 
         agent_config(&cfg, url, "d1", "file:///a", 4194304);
         err[0] = '\0';
-        struct shoal_group *a = shoal_group_start(&cfg, err, sizeof(err));
+        struct shoal_group *a = group_start(&cfg, err, sizeof(err));
         if (!a)
                 fail_msg("start: %s", err);
 
         agent_config(&cfg, url, "d1", "file:///b", 1048576);
         err[0] = '\0';
-        assert_null(shoal_group_start(&cfg, err, sizeof(err)));
+        struct shoal_group *refused;
+        /* [D1]: a volume that differs from the group's is the user's to fix */
+        assert_int_equal(shoal_group_start(&cfg, &refused, err, sizeof(err)), -EINVAL);
+        assert_null(refused);
         assert_non_null(strstr(err, "volume mismatch: this member has file:///b (block size "
                                     "1048576), group \"d1\" has file:///a (block size 4194304"));
         assert_null(strchr(err, '\n'));
 
         agent_config(&cfg, url, "d1", "file:///a", 1048576);
         err[0] = '\0';
-        assert_null(shoal_group_start(&cfg, err, sizeof(err)));
+        assert_int_equal(shoal_group_start(&cfg, &refused, err, sizeof(err)), -EINVAL);
         assert_non_null(strstr(err, "block size 1048576"));
         assert_non_null(strstr(err, "block size 4194304"));
 
         /* The refused members left nothing behind. */
-        struct shoal_registry *r = shoal_registry_open(url, "d1", err, sizeof(err));
+        struct shoal_registry *r = reg_open(url, "d1", err, sizeof(err));
         assert_non_null(r);
         assert_int_equal(count_records(r), 1);
 
@@ -568,7 +592,7 @@ static void check_volume_mismatch(const char *url)
         dead.updated_ms = now_ms() - 3600 * 1000;
         assert_int_equal(shoal_registry_put(r, &dead), 0);
         agent_config(&cfg, url, "d1", "file:///b", 1048576);
-        struct shoal_group *b = shoal_group_start(&cfg, err, sizeof(err));
+        struct shoal_group *b = group_start(&cfg, err, sizeof(err));
         if (!b)
                 fail_msg("start: %s", err);
         assert_false(view_has(b, "dead"));
@@ -583,7 +607,7 @@ static void check_stale_deleted(const char *url)
         struct shoal_group_config cfg;
         char err[512] = "";
 
-        struct shoal_registry *r = shoal_registry_open(url, "stale", err, sizeof(err));
+        struct shoal_registry *r = reg_open(url, "stale", err, sizeof(err));
         if (!r)
                 fail_msg("open: %s", err);
         struct shoal_member old;
@@ -595,7 +619,7 @@ static void check_stale_deleted(const char *url)
         cfg.heartbeat_ns = 50 * MS;
         cfg.timeout_ns = 200 * MS;
         uint64_t t0 = shoal_now_ns();
-        struct shoal_group *g = shoal_group_start(&cfg, err, sizeof(err));
+        struct shoal_group *g = group_start(&cfg, err, sizeof(err));
         if (!g)
                 fail_msg("start: %s", err);
         assert_false(view_has(g, "old"));
@@ -611,7 +635,7 @@ static void check_stale_deleted(const char *url)
 static void check_list_once(const char *url)
 {
         char err[512] = "";
-        struct shoal_registry *r = shoal_registry_open(url, "once", err, sizeof(err));
+        struct shoal_registry *r = reg_open(url, "once", err, sizeof(err));
         struct shoal_member m, *v = NULL;
         size_t n = 0;
 
@@ -657,7 +681,7 @@ static void test_sqlite_garbage_skipped(void **state)
 {
         const char *url = new_sqlite_url();
         char err[256] = "";
-        struct shoal_registry *r = shoal_registry_open(url, "g", err, sizeof(err));
+        struct shoal_registry *r = reg_open(url, "g", err, sizeof(err));
         struct shoal_member m, *v = NULL;
         size_t n = 0;
         sqlite3 *db;
@@ -698,7 +722,7 @@ static void test_sqlite_concurrent_processes(void **state)
                 assert_true(pids[p] >= 0);
                 if (pids[p] == 0) {
                         int bad = 0;
-                        struct shoal_registry *r = shoal_registry_open(url, "g", err, sizeof(err));
+                        struct shoal_registry *r = reg_open(url, "g", err, sizeof(err));
                         if (!r)
                                 _exit(10);
                         struct shoal_member m;
@@ -731,7 +755,7 @@ static void test_sqlite_concurrent_processes(void **state)
                 assert_true(WIFEXITED(status));
                 assert_int_equal(WEXITSTATUS(status), 0);
         }
-        struct shoal_registry *r = shoal_registry_open(url, "g", err, sizeof(err));
+        struct shoal_registry *r = reg_open(url, "g", err, sizeof(err));
         assert_non_null(r);
         struct shoal_member *v = NULL;
         size_t n = 0;
@@ -774,12 +798,12 @@ static void test_env_overrides_heartbeat(void **state)
         cfg.timeout_ns = 7200 * 1000 * MS;
         setenv("SHOAL_GROUP_HEARTBEAT", "50ms", 1);
         assert_int_equal(shoal_config_load(err, sizeof(err)), 0); /* the CLI loads it once */
-        struct shoal_group *g = shoal_group_start(&cfg, err, sizeof(err));
+        struct shoal_group *g = group_start(&cfg, err, sizeof(err));
         unsetenv("SHOAL_GROUP_HEARTBEAT");
         assert_int_equal(shoal_config_load(err, sizeof(err)), 0);
         if (!g)
                 fail_msg("start: %s", err);
-        struct shoal_registry *r = shoal_registry_open(url, "env", err, sizeof(err));
+        struct shoal_registry *r = reg_open(url, "env", err, sizeof(err));
         assert_non_null(r);
         bool moved = WAIT_UNTIL(({
                                         struct shoal_member *v = NULL;
@@ -946,7 +970,7 @@ static void test_redis_roundtrip(void **state)
 
         /* AUTH and SELECT were used: the hash lives in database 3 under the documented key. */
         char err[256] = "";
-        struct shoal_registry *r = shoal_registry_open(redis_url, "keyed", err, sizeof(err));
+        struct shoal_registry *r = reg_open(redis_url, "keyed", err, sizeof(err));
         assert_non_null(r);
         struct shoal_member m;
         fill_member(&m, "k1", 1);
@@ -968,13 +992,16 @@ static void test_redis_bad_password(void **state)
 
         need_redis();
         snprintf(url, sizeof(url), "redis://:wrong@127.0.0.1:%d/3", redis_port);
-        assert_null(shoal_registry_open(url, "g", err, sizeof(err)));
+        struct shoal_registry *r;
+        /* the server's refusal is found at run time: not a bad URL */
+        int rc = shoal_registry_open(url, "g", &r, err, sizeof(err));
+        assert_true(rc < 0 && rc != -EINVAL);
         assert_non_null(strstr(err, "AUTH"));
         assert_null(strstr(err, "wrong"));
         /* Nobody listening. */
         snprintf(url, sizeof(url), "redis://127.0.0.1:%d", free_port());
         err[0] = '\0';
-        assert_null(shoal_registry_open(url, "g", err, sizeof(err)));
+        assert_int_equal(shoal_registry_open(url, "g", &r, err, sizeof(err)), -ECONNREFUSED);
         assert_true(err[0]);
 }
 
@@ -983,7 +1010,7 @@ static void test_redis_garbage_skipped(void **state)
         char err[256] = "";
 
         need_redis();
-        struct shoal_registry *r = shoal_registry_open(redis_url, "junk", err, sizeof(err));
+        struct shoal_registry *r = reg_open(redis_url, "junk", err, sizeof(err));
         assert_non_null(r);
         struct shoal_member m, *v = NULL;
         size_t n = 0;
@@ -1021,7 +1048,7 @@ static void test_redis_reconnects(void **state)
         char err[256] = "";
 
         need_redis();
-        struct shoal_registry *r = shoal_registry_open(redis_url, "re", err, sizeof(err));
+        struct shoal_registry *r = reg_open(redis_url, "re", err, sizeof(err));
         assert_non_null(r);
         struct shoal_member m;
         fill_member(&m, "m", 1);
@@ -1085,7 +1112,7 @@ static void test_redis_outage(void **state)
         assert_int_equal(view_size(a), 2);
         assert_true(view_has(b, shoal_group_self_id(b)));
         assert_int_equal(redis_start(), 0);
-        struct shoal_registry *r = shoal_registry_open(redis_url, "outage", err, sizeof(err));
+        struct shoal_registry *r = reg_open(redis_url, "outage", err, sizeof(err));
         assert_non_null(r);
         assert_true(WAIT_UNTIL(count_records(r) == 2, 2000));
         assert_true(WAIT_UNTIL(view_size(a) == 2 && view_size(b) == 2, 2000));

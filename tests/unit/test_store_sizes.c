@@ -46,8 +46,7 @@ static struct env *env_new(void)
         put_object(e, "c", 0);
         char err[256];
         struct shoal_store_config sc = {.url = e->url};
-        e->store = shoal_store_open(&sc, err, sizeof(err));
-        assert_non_null(e->store);
+        assert_int_equal(shoal_store_open(&sc, &e->store, err, sizeof(err)), 0);
         return e;
 }
 

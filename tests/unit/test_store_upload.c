@@ -34,8 +34,7 @@ static int setup(void **state)
         char url[128], err[256];
         snprintf(url, sizeof(url), "file://%s", f->dir);
         struct shoal_store_config cfg = {.url = url};
-        f->st = shoal_store_open(&cfg, err, sizeof(err));
-        if (!f->st)
+        if (shoal_store_open(&cfg, &f->st, err, sizeof(err)))
                 return -1;
         *state = f;
         return 0;
