@@ -8,6 +8,7 @@ PKGS=(
   libfabric-dev libfabric-bin libfuse3-dev fuse3 liburing-dev libcurl4-openssl-dev
   libsqlite3-dev sqlite3 libhiredis-dev redis-server libssl-dev libcmocka-dev
   nginx memcached iperf3 fio wrk time iproute2 procps psmisc util-linux curl python3
+  prometheus python3-yaml
 )
 
 # Python package tests (tests/python): pytest, fsspec, numpy, pandas (reads a CSV through
@@ -60,6 +61,7 @@ fi
 echo "setup: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q >/dev/null
-# Package scripts may try to start services (nginx, redis, memcached); tests start their own.
+# Package scripts may try to start services (nginx, redis, memcached, prometheus); tests start
+# their own, on ports of their own.
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 install_s3rver

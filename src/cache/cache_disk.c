@@ -322,6 +322,8 @@ static bool dir_usable_locked(struct shoal_cache *c, struct cache_dir *d, uint64
         if (d->state == DIR_DOWN && now >= d->down_until_ns) {
                 d->state = DIR_PROBING;
                 c->dirs_down--;
+                shoal_metric_gauge_add(SHOAL_M_blockcache_dirs_down, -1);
+                shoal_metric_gauge_add(SHOAL_M_blockcache_dirs, 1);
                 log_info(MOD, "dir %s: back in use (probing)", d->root);
         }
         return d->state != DIR_DOWN;
@@ -345,6 +347,9 @@ static void dir_io_error(struct shoal_cache *c, unsigned di, int err)
                 d->nerr = 0;
                 c->dirs_down++;
                 down = true;
+                shoal_metric_gauge_add(SHOAL_M_blockcache_dirs_down, 1);
+                shoal_metric_gauge_add(SHOAL_M_blockcache_dirs, -1);
+                shoal_metric_inc(SHOAL_M_blockcache_dir_failures);
         }
         pthread_mutex_unlock(&c->lock);
         if (down)
@@ -929,6 +934,7 @@ static int index_rebuild(struct shoal_cache *c)
                 }
                 shoal_metric_gauge_add(SHOAL_M_blockcache_blocks, (int64_t)c->count);
                 shoal_metric_gauge_add(SHOAL_M_blockcache_bytes, (int64_t)c->bytes);
+                shoal_metric_gauge_add(SHOAL_M_blockcache_dirs, (int64_t)c->ndirs);
         }
         free(vec.v);
         return ret;
@@ -1033,6 +1039,8 @@ void shoal_cache_close(struct shoal_cache *c)
                 return;
         shoal_metric_gauge_add(SHOAL_M_blockcache_blocks, -(int64_t)c->count);
         shoal_metric_gauge_add(SHOAL_M_blockcache_bytes, -(int64_t)c->bytes);
+        shoal_metric_gauge_add(SHOAL_M_blockcache_dirs, -(int64_t)(c->ndirs - c->dirs_down));
+        shoal_metric_gauge_add(SHOAL_M_blockcache_dirs_down, -(int64_t)c->dirs_down);
         cache_free(c);
 }
 

@@ -116,6 +116,15 @@ static const struct opt_def opts[OPT__COUNT] = {
                             "how long names, sizes and listings are cached (default 60)"},
         [OPT_MAX_WRITE] = {"max-write", 0, true, CMD_MOUNT, "BYTES",
                            "largest FUSE request (default 1M)"},
+        [OPT_READ_ONLY] = {"read-only", 0, false, CMD_MOUNT, NULL,
+                           "refuse every change with EROFS"},
+        [OPT_ALLOW_OVERWRITE] = {"allow-overwrite", 0, false, CMD_MOUNT, NULL,
+                                 "let open(O_TRUNC) replace an existing object"},
+        [OPT_ALLOW_DELETE] = {"allow-delete", 0, false, CMD_MOUNT, NULL,
+                              "let unlink delete objects from the store"},
+        [OPT_UPLOAD_PART_SIZE] = {"upload-part-size", 0, true, CMD_MOUNT, "SIZE",
+                                  "part size of s3:// multipart uploads, 5M to 5G (default "
+                                  "16M)"},
 };
 
 static const struct {

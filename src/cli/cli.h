@@ -69,6 +69,10 @@ enum shoal_opt {
         OPT_WARM,
         OPT_TIMEOUT,
         OPT_TRANSPORTS,
+        OPT_READ_ONLY,
+        OPT_ALLOW_OVERWRITE,
+        OPT_ALLOW_DELETE,
+        OPT_UPLOAD_PART_SIZE,
         OPT__COUNT
 };
 

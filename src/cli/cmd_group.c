@@ -1,4 +1,5 @@
-/* shoal group --cache-group NAME — the members as a table [C7]. */
+/* shoal group --cache-group NAME — the members as a table [C7]: addresses of every transport,
+ * liveness and the cache use each member published with its last heartbeat. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,15 +11,31 @@
 #include "common/util.h"
 #include "group/group.h"
 
-static void fmt_cap(uint64_t used, uint64_t cap, char *out, size_t outlen)
+/* One token, so that scripts can take columns with awk: "12.0MiB", "512B". */
+static void fmt_size(uint64_t bytes, char *out, size_t outlen)
 {
-        char a[32], b[32];
-        shoal_format_bytes(used, a, sizeof(a));
-        if (cap == UINT64_MAX)
-                snprintf(b, sizeof(b), "unlimited");
-        else
-                shoal_format_bytes(cap, b, sizeof(b));
-        snprintf(out, outlen, "%s / %s", a, b);
+        char b[32];
+        shoal_format_bytes(bytes, b, sizeof(b));
+        size_t j = 0;
+        for (size_t i = 0; b[i] && j + 1 < outlen; i++)
+                if (b[i] != ' ')
+                        out[j++] = b[i];
+        out[j] = '\0';
+}
+
+/* The member's RDMA addresses, comma-separated (one token), or "-". */
+static void fmt_rdma(const struct shoal_member *m, char *out, size_t outlen)
+{
+        size_t len = 0;
+        out[0] = '\0';
+        for (unsigned i = 0; i < m->n_rdma && i < SHOAL_RDMA_ADDRS; i++) {
+                int n = snprintf(out + len, outlen - len, "%s%s", i ? "," : "", m->rdma_addr[i]);
+                if (n < 0 || (size_t)n >= outlen - len)
+                        break;
+                len += (size_t)n;
+        }
+        if (!out[0])
+                shoal_strlcpy(out, "-", outlen);
 }
 
 int shoal_cmd_group(int argc, char **argv)
@@ -64,16 +81,25 @@ int shoal_cmd_group(int argc, char **argv)
                         cfg.cache_group, cfg.meta_url);
                 return 1;
         }
-        printf("%-32s  %-16s  %-8s  %6s  %-21s  %-21s  %-6s  %s\n", "ID", "HOST", "ROLE", "WEIGHT",
-               "TCP POOL", "IORPC", "ALIVE", "CACHE");
+        printf("%-32s  %-16s  %-8s  %6s  %-21s  %-21s  %-21s  %-5s  %9s  %9s\n", "ID", "HOST",
+               "ROLE", "WEIGHT", "TCP POOL", "IORPC", "RDMA", "ALIVE", "CACHE", "CAPACITY");
         size_t live = 0;
         for (size_t i = 0; i < n; i++) {
-                char cap[96];
-                fmt_cap(m[i].cache_bytes, m[i].cache_capacity, cap, sizeof(cap));
-                printf("%-32s  %-16.16s  %-8s  %6" PRIu32 "  %-21s  %-21s  %-6s  %s\n", m[i].id,
-                       m[i].host, m[i].role == SHOAL_ROLE_PROVIDER ? "provider" : "consumer",
-                       m[i].weight, m[i].tcp_addr[0] ? m[i].tcp_addr : "-",
-                       m[i].iorpc_addr[0] ? m[i].iorpc_addr : "-", m[i].alive ? "yes" : "no", cap);
+                char used[32], cap[32], rdma[SHOAL_RDMA_ADDRS * SHOAL_ADDR_LEN];
+                fmt_size(m[i].cache_bytes, used, sizeof(used));
+                if (m[i].cache_capacity == UINT64_MAX)
+                        shoal_strlcpy(cap, "unlimited", sizeof(cap));
+                else if (m[i].cache_capacity == 0)
+                        shoal_strlcpy(cap, "-", sizeof(cap)); /* no disk cache */
+                else
+                        fmt_size(m[i].cache_capacity, cap, sizeof(cap));
+                fmt_rdma(&m[i], rdma, sizeof(rdma));
+                printf("%-32s  %-16.16s  %-8s  %6" PRIu32 "  %-21s  %-21s  %-21s  %-5s  %9s  %9s\n",
+                       m[i].id, m[i].host[0] ? m[i].host : "-",
+                       m[i].role == SHOAL_ROLE_PROVIDER ? "provider" : "consumer", m[i].weight,
+                       m[i].tcp_addr[0] ? m[i].tcp_addr : "-",
+                       m[i].iorpc_addr[0] ? m[i].iorpc_addr : "-", rdma, m[i].alive ? "yes" : "no",
+                       used, cap);
                 live += m[i].alive;
         }
         printf("%zu members, %zu alive\n", n, live);

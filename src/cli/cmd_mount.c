@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fuse/fuse_mount.h"
+#include "store/store.h"
 
 #define MOUNT_MAX_THREADS 32
 #define SHOAL_FSTYPE      "fuse.shoal"
@@ -125,6 +126,28 @@ static int parse_mount_flags(const struct shoal_cli *cli, struct shoal_fuse_conf
         fc->max_read = (uint32_t)mw;
         fc->max_threads = MOUNT_MAX_THREADS;
         fc->allow_other = geteuid() == 0;
+        fc->read_only = cli->val[OPT_READ_ONLY] != NULL;
+        fc->allow_overwrite = cli->val[OPT_ALLOW_OVERWRITE] != NULL;
+        fc->allow_delete = cli->val[OPT_ALLOW_DELETE] != NULL;
+        if (fc->read_only && (fc->allow_overwrite || fc->allow_delete))
+                return shoal_cli_fail(cli, "--read-only cannot go with --allow-overwrite or "
+                                           "--allow-delete");
+        return 0;
+}
+
+/* --upload-part-size into CFG. Returns 0 or 2. */
+static int parse_upload_flags(const struct shoal_cli *cli, struct shoal_node_config *cfg)
+{
+        const char *v = cli->val[OPT_UPLOAD_PART_SIZE];
+        int64_t ps;
+        if (v &&
+            (shoal_parse_size(v, SHOAL_MiB, false, &ps) ||
+             (uint64_t)ps < SHOAL_STORE_PART_SIZE_MIN || (uint64_t)ps > SHOAL_STORE_PART_SIZE_MAX))
+                return shoal_cli_fail(cli,
+                                      "invalid --upload-part-size %s: expected 5M to 5G (S3's "
+                                      "limits on a part)",
+                                      v);
+        cfg->upload_part_size = v ? (uint64_t)ps : 0;
         return 0;
 }
 
@@ -145,7 +168,7 @@ int shoal_cmd_mount(int argc, char **argv)
         /* A mount is a member that shares its cache unless --no-sharing (or no group). */
         cfg.serve = true;
         struct shoal_fuse_config fc = {0};
-        if (parse_mount_flags(&cli, &fc))
+        if (parse_mount_flags(&cli, &fc) || parse_upload_flags(&cli, &cfg))
                 return 2;
         char mp[PATH_MAX];
         if (check_mountpoint(&cli, cli.pos[1], mp))
@@ -170,13 +193,18 @@ int shoal_cmd_mount(int argc, char **argv)
         }
         char pidfile[PATH_MAX];
         pidfile_write(mp, pidfile, sizeof(pidfile));
-        log_info("mount", "%s mounted at %s (%s%s%s, attr cache %.3g s, max request %u)",
+        log_info("mount", "%s mounted at %s (%s%s%s, attr cache %.3g s, max request %u, %s)",
                  cfg.storage, mp, cfg.cache_group ? "group " : "no group",
                  cfg.cache_group ? cfg.cache_group : "",
                  !cfg.cache_group ? ""
                  : node->server   ? ", sharing"
                                   : ", not sharing",
-                 (double)fc.attr_ttl_ns / 1e9, fc.max_read);
+                 (double)fc.attr_ttl_ns / 1e9, fc.max_read,
+                 fc.read_only                            ? "read-only"
+                 : fc.allow_overwrite && fc.allow_delete ? "new files, overwrite, delete"
+                 : fc.allow_overwrite                    ? "new files, overwrite"
+                 : fc.allow_delete                       ? "new files, delete"
+                                                         : "new files");
         shoal_daemon_ready();
         rc = shoal_fuse_loop(f);
         if (rc)

@@ -19,6 +19,16 @@
 #include "rpc/server.h"
 #include "store/store.h"
 
+/* The group agent's usage callback: the cache use this member publishes with each heartbeat. A
+ * process without a disk cache publishes a capacity of 0. */
+static void publish_usage(void *arg, uint64_t *bytes, uint64_t *capacity)
+{
+        struct shoal_cache_usage u;
+        shoal_cache_usage(arg, &u);
+        *bytes = u.bytes;
+        *capacity = u.dirs || u.dirs_failing ? u.capacity : 0;
+}
+
 int shoal_node_check_rdma(const char *network, const char *provider, char (*ifs)[32], char *err,
                           size_t errlen)
 {
@@ -143,6 +153,10 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
                 .url = n->vol.url,
                 .endpoint = cfg->endpoint,
                 .max_downloads = cfg->max_downloads,
+                .upload_part_size = cfg->upload_part_size,
+                /* Uploads take their part buffers from a budget as large as the read
+                 * buffers' (--buffer-size bounds each). */
+                .upload_buffer_bytes = cfg->buffer_size,
         };
         n->store = shoal_store_open(&scfg, err, errlen);
         if (!n->store) {
@@ -283,10 +297,8 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
                 if (n->metrics)
                         shoal_strlcpy(me->metrics_addr, shoal_metrics_http_addr(n->metrics),
                                       sizeof(me->metrics_addr));
-                struct shoal_cache_usage u;
-                shoal_cache_usage(n->cache, &u);
-                me->cache_bytes = u.bytes;
-                me->cache_capacity = u.capacity;
+                gc.usage = publish_usage; /* with every heartbeat [C7] */
+                gc.usage_arg = n->cache;
                 n->group = shoal_group_start(&gc, err, errlen);
                 if (!n->group) {
                         if (strstr(err, "mismatch"))

@@ -34,7 +34,8 @@ struct shoal_node_config {
         const char *rdma_provider;
         uint64_t buffer_size; /* bytes */
         unsigned max_downloads;
-        unsigned prefetch; /* readahead blocks */
+        unsigned prefetch;         /* readahead blocks */
+        uint64_t upload_part_size; /* --upload-part-size; 0: the store's default */
         /* --metrics HOST:PORT. NULL: the endpoint listens on 127.0.0.1:9567 or the next free
          * port when serve is set (members, mounts), and not at all otherwise (short-lived
          * clients such as cat). */

@@ -1,5 +1,6 @@
-/* The FUSE mount [C1]: the volume's objects as read-only files, "/"-separated prefixes as
- * folders, and a `.stats` file in the root [V3]. Built on libfuse3's low-level API with a
+/* The FUSE mount [C1]: the volume's objects as files, "/"-separated prefixes as folders, and a
+ * `.stats` file in the root [V3]. New files are written sequentially and uploaded as whole
+ * objects [W1] (docs/writes.md). Built on libfuse3's low-level API with a
  * multi-threaded session loop; reads go through the node's reader (buffer, local cache, group,
  * store) into one buffer per FUSE worker thread, allocated once. */
 #ifndef SHOAL_FUSE_FUSE_MOUNT_H
@@ -18,6 +19,9 @@ struct shoal_fuse_config {
         uint32_t max_read;    /* --max-write: largest request, 4 KiB..1 MiB, a page multiple */
         unsigned max_threads; /* FUSE worker threads at most */
         bool allow_other;     /* let other users in (root only) */
+        bool read_only;       /* --read-only: every change is EROFS */
+        bool allow_overwrite; /* --allow-overwrite: O_TRUNC replaces an existing object */
+        bool allow_delete;    /* --allow-delete: unlink deletes the object */
 };
 
 struct shoal_fuse;

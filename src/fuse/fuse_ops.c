@@ -1,5 +1,5 @@
 /* The FUSE low-level operations: names and listings from the store (cached for the TTL), data
- * through the reader, and EROFS for anything that would change the volume. */
+ * through the reader; writes and every other change go to fuse_write.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -23,12 +23,14 @@
 #define STATS_NAME   ".stats"
 
 struct open_file {
+        uint32_t kind;      /* SHOAL_FH_READ */
         pthread_mutex_t mu; /* guards obj, which a stale read replaces */
         struct shoal_object obj;
         struct shoal_stream stream; /* a hint; racing readers of one handle cost speed only */
 };
 
 struct stats_handle {
+        uint32_t kind; /* SHOAL_FH_STATS */
         char *text;
         size_t len;
 };
@@ -52,21 +54,21 @@ static struct shoal_fuse *fs_of(fuse_req_t req)
         return fuse_req_userdata(req);
 }
 
-static uint64_t op_begin(void)
+uint64_t shoal_fuse_op_begin(void)
 {
         shoal_metric_inc(SHOAL_M_fuse_ops);
         return shoal_now_ns();
 }
 
-static void op_end(uint64_t t0)
+void shoal_fuse_op_end(uint64_t t0)
 {
         shoal_metric_observe(SHOAL_M_fuse_op_dur, shoal_now_ns() - t0);
 }
 
-static void reply_err(fuse_req_t req, uint64_t t0, int err)
+void shoal_fuse_reply_err(fuse_req_t req, uint64_t t0, int err)
 {
         fuse_reply_err(req, err);
-        op_end(t0);
+        shoal_fuse_op_end(t0);
 }
 
 void shoal_fuse_buf_free(void *p)
@@ -112,8 +114,8 @@ static void meta_done(uint64_t t0)
         shoal_metric_observe(SHOAL_M_meta_op_dur, shoal_now_ns() - t0);
 }
 
-static void fill_stat(const struct shoal_fuse *f, uint64_t ino, const struct shoal_inode_attr *a,
-                      struct stat *st)
+void shoal_fuse_fill_stat(const struct shoal_fuse *f, uint64_t ino,
+                          const struct shoal_inode_attr *a, struct stat *st)
 {
         memset(st, 0, sizeof(*st));
         st->st_ino = ino;
@@ -126,11 +128,13 @@ static void fill_stat(const struct shoal_fuse *f, uint64_t ino, const struct sho
         st->st_ctim = st->st_mtim;
         /* Tools size their buffers by st_blksize: ask for whole FUSE requests. */
         st->st_blksize = (blksize_t)f->cfg.max_read;
+        /* Writable modes unless read-only: default_permissions makes the kernel check them. */
+        mode_t w = f->cfg.read_only ? 0 : 0200;
         if (a->is_dir) {
-                st->st_mode = S_IFDIR | 0555;
+                st->st_mode = S_IFDIR | 0555 | w;
                 st->st_nlink = 2;
         } else {
-                st->st_mode = S_IFREG | 0444;
+                st->st_mode = S_IFREG | 0444 | w;
                 st->st_nlink = 1;
                 st->st_size = (off_t)a->size;
                 st->st_blocks = (blkcnt_t)((a->size + 511) / 512);
@@ -141,7 +145,7 @@ static void stats_stat(const struct shoal_fuse *f, struct stat *st)
 {
         struct shoal_inode_attr a = {.is_dir = false};
         a.mtime_ns = (int64_t)shoal_wall_ns();
-        fill_stat(f, SHOAL_INO_STATS, &a, st);
+        shoal_fuse_fill_stat(f, SHOAL_INO_STATS, &a, st);
 }
 
 static void attr_of_object(const struct shoal_object *o, struct shoal_inode_attr *a)
@@ -219,6 +223,13 @@ static struct shoal_dirlist *list_folder(struct shoal_fuse *f, uint64_t ino, con
                 *err = -EIO;
                 return NULL;
         }
+        /* Folders made by mkdir are there until the store has them (or rmdir). */
+        rc = shoal_fuse_local_dirs_list(f, path, c.l);
+        if (rc) {
+                shoal_dirlist_put(c.l);
+                *err = rc;
+                return NULL;
+        }
         shoal_dirlist_seal(c.l);
         shoal_itable_dirlist_set(f->it, ino, c.l);
         return c.l;
@@ -233,7 +244,7 @@ static struct shoal_dirlist *folder_list(struct shoal_fuse *f, uint64_t ino, con
 
 /* What PATH is, without a listing of its parent: an object, a folder (some key starts with
  * "PATH/"; a folder hides an object of the same name, as in listings), or -ENOENT. */
-static int probe(struct shoal_fuse *f, const char *path, struct shoal_inode_attr *a)
+int shoal_fuse_probe(struct shoal_fuse *f, const char *path, struct shoal_inode_attr *a)
 {
         struct shoal_object o;
         int src = store_stat(f, path, &o);
@@ -257,7 +268,7 @@ static int probe(struct shoal_fuse *f, const char *path, struct shoal_inode_attr
         return lrc < 0 && lrc != -EINVAL ? -EIO : -ENOENT;
 }
 
-static int child_path(const char *parent, const char *name, char *out, size_t outlen)
+int shoal_fuse_child_path(const char *parent, const char *name, char *out, size_t outlen)
 {
         size_t nl = strlen(name);
         if (nl > NAME_MAX_LEN)
@@ -272,7 +283,7 @@ static int child_path(const char *parent, const char *name, char *out, size_t ou
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-        uint64_t t0 = op_begin();
+        uint64_t t0 = shoal_fuse_op_begin();
         struct shoal_fuse *f = fs_of(req);
         struct fuse_entry_param e;
         memset(&e, 0, sizeof(e));
@@ -283,23 +294,37 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
                 e.attr_timeout = 0;
                 stats_stat(f, &e.attr);
                 fuse_reply_entry(req, &e);
-                op_end(t0);
+                shoal_fuse_op_end(t0);
                 return;
         }
         char ppath[SHOAL_KEY_MAX + 1], path[SHOAL_KEY_MAX + 1];
         bool is_dir = false;
         int rc = shoal_itable_path(f->it, parent, ppath, sizeof(ppath), &is_dir);
         if (rc) {
-                reply_err(req, t0, rc == -ENOENT ? ESTALE : -rc);
+                shoal_fuse_reply_err(req, t0, rc == -ENOENT ? ESTALE : -rc);
                 return;
         }
         if (!is_dir) {
-                reply_err(req, t0, ENOTDIR);
+                shoal_fuse_reply_err(req, t0, ENOTDIR);
                 return;
         }
-        rc = child_path(ppath, name, path, sizeof(path));
+        rc = shoal_fuse_child_path(ppath, name, path, sizeof(path));
         struct shoal_inode_attr a;
-        if (!rc) {
+        uint64_t ino;
+        if (!rc && !shoal_itable_ref_writing(f->it, path, &a, &ino)) {
+                /* Being written here: the writer's size, asked for again each time. */
+                e.ino = ino;
+                e.attr_timeout = 0;
+                shoal_fuse_fill_stat(f, ino, &a, &e.attr);
+                if (fuse_reply_entry(req, &e) == -ENOENT)
+                        shoal_itable_forget(f->it, ino, 1);
+                shoal_fuse_op_end(t0);
+                return;
+        }
+        if (!rc && shoal_fuse_local_dir(f, path)) {
+                memset(&a, 0, sizeof(a));
+                a.is_dir = true;
+        } else if (!rc) {
                 struct shoal_dirlist *l = shoal_itable_dirlist_get(f->it, parent);
                 if (l) {
                         const struct shoal_dirent *d = shoal_dirlist_find(l, name);
@@ -314,53 +339,52 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
                         }
                         shoal_dirlist_put(l);
                 } else {
-                        rc = probe(f, path, &a);
+                        rc = shoal_fuse_probe(f, path, &a);
                 }
         }
         if (rc == -ENOENT) {
                 /* A negative entry: the kernel remembers the absence for the TTL. */
                 fuse_reply_entry(req, &e);
-                op_end(t0);
+                shoal_fuse_op_end(t0);
                 return;
         }
         if (rc) {
-                reply_err(req, t0, -rc);
+                shoal_fuse_reply_err(req, t0, -rc);
                 return;
         }
-        uint64_t ino;
         rc = shoal_itable_ref(f->it, path, &a, &ino);
         if (rc) {
-                reply_err(req, t0, -rc);
+                shoal_fuse_reply_err(req, t0, -rc);
                 return;
         }
         e.ino = ino;
-        fill_stat(f, ino, &a, &e.attr);
+        shoal_fuse_fill_stat(f, ino, &a, &e.attr);
         if (fuse_reply_entry(req, &e) == -ENOENT)
                 shoal_itable_forget(f->it, ino, 1); /* the request was interrupted */
-        op_end(t0);
+        shoal_fuse_op_end(t0);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-        uint64_t t0 = op_begin();
+        uint64_t t0 = shoal_fuse_op_begin();
         shoal_itable_forget(fs_of(req)->it, ino, nlookup);
         fuse_reply_none(req);
-        op_end(t0);
+        shoal_fuse_op_end(t0);
 }
 
 static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
 {
-        uint64_t t0 = op_begin();
+        uint64_t t0 = shoal_fuse_op_begin();
         struct shoal_fuse *f = fs_of(req);
         for (size_t i = 0; i < count; i++)
                 shoal_itable_forget(f->it, forgets[i].ino, forgets[i].nlookup);
         fuse_reply_none(req);
-        op_end(t0);
+        shoal_fuse_op_end(t0);
 }
 
 /* Fresh attributes of INO: from the table within the TTL, else from a stat of the object. */
-static int fresh_attr(struct shoal_fuse *f, uint64_t ino, struct shoal_inode_attr *a, char *path,
-                      size_t pathlen)
+int shoal_fuse_fresh_attr(struct shoal_fuse *f, uint64_t ino, struct shoal_inode_attr *a,
+                          char *path, size_t pathlen)
 {
         bool fresh = false, is_dir = false;
         int rc = shoal_itable_getattr(f->it, ino, a, &fresh);
@@ -380,110 +404,76 @@ static int fresh_attr(struct shoal_fuse *f, uint64_t ino, struct shoal_inode_att
 
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-        uint64_t t0 = op_begin();
+        uint64_t t0 = shoal_fuse_op_begin();
         struct shoal_fuse *f = fs_of(req);
         struct stat st;
         if (ino == SHOAL_INO_STATS) {
                 stats_stat(f, &st);
                 fuse_reply_attr(req, &st, 0);
-                op_end(t0);
+                shoal_fuse_op_end(t0);
                 return;
         }
         struct shoal_inode_attr a;
         char path[SHOAL_KEY_MAX + 1];
-        int rc = fresh_attr(f, ino, &a, path, sizeof(path));
+        int rc = shoal_fuse_fresh_attr(f, ino, &a, path, sizeof(path));
         if (rc) {
-                reply_err(req, t0, -rc);
+                shoal_fuse_reply_err(req, t0, -rc);
                 return;
         }
-        fill_stat(f, ino, &a, &st);
+        shoal_fuse_fill_stat(f, ino, &a, &st);
         fuse_reply_attr(req, &st, f->ttl_s);
-        op_end(t0);
-}
-
-/* Every change to the volume ends here: shoal mounts are read-only. */
-static void refuse(fuse_req_t req, uint64_t t0, const char *what, const char *name)
-{
-        log_ratelimited(SHOAL_LOG_WARN, "fuse", "refused %s%s%s: read-only file system", what,
-                        name ? " of " : "", name ? name : "");
-        reply_err(req, t0, EROFS);
+        shoal_fuse_op_end(t0);
 }
 
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
                        struct fuse_file_info *fi)
 {
-        uint64_t t0 = op_begin();
-        if (to_set) {
-                refuse(req, t0, "setattr", NULL);
-                return;
-        }
-        fuse_reply_err(req, 0); /* unreachable in practice: the kernel sends a change */
-        op_end(t0);
+        shoal_fuse_setattr(req, ino, attr, to_set, fi);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
-        refuse(req, op_begin(), "mknod", name);
-}
-
-static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
-{
-        refuse(req, op_begin(), "mkdir", name);
-}
-
-static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
-{
-        refuse(req, op_begin(), "unlink", name);
-}
-
-static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
-{
-        refuse(req, op_begin(), "rmdir", name);
+        shoal_fuse_refuse(req, shoal_fuse_op_begin(), ENOTSUP, "mknod", name,
+                          "only regular files, made with open(O_CREAT)");
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
-        refuse(req, op_begin(), "symlink", name);
+        shoal_fuse_refuse(req, shoal_fuse_op_begin(), ENOTSUP, "symlink", name,
+                          "an object store has no links");
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
                       const char *newname, unsigned int flags)
 {
-        refuse(req, op_begin(), "rename", name);
+        shoal_fuse_refuse(req, shoal_fuse_op_begin(), ENOTSUP, "rename", name,
+                          "objects cannot be renamed in place (copy, then delete)");
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
-        refuse(req, op_begin(), "link", newname);
-}
-
-static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
-                      struct fuse_file_info *fi)
-{
-        refuse(req, op_begin(), "create", name);
-}
-
-static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
-                     struct fuse_file_info *fi)
-{
-        refuse(req, op_begin(), "write", NULL);
+        shoal_fuse_refuse(req, shoal_fuse_op_begin(), ENOTSUP, "link", newname,
+                          "an object store has no links");
 }
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
                         size_t size, int flags)
 {
-        refuse(req, op_begin(), "setxattr", name);
+        shoal_fuse_refuse(req, shoal_fuse_op_begin(), ENOTSUP, "setxattr", name,
+                          "objects carry no extended attributes here");
 }
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
-        refuse(req, op_begin(), "removexattr", name);
+        shoal_fuse_refuse(req, shoal_fuse_op_begin(), ENOTSUP, "removexattr", name,
+                          "objects carry no extended attributes here");
 }
 
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
                          struct fuse_file_info *fi)
 {
-        refuse(req, op_begin(), "fallocate", NULL);
+        shoal_fuse_refuse(req, shoal_fuse_op_begin(), ENOTSUP, "fallocate", NULL,
+                          "objects are written sequentially, not allocated");
 }
 
 static int open_stats(struct shoal_fuse *f, struct fuse_file_info *fi)
@@ -497,6 +487,7 @@ static int open_stats(struct shoal_fuse *f, struct fuse_file_info *fi)
                 shoal_metrics_snap_free(&cur);
                 return -ENOMEM;
         }
+        h->kind = SHOAL_FH_STATS;
         pthread_mutex_lock(&f->stats_mu);
         h->text = shoal_metrics_render_stats(&cur, f->have_prev ? &f->stats_prev : NULL);
         if (f->have_prev)
@@ -517,21 +508,21 @@ static int open_stats(struct shoal_fuse *f, struct fuse_file_info *fi)
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-        uint64_t t0 = op_begin();
+        uint64_t t0 = shoal_fuse_op_begin();
         struct shoal_fuse *f = fs_of(req);
         if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
-                refuse(req, t0, "open for writing", NULL);
+                shoal_fuse_open_write(req, ino, fi, t0);
                 return;
         }
         int rc;
         if (ino == SHOAL_INO_STATS) {
                 rc = open_stats(f, fi);
                 if (rc) {
-                        reply_err(req, t0, -rc);
+                        shoal_fuse_reply_err(req, t0, -rc);
                         return;
                 }
                 fuse_reply_open(req, fi);
-                op_end(t0);
+                shoal_fuse_op_end(t0);
                 return;
         }
         /* The first open comes after INIT was answered, and the kernel sets a file's readahead
@@ -540,20 +531,26 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
                 shoal_fuse_tune_readahead(f);
         struct shoal_inode_attr a;
         char path[SHOAL_KEY_MAX + 1];
-        rc = fresh_attr(f, ino, &a, path, sizeof(path));
+        rc = shoal_fuse_fresh_attr(f, ino, &a, path, sizeof(path));
         if (rc) {
-                reply_err(req, t0, -rc);
+                shoal_fuse_reply_err(req, t0, -rc);
                 return;
         }
         if (a.is_dir) {
-                reply_err(req, t0, EISDIR);
+                shoal_fuse_reply_err(req, t0, EISDIR);
+                return;
+        }
+        if (shoal_itable_is_writing(f->it, path)) {
+                shoal_fuse_refuse(req, t0, EPERM, "open for reading", path,
+                                  "it is being written; it can be read once it is closed");
                 return;
         }
         struct open_file *h = calloc(1, sizeof(*h));
         if (!h) {
-                reply_err(req, t0, ENOMEM);
+                shoal_fuse_reply_err(req, t0, ENOMEM);
                 return;
         }
+        h->kind = SHOAL_FH_READ;
         pthread_mutex_init(&h->mu, NULL);
         shoal_strlcpy(h->obj.key, path, sizeof(h->obj.key));
         shoal_strlcpy(h->obj.version, a.version, sizeof(h->obj.version));
@@ -567,7 +564,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
                 pthread_mutex_destroy(&h->mu);
                 free(h);
         }
-        op_end(t0);
+        shoal_fuse_op_end(t0);
 }
 
 static void read_stats(fuse_req_t req, uint64_t t0, struct stats_handle *h, size_t size, off_t off)
@@ -578,12 +575,12 @@ static void read_stats(fuse_req_t req, uint64_t t0, struct stats_handle *h, size
          * while writev is still returning; answer from this thread's buffer, not from H. */
         char *buf = thread_buf(fs_of(req), n);
         if (!buf) {
-                reply_err(req, t0, ENOMEM);
+                shoal_fuse_reply_err(req, t0, ENOMEM);
                 return;
         }
         memcpy(buf, h->text + o, n);
         fuse_reply_buf(req, buf, n);
-        op_end(t0);
+        shoal_fuse_op_end(t0);
 }
 
 /* Re-stats H's object after the reader said it changed. Returns 0 or a negative errno. */
@@ -609,16 +606,21 @@ static int restat(struct shoal_fuse *f, fuse_ino_t ino, struct open_file *h,
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
-        uint64_t t0 = op_begin();
+        uint64_t t0 = shoal_fuse_op_begin();
         struct shoal_fuse *f = fs_of(req);
         if (ino == SHOAL_INO_STATS) {
                 read_stats(req, t0, (struct stats_handle *)(uintptr_t)fi->fh, size, off);
                 return;
         }
+        if (shoal_fh_kind(fi) != SHOAL_FH_READ) {
+                shoal_fuse_refuse(req, t0, EPERM, "read", NULL,
+                                  "a file open for writing cannot be read until it is closed");
+                return;
+        }
         struct open_file *h = (struct open_file *)(uintptr_t)fi->fh;
         char *buf = thread_buf(f, size);
         if (!buf) {
-                reply_err(req, t0, ENOMEM);
+                shoal_fuse_reply_err(req, t0, ENOMEM);
                 return;
         }
         struct shoal_object obj;
@@ -676,7 +678,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                 shoal_reader_unpin(f->node->reader, pins, np);
                 log_ratelimited(SHOAL_LOG_ERROR, "fuse", "read %s [%lld+%zu] failed: %s", obj.key,
                                 (long long)off, size, strerror((int)-n));
-                reply_err(req, t0, EIO);
+                shoal_fuse_reply_err(req, t0, EIO);
                 return;
         }
         struct iovec iov[PIN_MAX + 1];
@@ -689,32 +691,35 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                 shoal_metric_inc(SHOAL_M_fuse_read_size_1m);
         fuse_reply_iov(req, iov, (int)np + (done ? 1 : 0));
         shoal_reader_unpin(f->node->reader, pins, np);
-        op_end(t0);
+        shoal_fuse_op_end(t0);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-        uint64_t t0 = op_begin();
+        uint64_t t0 = shoal_fuse_op_begin();
         if (ino == SHOAL_INO_STATS) {
                 struct stats_handle *sh = (struct stats_handle *)(uintptr_t)fi->fh;
                 free(sh->text);
                 free(sh);
+        } else if (shoal_fh_kind(fi) == SHOAL_FH_WRITE) {
+                shoal_fuse_release_write(req, fi, t0);
+                return;
         } else {
                 struct open_file *h = (struct open_file *)(uintptr_t)fi->fh;
                 pthread_mutex_destroy(&h->mu);
                 free(h);
         }
         fuse_reply_err(req, 0);
-        op_end(t0);
+        shoal_fuse_op_end(t0);
 }
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-        uint64_t t0 = op_begin();
+        uint64_t t0 = shoal_fuse_op_begin();
         struct shoal_fuse *f = fs_of(req);
         struct dir_handle *h = calloc(1, sizeof(*h));
         if (!h) {
-                reply_err(req, t0, ENOMEM);
+                shoal_fuse_reply_err(req, t0, ENOMEM);
                 return;
         }
         bool is_dir = false;
@@ -726,7 +731,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
         if (rc) {
                 free(h);
                 {
-                        reply_err(req, t0, -rc);
+                        shoal_fuse_reply_err(req, t0, -rc);
                         return;
                 }
         }
@@ -743,18 +748,18 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
                 shoal_dirlist_put(h->list);
                 free(h);
         }
-        op_end(t0);
+        shoal_fuse_op_end(t0);
 }
 
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                        struct fuse_file_info *fi)
 {
-        uint64_t t0 = op_begin();
+        uint64_t t0 = shoal_fuse_op_begin();
         struct shoal_fuse *f = fs_of(req);
         struct dir_handle *h = (struct dir_handle *)(uintptr_t)fi->fh;
         char *buf = thread_buf(f, size);
         if (!buf) {
-                reply_err(req, t0, ENOMEM);
+                shoal_fuse_reply_err(req, t0, ENOMEM);
                 return;
         }
         size_t pos = 0;
@@ -781,31 +786,31 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                 pos += n;
         }
         fuse_reply_buf(req, buf, pos);
-        op_end(t0);
+        shoal_fuse_op_end(t0);
 }
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-        uint64_t t0 = op_begin();
+        uint64_t t0 = shoal_fuse_op_begin();
         struct dir_handle *h = (struct dir_handle *)(uintptr_t)fi->fh;
         shoal_dirlist_put(h->list);
         free(h);
         fuse_reply_err(req, 0);
-        op_end(t0);
+        shoal_fuse_op_end(t0);
 }
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
-        uint64_t t0 = op_begin();
+        uint64_t t0 = shoal_fuse_op_begin();
         struct shoal_fuse *f = fs_of(req);
         struct statvfs st;
         memset(&st, 0, sizeof(st));
         st.f_bsize = f->block_size;
         st.f_frsize = f->block_size;
         st.f_namemax = NAME_MAX_LEN;
-        st.f_flag = ST_RDONLY;
+        st.f_flag = f->cfg.read_only ? ST_RDONLY : 0;
         fuse_reply_statfs(req, &st);
-        op_end(t0);
+        shoal_fuse_op_end(t0);
 }
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
@@ -826,6 +831,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
                             FUSE_CAP_READDIRPLUS | FUSE_CAP_WRITEBACK_CACHE);
         if (conn->capable & FUSE_CAP_ASYNC_READ)
                 conn->want |= FUSE_CAP_ASYNC_READ;
+        /* O_TRUNC arrives with open instead of as a truncate before it: an overwrite is then
+         * one open that the write path can judge. */
+        if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
+                conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
         if (conn->capable & FUSE_CAP_ASYNC_DIO)
                 conn->want |= FUSE_CAP_ASYNC_DIO;
         if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
@@ -840,15 +849,17 @@ const struct fuse_lowlevel_ops shoal_fuse_ops = {
         .getattr = op_getattr,
         .setattr = op_setattr,
         .mknod = op_mknod,
-        .mkdir = op_mkdir,
-        .unlink = op_unlink,
-        .rmdir = op_rmdir,
+        .mkdir = shoal_fuse_mkdir,
+        .unlink = shoal_fuse_unlink,
+        .rmdir = shoal_fuse_rmdir,
         .symlink = op_symlink,
         .rename = op_rename,
         .link = op_link,
         .open = op_open,
         .read = op_read,
-        .write = op_write,
+        .write = shoal_fuse_write,
+        .flush = shoal_fuse_flush,
+        .fsync = shoal_fuse_fsync,
         .release = op_release,
         .opendir = op_opendir,
         .readdir = op_readdir,
@@ -856,6 +867,6 @@ const struct fuse_lowlevel_ops shoal_fuse_ops = {
         .statfs = op_statfs,
         .setxattr = op_setxattr,
         .removexattr = op_removexattr,
-        .create = op_create,
+        .create = shoal_fuse_create,
         .fallocate = op_fallocate,
 };

@@ -15,6 +15,7 @@ struct inode {
         struct shoal_inode_attr attr;
         uint64_t attr_expiry_ns;
         char open_version[SHOAL_VERSION_MAX + 1];
+        bool writing;
         struct shoal_dirlist *list;
         struct inode *next_by_path, *next_by_ino;
 };
@@ -229,8 +230,10 @@ int shoal_itable_ref(struct shoal_itable *t, const char *path, const struct shoa
                 shoal_dirlist_put(e->list);
                 e->list = NULL;
         }
-        e->attr = *a;
-        e->attr_expiry_ns = t->now_ns() + t->ttl_ns;
+        if (!e->writing) { /* the writer's attributes win until the upload ends */
+                e->attr = *a;
+                e->attr_expiry_ns = t->now_ns() + t->ttl_ns;
+        }
         e->nlookup++;
         *ino = e->ino;
 out:
@@ -261,8 +264,9 @@ int shoal_itable_getattr(struct shoal_itable *t, uint64_t ino, struct shoal_inod
         struct inode *e = find_ino(t, ino);
         if (e) {
                 *a = e->attr;
-                /* Folders have no attributes of their own in an object store. */
-                *fresh = e->attr.is_dir || t->now_ns() < e->attr_expiry_ns;
+                /* Folders have no attributes of their own in an object store; a file being
+                 * written has the writer's. */
+                *fresh = e->attr.is_dir || e->writing || t->now_ns() < e->attr_expiry_ns;
         } else {
                 rc = -ENOENT;
         }
@@ -274,9 +278,95 @@ void shoal_itable_setattr(struct shoal_itable *t, uint64_t ino, const struct sho
 {
         pthread_mutex_lock(&t->mu);
         struct inode *e = find_ino(t, ino);
-        if (e && e->attr.is_dir == a->is_dir) {
+        if (e && e->attr.is_dir == a->is_dir && !e->writing) {
                 e->attr = *a;
                 e->attr_expiry_ns = t->now_ns() + t->ttl_ns;
+        }
+        pthread_mutex_unlock(&t->mu);
+}
+
+int shoal_itable_set_writing(struct shoal_itable *t, uint64_t ino, bool on)
+{
+        int rc = 0;
+        pthread_mutex_lock(&t->mu);
+        struct inode *e = find_ino(t, ino);
+        if (!e)
+                rc = on ? -ENOENT : 0;
+        else if (on && e->writing)
+                rc = -EBUSY;
+        else
+                e->writing = on;
+        pthread_mutex_unlock(&t->mu);
+        return rc;
+}
+
+int shoal_itable_ref_writing(struct shoal_itable *t, const char *path, struct shoal_inode_attr *a,
+                             uint64_t *ino)
+{
+        uint64_t h = hash_path(path);
+        int rc = -ENOENT;
+        pthread_mutex_lock(&t->mu);
+        struct inode *e = find_path(t, path, h);
+        if (e && e->writing) {
+                e->nlookup++;
+                *a = e->attr;
+                *ino = e->ino;
+                rc = 0;
+        }
+        pthread_mutex_unlock(&t->mu);
+        return rc;
+}
+
+bool shoal_itable_is_writing(struct shoal_itable *t, const char *path)
+{
+        uint64_t h = hash_path(path);
+        pthread_mutex_lock(&t->mu);
+        struct inode *e = find_path(t, path, h);
+        bool w = e && e->writing;
+        pthread_mutex_unlock(&t->mu);
+        return w;
+}
+
+bool shoal_itable_writing_under(struct shoal_itable *t, const char *prefix)
+{
+        size_t pl = strlen(prefix);
+        bool found = false;
+        pthread_mutex_lock(&t->mu);
+        for (size_t i = 0; i < t->nbuckets && !found; i++)
+                for (struct inode *e = t->by_path[i]; e && !found; e = e->next_by_path)
+                        found = e->writing &&
+                                (!pl || (!strncmp(e->path, prefix, pl) && e->path[pl] == '/'));
+        pthread_mutex_unlock(&t->mu);
+        return found;
+}
+
+void shoal_itable_write_size(struct shoal_itable *t, uint64_t ino, uint64_t size)
+{
+        pthread_mutex_lock(&t->mu);
+        struct inode *e = find_ino(t, ino);
+        if (e && e->writing) {
+                e->attr.size = size;
+                e->attr.mtime_ns = (int64_t)shoal_wall_ns();
+        }
+        pthread_mutex_unlock(&t->mu);
+}
+
+void shoal_itable_expire(struct shoal_itable *t, uint64_t ino)
+{
+        pthread_mutex_lock(&t->mu);
+        struct inode *e = find_ino(t, ino);
+        if (e)
+                e->attr_expiry_ns = 0;
+        pthread_mutex_unlock(&t->mu);
+}
+
+void shoal_itable_dirlist_drop(struct shoal_itable *t, uint64_t ino)
+{
+        pthread_mutex_lock(&t->mu);
+        struct inode *e = find_ino(t, ino);
+        if (e && e->list) {
+                shoal_dirlist_put(e->list);
+                e->list = NULL;
         }
         pthread_mutex_unlock(&t->mu);
 }

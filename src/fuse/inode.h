@@ -70,8 +70,29 @@ void shoal_itable_forget(struct shoal_itable *t, uint64_t ino, uint64_t n);
  * -ENOENT. */
 int shoal_itable_getattr(struct shoal_itable *t, uint64_t ino, struct shoal_inode_attr *a,
                          bool *fresh);
-/* Replaces INO's attributes with A (fresh from now). Unknown inodes are ignored. */
+/* Replaces INO's attributes with A (fresh from now). Unknown inodes and files being written are
+ * ignored (clear the mark first to publish a written file's attributes). */
 void shoal_itable_setattr(struct shoal_itable *t, uint64_t ino, const struct shoal_inode_attr *a);
+
+/* Writes [W1]. A file being written has its attributes from the writer (always fresh, never
+ * from the store) until the upload ends. set_writing marks INO (-EBUSY when it already is, -ENOENT
+ * when unknown) or clears the mark (ON false; returns 0). */
+int shoal_itable_set_writing(struct shoal_itable *t, uint64_t ino, bool on);
+/* When PATH is being written: counts one kernel lookup, copies its attributes into A, sets *INO
+ * and returns 0; else -ENOENT. */
+int shoal_itable_ref_writing(struct shoal_itable *t, const char *path, struct shoal_inode_attr *a,
+                             uint64_t *ino);
+/* Whether PATH is being written. */
+bool shoal_itable_is_writing(struct shoal_itable *t, const char *path);
+/* Whether any file under folder PREFIX ("a/b", "" for the root) is being written. */
+bool shoal_itable_writing_under(struct shoal_itable *t, const char *prefix);
+/* The size of a file being written, so far (mtime: now). Ignored for other inodes. */
+void shoal_itable_write_size(struct shoal_itable *t, uint64_t ino, uint64_t size);
+/* Makes INO's attributes stale, so that the next getattr asks the store (a failed upload, a
+ * delete). Unknown inodes are ignored. */
+void shoal_itable_expire(struct shoal_itable *t, uint64_t ino);
+/* Forgets INO's listing (a child appeared or went). Unknown inodes are ignored. */
+void shoal_itable_dirlist_drop(struct shoal_itable *t, uint64_t ino);
 
 /* Records that INO was opened at VERSION; returns true when the previous open saw the same
  * version (so the kernel may keep its page cache). */

@@ -76,6 +76,8 @@ struct shoal_fuse *shoal_fuse_mount(const struct shoal_fuse_config *cfg, char *e
         f->uid = getuid();
         f->gid = getgid();
         pthread_mutex_init(&f->stats_mu, NULL);
+        pthread_mutex_init(&f->dirs_mu, NULL);
+        pthread_mutex_init(&f->writes_mu, NULL);
         f->it = shoal_itable_create(cfg->attr_ttl_ns);
         if (!f->it || pthread_key_create(&f->buf_key, shoal_fuse_buf_free)) {
                 snprintf(err, errlen, "out of memory");
@@ -194,11 +196,15 @@ void shoal_fuse_destroy(struct shoal_fuse *f)
                         fuse_session_unmount(f->se);
                 fuse_session_destroy(f->se);
         }
+        shoal_fuse_writes_abandon(f);
+        pthread_mutex_destroy(&f->writes_mu);
         if (f->buf_key_ok)
                 pthread_key_delete(f->buf_key);
         shoal_itable_destroy(f->it);
         if (f->have_prev)
                 shoal_metrics_snap_free(&f->stats_prev);
         pthread_mutex_destroy(&f->stats_mu);
+        shoal_fuse_local_dirs_free(f);
+        pthread_mutex_destroy(&f->dirs_mu);
         free(f);
 }

@@ -24,6 +24,7 @@
 #include "common/forkgate.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "metrics/metrics.h"
 
 #define STALE_FACTOR          10
 #define ERROR_LOG_INTERVAL_NS (30ULL * 1000000000ULL)
@@ -40,6 +41,8 @@ struct shoal_group {
         char group[SHOAL_GROUP_NAME_MAX + 1];
         uint64_t heartbeat_ns, timeout_ns;
         pthread_t thread;
+        void (*usage)(void *arg, uint64_t *bytes, uint64_t *capacity);
+        void *usage_arg;
 
         /* Agent thread only (and start/stop around it). */
         struct shoal_member self;
@@ -246,6 +249,7 @@ static int refresh(struct shoal_group *g, struct shoal_member *list, size_t n)
         struct shoal_group_view *old = g->view;
         g->view = v;
         pthread_mutex_unlock(&g->lock);
+        shoal_metric_gauge_set(SHOAL_M_group_members_alive, (int64_t)v->n);
         if (old) {
                 if (old->version != v->version)
                         log_changes(g, old, v);
@@ -273,6 +277,13 @@ static void tick(struct shoal_group *g)
         size_t n = 0;
         int ret;
 
+        if (g->usage) {
+                /* Asked here, not pushed by the cache: the record carries the use of the moment
+                 * it is written, and the data path pays nothing for it. */
+                uint64_t bytes = 0, capacity = UINT64_MAX;
+                g->usage(g->usage_arg, &bytes, &capacity);
+                shoal_group_set_usage(g, bytes, capacity);
+        }
         pthread_mutex_lock(&g->lock);
         g->self.cache_bytes = g->usage_bytes;
         g->self.cache_capacity = g->usage_capacity;
@@ -392,6 +403,10 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
         g->self = cfg->self;
         g->self.alive = true;
         g->self.age_ms = 0;
+        g->usage = cfg->usage;
+        g->usage_arg = cfg->usage_arg;
+        if (g->usage)
+                g->usage(g->usage_arg, &g->self.cache_bytes, &g->self.cache_capacity);
         if (!g->self.id[0]) {
                 unsigned char rnd[SHOAL_MEMBER_ID_LEN / 2];
                 ret = shoal_random_bytes(rnd, sizeof(rnd));
@@ -497,6 +512,7 @@ void shoal_group_stop(struct shoal_group *g)
         pthread_cond_signal(&g->cond);
         pthread_mutex_unlock(&g->lock);
         pthread_join(g->thread, NULL);
+        shoal_metric_gauge_set(SHOAL_M_group_members_alive, 0);
         int ret = shoal_registry_delete(g->reg, g->self.id);
         if (ret < 0)
                 log_warn("group",

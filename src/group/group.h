@@ -83,6 +83,12 @@ struct shoal_group_config {
         struct shoal_member self; /* this member's record (id filled by start when empty) */
         uint64_t heartbeat_ns;    /* default 1 s; SHOAL_GROUP_HEARTBEAT env overrides (tests) */
         uint64_t timeout_ns;      /* default 5 s; SHOAL_GROUP_TIMEOUT env overrides (tests) */
+        /* Asked on the agent thread before every heartbeat for the cache use to publish [C7]
+         * (*BYTES in use, *CAPACITY or UINT64_MAX). May be NULL: then the use given in SELF, or
+         * the last shoal_group_set_usage, is published. Must not block for long, and must stay
+         * callable until shoal_group_stop returns. */
+        void (*usage)(void *arg, uint64_t *bytes, uint64_t *capacity);
+        void *usage_arg;
 };
 
 struct shoal_group;
@@ -94,7 +100,8 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
                                       size_t errlen);
 /* Leaves (deletes the record) and stops the agent. */
 void shoal_group_stop(struct shoal_group *g);
-/* Updates the cache use published with the next heartbeat. */
+/* Updates the cache use published with the next heartbeat (when the config has no usage
+ * callback; with one, the callback's answer wins). */
 void shoal_group_set_usage(struct shoal_group *g, uint64_t bytes, uint64_t capacity);
 /* This member's id. */
 const char *shoal_group_self_id(const struct shoal_group *g);

@@ -5,7 +5,13 @@
  *
  * Exported names are exactly the table's names; the exporters (Prometheus text, .stats) add the
  * labels cache_group and role. Histograms export NAME_tp50, NAME_tp90, NAME_tp99 and NAME_max
- * over the window between two snapshots (in seconds), plus NAME_count and NAME_sum totals. */
+ * over the window between two snapshots (in seconds), plus NAME_count and NAME_sum totals.
+ *
+ * Meanings follow the seeds: mount_iorpc_* count IORPC requests only (on TCP or RDMA), so they stay
+ * 0 on a member that only the TCP pool uses; TCP-pool requests have the same stages under
+ * remotecache_pool_*. The server's cap on requests in process [R4] is one for both services: the
+ * sum mount_iorpc_inflight + remotecache_pool_inflight never exceeds remotecache_inflight_limit,
+ * and a request of either service that finds the cap reached waits (the *_queued gauges). */
 #ifndef SHOAL_METRICS_METRICS_H
 #define SHOAL_METRICS_METRICS_H
 
@@ -22,6 +28,15 @@
         X(fuse_write_bytes, COUNTER, "Bytes accepted by FUSE writes")                              \
         X(fuse_read_size_1m, COUNTER, "FUSE read requests of at least 1 MiB")                      \
         X(fuse_reads, COUNTER, "FUSE read requests")                                               \
+        X(fuse_write_requests, COUNTER, "FUSE write requests")                                     \
+        X(fuse_write_files, COUNTER, "Files written through the mount and committed to the store") \
+        X(fuse_write_errors, COUNTER, "Files whose upload failed (close or fsync returned EIO)")   \
+        X(fuse_write_refused, COUNTER,                                                             \
+          "Writes, overwrites, renames, deletes refused by the model")                             \
+        X(fuse_write_aborted, COUNTER,                                                             \
+          "Files abandoned before commit (writer killed, bad offset)")                             \
+        X(fuse_write_commit_dur, HIST,                                                             \
+          "Time close or fsync waited for the store to confirm a file")                            \
         /* m: meta (object store listing and stat on behalf of the mount) */                       \
         X(meta_ops, COUNTER, "Metadata operations (list, stat)")                                   \
         X(meta_op_dur, HIST, "Metadata operation latency")                                         \
@@ -39,6 +54,9 @@
         X(blockcache_blocks, GAUGE, "Blocks held in the local disk cache")                         \
         X(blockcache_bytes, GAUGE, "Bytes held in the local disk cache")                           \
         X(blockcache_read_dur, HIST, "Local disk cache read latency")                              \
+        X(blockcache_dirs, GAUGE, "Cache dirs in use")                                             \
+        X(blockcache_dirs_down, GAUGE, "Cache dirs taken out of use after I/O errors")             \
+        X(blockcache_dir_failures, COUNTER, "Times a cache dir was taken out of use")              \
         /* buffer layer */                                                                         \
         X(buffer_hits, COUNTER, "Reads served from in-memory block buffers")                       \
         X(buffer_hit_bytes, COUNTER, "Bytes served from in-memory block buffers")                  \
@@ -64,14 +82,26 @@
         X(remotecache_tcp_serve_bytes, COUNTER, "Bytes served to members over the TCP pool")       \
         X(remotecache_iorpc_serve_bytes, COUNTER, "Bytes served to members over IORPC on TCP")     \
         X(remotecache_rdma_serve_bytes, COUNTER, "Bytes served to members over IORPC on RDMA")     \
-        /* IORPC stages (names as in the seeds) */                                                 \
+        /* IORPC stages (names as in the seeds): IORPC requests only, on TCP or RDMA [V2, V4] */   \
         X(mount_iorpc_processRespDur, HIST, "IORPC server: time to process a request")             \
         X(mount_iorpc_writeBodyDur, HIST, "IORPC server: time to write an answer body")            \
-        X(mount_iorpc_decodeBodyDur, HIST, "IORPC: time to decode a frame body")                   \
+        X(mount_iorpc_decodeBodyDur, HIST, "IORPC: time to decode a request or answer body")       \
         X(mount_iorpc_inflight, GAUGE, "IORPC server: requests being processed")                   \
         X(mount_iorpc_queued, GAUGE, "IORPC server: requests waiting for a processing slot")       \
         X(mount_iorpc_inflight_max, GAUGE, "IORPC server: most requests processed at once")        \
         X(mount_iorpc_queued_max, GAUGE, "IORPC server: most requests waiting at once")            \
+        /* The same stages for TCP-pool requests */                                                \
+        X(remotecache_pool_processRespDur, HIST, "TCP pool server: time to process a request")     \
+        X(remotecache_pool_writeBodyDur, HIST, "TCP pool server: time to write an answer body")    \
+        X(remotecache_pool_decodeBodyDur, HIST, "TCP pool: time to decode a request or answer")    \
+        X(remotecache_pool_inflight, GAUGE, "TCP pool server: requests being processed")           \
+        X(remotecache_pool_queued, GAUGE, "TCP pool server: requests waiting for a slot")          \
+        X(remotecache_pool_inflight_max, GAUGE,                                                    \
+          "TCP pool server: most requests processed at once")                                      \
+        X(remotecache_pool_queued_max, GAUGE, "TCP pool server: most requests waiting at once")    \
+        /* One cap on requests in process, shared by IORPC and the TCP pool [R4] */                \
+        X(remotecache_inflight_limit, GAUGE,                                                       \
+          "Requests the server processes at once, IORPC and TCP pool together")                    \
         /* e: rdma */                                                                              \
         X(rdma_write_bytes, COUNTER, "Bytes written by RDMA to requesters")                        \
         X(rdma_read_bytes, COUNTER, "Request bytes received over RDMA")                            \
@@ -83,6 +113,8 @@
         X(rdma_if1_bytes, COUNTER, "RDMA payload bytes on the 2nd --rdma-network interface")       \
         X(rdma_if2_bytes, COUNTER, "RDMA payload bytes on the 3rd --rdma-network interface")       \
         X(rdma_if3_bytes, COUNTER, "RDMA payload bytes on the 4th --rdma-network interface")       \
+        /* cache group */                                                                          \
+        X(group_members_alive, GAUGE, "Live members in this process's view of the group")          \
         /* o: object store */                                                                      \
         X(object_get_requests, COUNTER, "Object store GETs (ranged reads)")                        \
         X(object_get_bytes, COUNTER, "Bytes read from the object store")                           \
@@ -91,6 +123,15 @@
         X(object_get_dur, HIST, "Object store GET latency")                                        \
         X(object_head_requests, COUNTER, "Object store HEAD/stat requests")                        \
         X(object_list_requests, COUNTER, "Object store list requests")                             \
+        X(object_put_errors, COUNTER, "Object uploads that failed (after retries)")                \
+        X(object_put_retries, COUNTER, "Object store PUTs (parts included) retried")               \
+        X(object_put_dur, HIST, "Object store PUT latency (one request or one part)")              \
+        X(object_put_objects, COUNTER, "Objects committed to the object store")                    \
+        X(object_put_commit_dur, HIST, "Time a commit waited for the store to confirm an object")  \
+        X(object_put_buffer_bytes, GAUGE, "Bytes of upload part buffers held")                     \
+        X(object_multipart_uploads, COUNTER, "Multipart uploads started")                          \
+        X(object_multipart_aborts, COUNTER, "Multipart uploads aborted after a failure")           \
+        X(object_delete_requests, COUNTER, "Object store DELETEs")                                 \
         X(object_put_requests, COUNTER, "Object store PUTs")                                       \
         X(object_put_bytes, COUNTER, "Bytes written to the object store")
 

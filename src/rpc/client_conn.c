@@ -14,6 +14,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "metrics/metrics.h"
 
 int shoal_rpc_wait_fd(int fd, short events, uint64_t deadline)
 {
@@ -320,4 +321,15 @@ int shoal_rpc_verify_payload(const struct shoal_volume *vol, const struct shoal_
                         return -EBADMSG;
         }
         return 0;
+}
+
+int shoal_rpc_decode_answer(uint8_t service, const uint8_t *body, size_t len,
+                            struct shoal_wire_read_resp *resp)
+{
+        uint64_t t0 = shoal_now_ns();
+        int rc = shoal_wire_read_resp_decode(body, len, resp);
+        shoal_metric_observe(service == SHOAL_SERVICE_POOL ? SHOAL_M_remotecache_pool_decodeBodyDur
+                                                           : SHOAL_M_mount_iorpc_decodeBodyDur,
+                             shoal_now_ns() - t0);
+        return rc;
 }

@@ -68,6 +68,11 @@ int shoal_rpc_check_answer_id(const struct shoal_block_id *want, uint32_t off, u
  * payload's end. True when every chunk CRC in it matches RESP's. */
 bool shoal_rpc_verify_chunks(const struct shoal_block_id *id, const void *data, uint32_t from,
                              uint32_t to, const struct shoal_wire_read_resp *resp);
+/* Decodes the READ_RESP body of LEN bytes at BODY into *RESP (shoal_wire_read_resp_decode),
+ * timing it in SERVICE's decode histogram: mount_iorpc_decodeBodyDur for IORPC (on TCP or RDMA),
+ * remotecache_pool_decodeBodyDur for the TCP pool [V2]. Returns 0 or < 0 as the decoder does. */
+int shoal_rpc_decode_answer(uint8_t service, const uint8_t *body, size_t len,
+                            struct shoal_wire_read_resp *resp);
 int shoal_rpc_verify_payload(const struct shoal_volume *vol, const struct shoal_object *obj,
                              uint32_t index, uint32_t off, uint32_t len, const void *dst,
                              const struct shoal_wire_read_resp *resp);

@@ -376,7 +376,7 @@ static int rx_orphan(struct iconn *ic, const struct shoal_wire_hdr *h, bool aban
 static int rx_read_resp(struct iconn *ic, const struct shoal_wire_hdr *h, const uint8_t *body)
 {
         struct shoal_wire_read_resp resp;
-        if (shoal_wire_read_resp_decode(body, h->body_len, &resp))
+        if (shoal_rpc_decode_answer(SHOAL_SERVICE_IORPC, body, h->body_len, &resp))
                 return -EPROTO;
         pthread_mutex_lock(&ic->mu);
         struct waiter *w = waiter_find(ic, h->id);

@@ -198,7 +198,8 @@ static int read_once(struct shoal_pool *p, int fd, const struct shoal_volume *vo
                 return shoal_rpc_status_errno(h.status);
         }
         struct shoal_wire_read_resp resp;
-        if (h.type != SHOAL_MSG_READ_RESP || shoal_wire_read_resp_decode(b, h.body_len, &resp) ||
+        if (h.type != SHOAL_MSG_READ_RESP ||
+            shoal_rpc_decode_answer(SHOAL_SERVICE_POOL, b, h.body_len, &resp) ||
             shoal_rpc_check_answer(vol, obj, index, off, len, &h, &resp))
                 return -EPROTO;
         rc = shoal_rpc_recv_payload(fd, dst, len, deadline);

@@ -1084,7 +1084,7 @@ int shoal_rdma_read(struct shoal_rdma_client *cl, const char *member_id, const c
                 goto out_bounce;
         }
         struct shoal_wire_read_resp resp;
-        if (shoal_wire_read_resp_decode(r->resp, r->h.body_len, &resp) ||
+        if (shoal_rpc_decode_answer(SHOAL_SERVICE_IORPC, r->resp, r->h.body_len, &resp) ||
             shoal_rpc_check_answer(vol, obj, index, off, len, &r->h, &resp)) {
                 rc = -ENOTCONN; /* a member that answers wrongly: let TCP carry it */
                 goto out_bounce;

@@ -378,6 +378,7 @@ static void on_completion(struct rs_conn *c, struct shoal_fab_op *op, size_t len
                 shoal_metric_add(SHOAL_M_rdma_write_bytes, sl->a->len);
                 shoal_metric_inc(SHOAL_M_rdma_write_ops);
                 shoal_metric_observe(SHOAL_M_rdma_write_dur, now - sl->t_write);
+                shoal_metric_observe(SHOAL_M_mount_iorpc_writeBodyDur, now - sl->t_write);
                 shoal_metric_add(SHOAL_M_rdma_if0_bytes + c->rail->index, sl->a->len);
                 shoal_metric_add(SHOAL_M_remotecache_rdma_serve_bytes, sl->a->len);
                 shoal_metric_add(SHOAL_M_remotecache_serve_bytes, sl->a->len);

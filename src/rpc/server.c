@@ -10,7 +10,11 @@
  * connection and answers a cache hit with sendfile(2) from the cache file (or O_DIRECT + send with
  * --cache-try-dio); IORPC multiplexes up to max_inflight requests per connection and reads by
  * --iorpc-mode. At most max_inflight requests are processed at once in the whole server; the rest
- * wait in a FIFO for a slot [R4]. */
+ * wait in a FIFO for a slot [R4].
+ *
+ * Metrics keep the seeds' meanings [V2]: a request's stages (decode, process, write body) and
+ * its slot (inflight, queued) are counted under mount_iorpc_* when it came over IORPC (TCP or
+ * RDMA) and under remotecache_pool_* when it came over the TCP pool; the cap is one for both. */
 #include "rpc/server.h"
 
 #include <arpa/inet.h>
@@ -54,6 +58,30 @@
 struct srv_loop;
 struct conn;
 
+/* The series one service's requests are counted in. */
+struct svc_metrics {
+        enum shoal_metric_id process, write_body, decode, inflight, queued, inflight_max,
+                queued_max;
+};
+
+enum {
+        SVC_M_POOL,
+        SVC_M_IORPC,
+        SVC_M__COUNT
+};
+
+static const struct svc_metrics svc_metrics[SVC_M__COUNT] = {
+        [SVC_M_POOL] = {SHOAL_M_remotecache_pool_processRespDur,
+                        SHOAL_M_remotecache_pool_writeBodyDur,
+                        SHOAL_M_remotecache_pool_decodeBodyDur, SHOAL_M_remotecache_pool_inflight,
+                        SHOAL_M_remotecache_pool_queued, SHOAL_M_remotecache_pool_inflight_max,
+                        SHOAL_M_remotecache_pool_queued_max},
+        [SVC_M_IORPC] = {SHOAL_M_mount_iorpc_processRespDur, SHOAL_M_mount_iorpc_writeBodyDur,
+                         SHOAL_M_mount_iorpc_decodeBodyDur, SHOAL_M_mount_iorpc_inflight,
+                         SHOAL_M_mount_iorpc_queued, SHOAL_M_mount_iorpc_inflight_max,
+                         SHOAL_M_mount_iorpc_queued_max},
+};
+
 enum req_src {
         SRC_NONE,
         SRC_FILE,   /* sendfile from an open cache block */
@@ -88,6 +116,7 @@ struct srv_req {
         uint64_t pay_piped; /* SRC_SPLICE: bytes moved from the file into the pipe */
         uint64_t t_write;
         bool counted; /* holds a server-wide processing slot */
+        int svc;      /* SVC_M_POOL or SVC_M_IORPC (RDMA requests are IORPC) */
         struct srv_req *next;
         /* RDMA requests (c == NULL): answered through this callback instead of a connection */
         shoal_server_answer_fn ext_fn;
@@ -152,9 +181,10 @@ struct shoal_server {
         char rdma_addr[4][64];
         unsigned n_rdma;
         struct shoal_group *_Atomic group;
-        pthread_mutex_t cap_mu;
-        unsigned active, active_max;
-        unsigned queued, queued_max;
+        pthread_mutex_t cap_mu;  /* guards the slot counts and the wait queue */
+        unsigned active, queued; /* both services: the cap applies to their sum */
+        unsigned svc_active[SVC_M__COUNT], svc_active_max[SVC_M__COUNT];
+        unsigned svc_queued[SVC_M__COUNT], svc_queued_max[SVC_M__COUNT];
         struct srv_req *waitq, *waitq_tail;
         unsigned nconns;
         bool iorpc_on;
@@ -191,20 +221,50 @@ static void req_release_resources(struct srv_req *r)
                 shoal_reader_release(r->s->cfg.reader, &r->hb);
 }
 
-/* Gives back the processing slot; the next waiting request takes it. */
-static void slot_release(struct shoal_server *s)
+/* Slot bookkeeping of one service's gauges; under cap_mu. */
+static void svc_slot_take(struct shoal_server *s, int svc)
 {
+        const struct svc_metrics *m = &svc_metrics[svc];
+        shoal_metric_gauge_add(m->inflight, 1);
+        if (++s->svc_active[svc] > s->svc_active_max[svc]) {
+                s->svc_active_max[svc] = s->svc_active[svc];
+                shoal_metric_gauge_set(m->inflight_max, s->svc_active_max[svc]);
+        }
+}
+
+static void svc_slot_give(struct shoal_server *s, int svc)
+{
+        s->svc_active[svc]--;
+        shoal_metric_gauge_add(svc_metrics[svc].inflight, -1);
+}
+
+static void svc_queue_add(struct shoal_server *s, int svc, int delta)
+{
+        const struct svc_metrics *m = &svc_metrics[svc];
+        s->svc_queued[svc] = (unsigned)((int)s->svc_queued[svc] + delta);
+        shoal_metric_gauge_add(m->queued, delta);
+        if (s->svc_queued[svc] > s->svc_queued_max[svc]) {
+                s->svc_queued_max[svc] = s->svc_queued[svc];
+                shoal_metric_gauge_set(m->queued_max, s->svc_queued_max[svc]);
+        }
+}
+
+/* Gives back R's processing slot; the next waiting request (of either service) takes it. */
+static void slot_release(struct srv_req *r)
+{
+        struct shoal_server *s = r->s;
         pthread_mutex_lock(&s->cap_mu);
+        svc_slot_give(s, r->svc);
         struct srv_req *next = s->stopping ? NULL : s->waitq;
         if (next) {
                 s->waitq = next->next;
                 if (!s->waitq)
                         s->waitq_tail = NULL;
                 s->queued--;
-                shoal_metric_gauge_add(SHOAL_M_mount_iorpc_queued, -1);
+                svc_queue_add(s, next->svc, -1);
+                svc_slot_take(s, next->svc);
         } else {
                 s->active--;
-                shoal_metric_gauge_add(SHOAL_M_mount_iorpc_inflight, -1);
         }
         pthread_mutex_unlock(&s->cap_mu);
         if (next)
@@ -215,7 +275,7 @@ static void req_free(struct srv_req *r)
 {
         req_release_resources(r);
         if (r->counted)
-                slot_release(r->s);
+                slot_release(r);
         free(r);
 }
 
@@ -297,7 +357,7 @@ static void req_done_on_loop(void *arg)
                 return;
         }
         req_build_answer(r);
-        shoal_metric_observe(SHOAL_M_mount_iorpc_processRespDur, shoal_now_ns() - r->t_start);
+        shoal_metric_observe(svc_metrics[r->svc].process, shoal_now_ns() - r->t_start);
         r->next = NULL;
         if (c->sendq_tail)
                 c->sendq_tail->next = r;
@@ -441,11 +501,7 @@ static void req_dispatch(struct srv_req *r)
         bool run = s->active < s->cfg.max_inflight;
         if (run) {
                 s->active++;
-                shoal_metric_gauge_add(SHOAL_M_mount_iorpc_inflight, 1);
-                if (s->active > s->active_max) {
-                        s->active_max = s->active;
-                        shoal_metric_gauge_set(SHOAL_M_mount_iorpc_inflight_max, s->active_max);
-                }
+                svc_slot_take(s, r->svc);
         } else {
                 r->next = NULL;
                 if (s->waitq_tail)
@@ -453,11 +509,8 @@ static void req_dispatch(struct srv_req *r)
                 else
                         s->waitq = r;
                 s->waitq_tail = r;
-                shoal_metric_gauge_add(SHOAL_M_mount_iorpc_queued, 1);
-                if (++s->queued > s->queued_max) {
-                        s->queued_max = s->queued;
-                        shoal_metric_gauge_set(SHOAL_M_mount_iorpc_queued_max, s->queued_max);
-                }
+                s->queued++;
+                svc_queue_add(s, r->svc, 1);
         }
         pthread_mutex_unlock(&s->cap_mu);
         if (run)
@@ -566,7 +619,7 @@ static bool conn_write(struct conn *c)
                 uint64_t now = shoal_now_ns();
                 if (r->type == SHOAL_MSG_READ) {
                         /* Control frames (handshake, pong, info) are not requests served. */
-                        shoal_metric_observe(SHOAL_M_mount_iorpc_writeBodyDur, now - r->t_write);
+                        shoal_metric_observe(svc_metrics[r->svc].write_body, now - r->t_write);
                         shoal_metric_observe(SHOAL_M_remotecache_serve_dur, now - r->t_start);
                         if (r->status == SHOAL_ST_OK) {
                                 shoal_metric_inc(SHOAL_M_remotecache_serve_requests);
@@ -623,6 +676,7 @@ static bool conn_send_ctrl(struct conn *c, uint8_t type, uint16_t flags, uint32_
                 return false;
         r->s = c->lp->s;
         r->c = c;
+        r->svc = c->service == SERVICE_POOL ? SVC_M_POOL : SVC_M_IORPC;
         r->id = id;
         r->type = type;
         r->status = SHOAL_ST__MAX; /* not OK: no payload */
@@ -749,10 +803,11 @@ static bool conn_frame(struct conn *c, const struct shoal_wire_hdr *h, const uin
                                 return false;
                         }
                 }
+                int svc = c->service == SERVICE_POOL ? SVC_M_POOL : SVC_M_IORPC;
                 uint64_t t0 = shoal_now_ns();
                 struct shoal_wire_read rd;
                 int rc = shoal_wire_read_decode(body, h->body_len, &rd);
-                shoal_metric_observe(SHOAL_M_mount_iorpc_decodeBodyDur, shoal_now_ns() - t0);
+                shoal_metric_observe(svc_metrics[svc].decode, shoal_now_ns() - t0);
                 if (rc) {
                         if (is_read)
                                 conn_send_error(c, h->id, SHOAL_ST_BAD_REQUEST,
@@ -780,6 +835,7 @@ static bool conn_frame(struct conn *c, const struct shoal_wire_hdr *h, const uin
                 }
                 r->s = s;
                 r->c = c;
+                r->svc = svc;
                 r->id = h->id;
                 r->type = h->type;
                 r->flags = h->flags;
@@ -1154,6 +1210,7 @@ struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, c
         s->cfg.member_id = s->member_id;
         if (!s->cfg.max_inflight)
                 s->cfg.max_inflight = 2048;
+        shoal_metric_gauge_set(SHOAL_M_remotecache_inflight_limit, s->cfg.max_inflight);
         unsigned threads = cfg->threads;
         if (!threads) {
                 long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1284,11 +1341,13 @@ void shoal_server_stop(struct shoal_server *s)
         s->stopping = true;
         struct srv_req *waiting = s->waitq;
         s->waitq = s->waitq_tail = NULL;
+        s->queued = 0;
+        for (int k = 0; k < SVC_M__COUNT; k++)
+                svc_queue_add(s, k, -(int)s->svc_queued[k]);
         pthread_mutex_unlock(&s->cap_mu);
         while (waiting) {
                 struct srv_req *next = waiting->next;
                 waiting->counted = false;
-                shoal_metric_gauge_add(SHOAL_M_mount_iorpc_queued, -1);
                 if (waiting->c) {
                         conn_put(waiting->c);
                         req_free(waiting);
@@ -1350,7 +1409,7 @@ static void ext_finish(struct srv_req *r)
         }
         if (r->status != SHOAL_ST_OK || r->src != SRC_BUF || !r->out_len)
                 req_build_answer(r);
-        shoal_metric_observe(SHOAL_M_mount_iorpc_processRespDur, shoal_now_ns() - r->t_start);
+        shoal_metric_observe(svc_metrics[r->svc].process, shoal_now_ns() - r->t_start);
         r->ans.frame = r->out;
         r->ans.frame_len = r->out_len;
         r->ans.status = r->status;
@@ -1367,7 +1426,7 @@ int shoal_server_submit_rdma(struct shoal_server *s, uint64_t id, uint16_t flags
         uint64_t t0 = shoal_now_ns();
         struct shoal_wire_read rd;
         int rc = shoal_wire_read_decode(body, body_len, &rd);
-        shoal_metric_observe(SHOAL_M_mount_iorpc_decodeBodyDur, shoal_now_ns() - t0);
+        shoal_metric_observe(SHOAL_M_mount_iorpc_decodeBodyDur, shoal_now_ns() - t0); /* RDMA */
         if (rc) {
                 *status = SHOAL_ST_BAD_REQUEST;
                 snprintf(why, whylen, "malformed read request");
@@ -1386,6 +1445,7 @@ int shoal_server_submit_rdma(struct shoal_server *s, uint64_t id, uint16_t flags
                 return -ENOMEM;
         }
         r->s = s;
+        r->svc = SVC_M_IORPC;
         r->id = id;
         r->type = SHOAL_MSG_READ;
         r->flags = flags;

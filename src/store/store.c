@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
+#include "store/store_internal.h"
 
 struct store_lock {
         pthread_mutex_t mu;
@@ -21,6 +22,11 @@ static _Thread_local uint64_t call_deadline;
 uint64_t shoal_store_deadline_ns(void)
 {
         return call_deadline;
+}
+
+void shoal_store_deadline_set(uint64_t deadline_ns)
+{
+        call_deadline = deadline_ns;
 }
 
 /* Test and operator knobs: SHOAL_STORE_DEADLINE and SHOAL_STORE_ATTEMPTS override the defaults,
@@ -37,7 +43,8 @@ static void env_overrides(struct shoal_store_config *cfg)
 /* A retryable error that outlasted the attempts or the deadline is the end of the road: the
  * caller gets -EIO, never an -EAGAIN or -ETIMEDOUT that it might take for "try again" (a FUSE
  * read would spin on it), and the cause goes to the log. */
-static int give_up(int rc, const char *what, const char *key, unsigned attempts, uint64_t start)
+int shoal_store_give_up(int rc, const char *what, const char *key, unsigned attempts,
+                        uint64_t start)
 {
         if (!rc || !shoal_store_err_retryable(rc))
                 return rc;
@@ -79,9 +86,25 @@ struct shoal_store *shoal_store_open(const struct shoal_store_config *cfg, char 
                 st->cfg.deadline_ns = 60ULL * 1000000000ULL;
         if (!st->cfg.backoff_base_ns)
                 st->cfg.backoff_base_ns = 100ULL * 1000000ULL;
+        if (!st->cfg.upload_part_size)
+                st->cfg.upload_part_size = SHOAL_STORE_PART_SIZE_DEFAULT;
+        if (st->cfg.upload_part_size < SHOAL_STORE_PART_SIZE_MIN ||
+            st->cfg.upload_part_size > SHOAL_STORE_PART_SIZE_MAX) {
+                snprintf(err, errlen, "upload part size %llu: expected 5 MiB to 5 GiB",
+                         (unsigned long long)st->cfg.upload_part_size);
+                goto out_free;
+        }
+        if (!st->cfg.upload_buffer_bytes)
+                st->cfg.upload_buffer_bytes = 300ULL << 20;
+        if (!st->cfg.upload_concurrency)
+                st->cfg.upload_concurrency = 4;
         pthread_mutex_init(&lk->mu, NULL);
         pthread_cond_init(&lk->cond, NULL);
         st->lock = lk;
+        if (shoal_store_uploads_init(st)) {
+                snprintf(err, errlen, "out of memory");
+                goto out_destroy;
+        }
 
         const char *url = cfg->url ? cfg->url : "";
         int rc;
@@ -101,6 +124,7 @@ struct shoal_store *shoal_store_open(const struct shoal_store_config *cfg, char 
         return st;
 
 out_destroy:
+        shoal_store_uploads_stop(st);
         pthread_mutex_destroy(&lk->mu);
         pthread_cond_destroy(&lk->cond);
 out_free:
@@ -113,6 +137,7 @@ void shoal_store_close(struct shoal_store *st)
 {
         if (!st)
                 return;
+        shoal_store_uploads_stop(st);
         if (st->ops && st->ops->close)
                 st->ops->close(st);
         struct store_lock *lk = st->lock;
@@ -190,7 +215,7 @@ int shoal_store_stat(struct shoal_store *st, const char *key, struct shoal_objec
                 shoal_sleep_ns(d);
         }
         call_deadline = 0;
-        return give_up(rc, "stat", key, attempt, start);
+        return shoal_store_give_up(rc, "stat", key, attempt, start);
 }
 
 int shoal_store_read(struct shoal_store *st, const char *key, const char *version, uint64_t off,
@@ -224,7 +249,7 @@ int shoal_store_read(struct shoal_store *st, const char *key, const char *versio
         }
         call_deadline = 0;
         slot_release(st);
-        rc = give_up(rc, "read", key, attempt, start);
+        rc = shoal_store_give_up(rc, "read", key, attempt, start);
         if (rc)
                 shoal_metric_inc(SHOAL_M_object_get_errors);
         return rc;
@@ -288,4 +313,29 @@ int shoal_store_list_objects(struct shoal_store *st, const char *prefix, size_t 
         *out = l.objs;
         *n = l.n;
         return 0;
+}
+
+int shoal_store_delete(struct shoal_store *st, const char *key)
+{
+        if (!shoal_key_valid(key, strnlen(key, SHOAL_KEY_MAX + 1)))
+                return -EINVAL;
+        if (!st->ops->remove)
+                return -EOPNOTSUPP;
+        uint64_t start = shoal_now_ns();
+        uint64_t deadline = start + st->cfg.deadline_ns;
+        int rc;
+        unsigned attempt;
+        call_deadline = deadline;
+        for (attempt = 1;; attempt++) {
+                shoal_metric_inc(SHOAL_M_object_delete_requests);
+                rc = st->ops->remove(st, key);
+                uint64_t d;
+                if (!rc || !retry_after(st, rc, attempt, deadline, &d))
+                        break;
+                shoal_sleep_ns(d);
+        }
+        call_deadline = 0;
+        if (!rc)
+                log_info("store", "deleted %s", key);
+        return shoal_store_give_up(rc, "delete", key, attempt, start);
 }

@@ -14,7 +14,9 @@
  *   -EAGAIN   throttled / 5xx           (retryable)
  *   -ETIMEDOUT, -ECONNRESET, -EIO, -EPROTO (short or mismatching body)  (retryable)
  * Backends return these; the generic entry points retry the retryable ones and, once attempts
- * or the deadline run out, return -EIO (the last cause is logged).
+ * or the deadline run out, return -EIO (the last cause is logged). Uploads add:
+ *   -EEXIST   the object exists and the upload was to create a new one (permanent)
+ *   -EFBIG    the object outgrew what the store takes in one upload (permanent)
  */
 #ifndef SHOAL_STORE_STORE_H
 #define SHOAL_STORE_STORE_H
@@ -54,17 +56,51 @@ struct shoal_store_ops {
         int (*list)(struct shoal_store *st, const char *prefix, const char *delim,
                     const char *start_after, shoal_list_cb cb, void *arg);
         void (*close)(struct shoal_store *st);
+
+        /* Uploads, in one of two shapes (store_upload.c drives them; see "Uploads" below).
+         *
+         * Streamed (file://): the backend takes the bytes as they come. stream_begin returns a
+         * handle in *H, or an error (-EEXIST when FLAGS has SHOAL_UPLOAD_CREATE and KEY exists);
+         * stream_commit makes the object visible under KEY in one step and fills *OUT as stat
+         * would; stream_abort drops everything. Either of the last two frees H. */
+        int (*stream_begin)(struct shoal_store *st, const char *key, unsigned flags, void **h);
+        int (*stream_append)(struct shoal_store *st, void *h, const void *data, size_t len);
+        int (*stream_commit)(struct shoal_store *st, void *h, struct shoal_object *out);
+        void (*stream_abort)(struct shoal_store *st, void *h);
+
+        /* Requests (s3://): one request each, which the generic layer retries, so each must be
+         * idempotent. put writes a whole object; mpu_* are the multipart upload's steps. VERSION
+         * receives what stat will report (the ETag); ID and ETAG are the store's strings. */
+        int (*put)(struct shoal_store *st, const char *key, const void *data, size_t len,
+                   unsigned flags, char *version, size_t vlen);
+        int (*mpu_begin)(struct shoal_store *st, const char *key, char *id, size_t idlen);
+        int (*mpu_part)(struct shoal_store *st, const char *key, const char *id, unsigned num,
+                        const void *data, size_t len, char *etag, size_t etaglen);
+        int (*mpu_complete)(struct shoal_store *st, const char *key, const char *id,
+                            const char *const *etags, unsigned n, unsigned flags, char *version,
+                            size_t vlen);
+        int (*mpu_abort)(struct shoal_store *st, const char *key, const char *id);
+
+        /* Deletes KEY; a missing object is 0 (S3 cannot tell them apart). */
+        int (*remove)(struct shoal_store *st, const char *key);
 };
 
+#define SHOAL_STORE_PART_SIZE_DEFAULT (16ULL << 20)
+#define SHOAL_STORE_PART_SIZE_MIN     (5ULL << 20) /* S3's smallest part but the last */
+#define SHOAL_STORE_PART_SIZE_MAX     (5ULL << 30) /* and its largest */
+
 struct shoal_store_config {
-        const char *url;          /* file:///dir or s3://bucket[/prefix] */
-        const char *endpoint;     /* s3: --endpoint */
-        unsigned max_downloads;   /* concurrent reads per process; 0 = unlimited */
-        unsigned max_attempts;    /* read attempts on retryable errors (default 5, or
-                                     SHOAL_STORE_ATTEMPTS) */
-        uint64_t deadline_ns;     /* overall deadline of one call, retries included (60 s, or
-                                     SHOAL_STORE_DEADLINE) */
-        uint64_t backoff_base_ns; /* first backoff (default 100 ms), doubled per attempt */
+        const char *url;              /* file:///dir or s3://bucket[/prefix] */
+        const char *endpoint;         /* s3: --endpoint */
+        unsigned max_downloads;       /* concurrent reads per process; 0 = unlimited */
+        unsigned max_attempts;        /* read attempts on retryable errors (default 5, or
+                                         SHOAL_STORE_ATTEMPTS) */
+        uint64_t deadline_ns;         /* overall deadline of one call, retries included (60 s, or
+                                         SHOAL_STORE_DEADLINE) */
+        uint64_t backoff_base_ns;     /* first backoff (default 100 ms), doubled per attempt */
+        uint64_t upload_part_size;    /* multipart part size (default 16 MiB; 5 MiB..5 GiB) */
+        uint64_t upload_buffer_bytes; /* part buffers of all uploads (default 300 MiB) */
+        unsigned upload_concurrency;  /* parts of one upload in flight (default 4) */
 };
 
 struct shoal_store {
@@ -73,8 +109,9 @@ struct shoal_store {
         /* generic layer state */
         unsigned inflight;
         unsigned waiting;
-        void *lock; /* pthread mutex+cond, opaque here */
-        void *impl; /* backend state */
+        void *lock;    /* pthread mutex+cond, opaque here */
+        void *impl;    /* backend state */
+        void *uploads; /* store_upload.c: part workers and the buffer budget */
 };
 
 /* Opens the store named by CFG->url. On failure returns NULL and writes one line into ERR. */
@@ -107,6 +144,60 @@ uint64_t shoal_store_deadline_ns(void);
  * that failed with ERR on attempt ATTEMPT (1-based) may be tried again under the store's policy
  * (retryable error, attempts and deadline left); if so, it has already slept the backoff. */
 bool shoal_store_retry_wait(struct shoal_store *st, int err, unsigned attempt);
+
+/* --- Uploads [W1, W2] ------------------------------------------------------------------------
+ *
+ * An upload writes one object from sequential bytes: begin, append any number of times, then
+ * exactly one of commit or abort, which frees it. One thread at a time may call into one upload;
+ * different uploads run independently. The calls block (disk, network): worker threads only.
+ *
+ * Visibility and durability: nothing appears under KEY before commit returns 0, and a failed or
+ * aborted upload leaves nothing under KEY, not even part of the object (the previous object, if
+ * there was one, is untouched). When commit returns 0 the store has confirmed the whole object —
+ * file://: data fsynced, linked into place in one step, folder fsynced; s3://: the PUT or the
+ * CompleteMultipartUpload answered 200 — and *OUT holds its size, mtime and version exactly as a
+ * later stat reports them (the ETag for s3, size+mtime for file://), so blocks can be keyed by it.
+ *
+ * s3:// parts: the bytes are cut into parts of cfg.upload_part_size; an object smaller than one
+ * part goes up in one PUT at commit, a larger one as a multipart upload whose parts go up while
+ * the writer appends, cfg.upload_concurrency of them at once on the store's upload workers. Every
+ * request is retried under the read policy (attempts, backoff, a deadline per request). Part
+ * buffers come from one budget of cfg.upload_buffer_bytes for the whole store: append waits for
+ * room, except that an upload holding no buffer always gets one, so uploads never deadlock (the
+ * bound is then the budget or one part per upload, whichever is larger). A multipart upload that
+ * fails or is aborted is aborted at the store (AbortMultipartUpload), so no parts linger.
+ *
+ * Errors: -EINVAL (bad key), -EEXIST (SHOAL_UPLOAD_CREATE and the object exists: at begin, or at
+ * commit where the store can tell atomically — file://, and S3 stores that honour
+ * If-None-Match), -EFBIG (more than 10000 parts), -ENOMEM, or -EIO when the store failed after
+ * retries (the cause is logged). After an error from append the upload is dead: every further
+ * append returns the same error and commit returns it too (and frees); abort is always allowed. */
+#define SHOAL_UPLOAD_CREATE 1u /* a new object only: -EEXIST when KEY exists */
+#define SHOAL_UPLOAD_CHECKED                                             \
+        2u /* with CREATE: the caller has just seen KEY absent, so begin \
+              does not ask the store again (commit still does) */
+
+struct shoal_upload;
+
+/* Starts an upload of KEY. Returns 0 with *OUT set, or a negative errno. */
+int shoal_store_upload_begin(struct shoal_store *st, const char *key, unsigned flags,
+                             struct shoal_upload **out);
+/* Appends LEN bytes (copied before return). Returns 0 or a negative errno (see above). */
+int shoal_store_upload_append(struct shoal_upload *u, const void *data, size_t len);
+/* Finishes the object and frees U. Returns 0 with *OUT filled, or a negative errno (then nothing
+ * was written under the key). */
+int shoal_store_upload_commit(struct shoal_upload *u, struct shoal_object *out);
+/* Drops the upload and frees U (waits for its parts in flight, then aborts it at the store). */
+void shoal_store_upload_abort(struct shoal_upload *u);
+/* Bytes appended so far. */
+uint64_t shoal_store_upload_size(const struct shoal_upload *u);
+
+/* Deletes object KEY (retried like a read). Returns 0 (also when it did not exist on a store that
+ * cannot tell), -ENOENT (file://: no such object), -EINVAL, -EACCES or -EIO. */
+int shoal_store_delete(struct shoal_store *st, const char *key);
+
+/* Stops the upload workers (store close calls it; every upload must be finished). */
+void shoal_store_uploads_stop(struct shoal_store *st);
 
 /* Backend constructors (store_file.c, store_s3.c). Each fills st->ops and st->impl. */
 int shoal_store_file_open(struct shoal_store *st, const char *url, char *err, size_t errlen);

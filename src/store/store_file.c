@@ -1,6 +1,14 @@
 /* file:///DIR — a local folder as the object store [O1]. Keys are relative paths under DIR;
  * the version of an object is its size and mtime [D2]. Keys are resolved with openat2
- * RESOLVE_BENEATH, so no key (or symlink inside the store) can reach outside DIR. */
+ * RESOLVE_BENEATH, so no key (or symlink inside the store) can reach outside DIR.
+ *
+ * Uploads [W1, W2] write an unnamed file (O_TMPFILE) in the object's folder, fsync it and link
+ * it into place in one step, so a half-written object is never visible under any name, and a
+ * writer that dies leaves nothing behind: the kernel frees an unnamed file with its last fd.
+ * A new object is linked with link(2), which fails if the name exists (create-new is atomic);
+ * a replacement is linked under a hidden name and renamed over the old one. On a file system
+ * without O_TMPFILE the data goes to a hidden named file instead, which a killed writer leaves
+ * behind. Hidden names start with ".shoal-upload-": listings skip them and no key may use them. */
 #include "store/store.h"
 
 #include <dirent.h>
@@ -15,7 +23,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "common/util.h"
+
+#define TMP_PREFIX     ".shoal-upload-"
+#define TMP_PREFIX_LEN (sizeof(TMP_PREFIX) - 1)
 
 struct file_store {
         int root_fd;
@@ -33,6 +45,8 @@ static bool file_key_ok(const char *key)
                 size_t n = slash ? (size_t)(slash - p) : strlen(p);
                 if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
                         return false;
+                if (n >= TMP_PREFIX_LEN && !memcmp(p, TMP_PREFIX, TMP_PREFIX_LEN))
+                        return false; /* an upload's hidden name, never an object */
                 if (!slash)
                         break;
                 p = slash + 1;
@@ -177,7 +191,9 @@ static int dent_cmp(const void *a, const void *b)
 /* Lists folder REL ("" or ending in '/') in key order, recursing when there is no delimiter. */
 static int list_dir(struct list_ctx *c, const char *rel)
 {
-        int dfd = *rel ? open_beneath(c->fs, rel, O_RDONLY | O_DIRECTORY) : dup(c->fs->root_fd);
+        /* Never dup(root_fd) here: a dup shares the directory's read offset, so a second
+         * listing of the root would start at its end, and two at once would race. */
+        int dfd = open_beneath(c->fs, *rel ? rel : ".", O_RDONLY | O_DIRECTORY);
         if (dfd < 0)
                 return dfd == -ENOENT || dfd == -ENOTDIR ? 0 : -EIO;
         DIR *d = fdopendir(dfd);
@@ -197,7 +213,8 @@ static int list_dir(struct list_ctx *c, const char *rel)
         size_t rel_len = strlen(rel);
         struct dirent *e;
         while ((e = readdir(d))) {
-                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+                    !strncmp(e->d_name, TMP_PREFIX, TMP_PREFIX_LEN))
                         continue;
                 struct stat sb;
                 if (fstatat(dirfd(d), e->d_name, &sb, 0))
@@ -308,6 +325,303 @@ static int file_list(struct shoal_store *st, const char *prefix, const char *del
         return list_dir(&c, rel);
 }
 
+/* --- uploads ------------------------------------------------------------------------------ */
+
+struct file_upload {
+        int dfd; /* the object's folder (O_RDONLY, for fsync) */
+        int fd;  /* the data: an unnamed file, or TMP (no O_TMPFILE) */
+        unsigned flags;
+        char name[256];                /* the object's last component */
+        char tmp[TMP_PREFIX_LEN + 17]; /* hidden name in use, or "" */
+        char key[SHOAL_KEY_MAX + 1];   /* for folders made by this upload */
+        size_t made_from;              /* key length of the first folder it made; 0: none */
+};
+
+static void tmp_name(char *out, size_t outlen)
+{
+        snprintf(out, outlen, TMP_PREFIX "%016llx", (unsigned long long)shoal_rand64());
+}
+
+/* Opens the folder of KEY (its first KLEN bytes, "" for the root) beneath the root, making the
+ * missing folders; *MADE_FROM gets the length of the first one it made. Returns the fd or a
+ * negative errno (-ENOTDIR: an object stands where a folder must be). */
+static int dir_make(struct file_store *fs, const char *key, size_t klen, size_t *made_from)
+{
+        char rel[SHOAL_KEY_MAX + 1];
+        int dfd = dup(fs->root_fd);
+        if (dfd < 0)
+                return -errno;
+        for (size_t i = 0; i < klen;) {
+                const char *slash = memchr(key + i, '/', klen - i);
+                size_t end = slash ? (size_t)(slash - key) : klen;
+                memcpy(rel, key, end);
+                rel[end] = '\0';
+                const char *comp = rel + i;
+                int nfd = open_beneath(fs, rel, O_RDONLY | O_DIRECTORY);
+                if (nfd == -ENOENT) {
+                        if (!mkdirat(dfd, comp, 0755)) {
+                                if (!*made_from)
+                                        *made_from = end;
+                                nfd = open_beneath(fs, rel, O_RDONLY | O_DIRECTORY);
+                        } else {
+                                nfd = errno == EEXIST
+                                              ? open_beneath(fs, rel, O_RDONLY | O_DIRECTORY)
+                                              : -errno;
+                        }
+                }
+                close(dfd);
+                if (nfd < 0)
+                        return nfd == -ENOTDIR || nfd == -EEXIST ? -ENOTDIR : nfd;
+                dfd = nfd;
+                i = end + 1;
+        }
+        return dfd;
+}
+
+/* Removes the folders an upload made (deepest first) while they are empty. */
+static void dir_unmake(struct file_store *fs, const char *key, size_t klen, size_t made_from)
+{
+        if (!made_from)
+                return;
+        char rel[SHOAL_KEY_MAX + 1];
+        memcpy(rel, key, klen);
+        rel[klen] = '\0';
+        while (strlen(rel) >= made_from) {
+                char *slash = strrchr(rel, '/');
+                const char *comp = slash ? slash + 1 : rel;
+                int pfd;
+                if (slash) {
+                        *slash = '\0';
+                        pfd = open_beneath(fs, rel, O_RDONLY | O_DIRECTORY);
+                } else {
+                        pfd = dup(fs->root_fd);
+                }
+                if (pfd < 0)
+                        return;
+                int rc = unlinkat(pfd, comp, AT_REMOVEDIR);
+                close(pfd);
+                if (rc || !slash)
+                        return;
+        }
+}
+
+static int map_write_err(int err)
+{
+        switch (err) {
+        case -ENOSPC:
+        case -EDQUOT:
+        case -EFBIG:
+        case -EROFS:
+                return err; /* the store is full or frozen: no retry helps */
+        case -EACCES:
+        case -EPERM:
+                return -EACCES;
+        case -ENOENT:
+        case -ENOTDIR:
+        case -EEXIST:
+        case -EISDIR:
+        case -EINVAL:
+                return err;
+        default:
+                return -EIO;
+        }
+}
+
+static int file_stream_begin(struct shoal_store *st, const char *key, unsigned flags, void **h)
+{
+        struct file_store *fs = st->impl;
+        if (!file_key_ok(key))
+                return -EINVAL;
+        const char *slash = strrchr(key, '/');
+        const char *name = slash ? slash + 1 : key;
+        size_t dlen = slash ? (size_t)(slash - key) : 0;
+        if (strlen(name) >= 256)
+                return -EINVAL;
+        struct file_upload *u = calloc(1, sizeof(*u));
+        if (!u)
+                return -ENOMEM;
+        u->fd = -1;
+        u->flags = flags;
+        shoal_strlcpy(u->name, name, sizeof(u->name));
+        shoal_strlcpy(u->key, key, sizeof(u->key));
+        int rc = dir_make(fs, key, dlen, &u->made_from);
+        if (rc < 0)
+                goto out_free;
+        u->dfd = rc;
+        struct stat sb;
+        if (!fstatat(u->dfd, name, &sb, AT_SYMLINK_NOFOLLOW)) {
+                /* Early: commit checks again, atomically. */
+                if (S_ISDIR(sb.st_mode)) {
+                        rc = -EISDIR;
+                        goto out_dir;
+                }
+                if (flags & SHOAL_UPLOAD_CREATE) {
+                        rc = -EEXIST;
+                        goto out_dir;
+                }
+        }
+        u->fd = openat(u->dfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+        if (u->fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+                tmp_name(u->tmp, sizeof(u->tmp));
+                u->fd = openat(u->dfd, u->tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+                if (u->fd < 0)
+                        u->tmp[0] = '\0';
+        }
+        if (u->fd < 0) {
+                rc = map_write_err(-errno);
+                goto out_dir;
+        }
+        *h = u;
+        return 0;
+
+out_dir:
+        close(u->dfd);
+        dir_unmake(fs, key, dlen, u->made_from);
+out_free:
+        free(u);
+        return map_write_err(rc);
+}
+
+static int file_stream_append(struct shoal_store *st, void *h, const void *data, size_t len)
+{
+        struct file_upload *u = h;
+        int rc = shoal_write_all(u->fd, data, len);
+        return rc ? map_write_err(rc) : 0;
+}
+
+static void upload_free(struct shoal_store *st, struct file_upload *u, bool drop_dirs)
+{
+        if (u->fd >= 0)
+                close(u->fd);
+        if (u->tmp[0])
+                unlinkat(u->dfd, u->tmp, 0);
+        close(u->dfd);
+        if (drop_dirs) {
+                const char *slash = strrchr(u->key, '/');
+                dir_unmake(st->impl, u->key, slash ? (size_t)(slash - u->key) : 0, u->made_from);
+        }
+        free(u);
+}
+
+/* Gives the unnamed file the hidden name U->TMP (a link through /proc, which needs no
+ * privilege; AT_EMPTY_PATH where /proc is missing). */
+static int link_tmpfile(struct file_upload *u, const char *as)
+{
+        char proc[64];
+        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", u->fd);
+        if (!linkat(AT_FDCWD, proc, u->dfd, as, AT_SYMLINK_FOLLOW))
+                return 0;
+        if (errno == ENOENT && !linkat(u->fd, "", u->dfd, as, AT_EMPTY_PATH))
+                return 0;
+        return -errno;
+}
+
+/* Puts the written file under U->NAME: atomically refusing an existing name for a new object,
+ * atomically replacing it otherwise. */
+static int link_into_place(struct file_upload *u)
+{
+        bool create = u->flags & SHOAL_UPLOAD_CREATE;
+        if (!u->tmp[0]) {
+                if (create)
+                        return link_tmpfile(u, u->name);
+                tmp_name(u->tmp, sizeof(u->tmp));
+                int rc = link_tmpfile(u, u->tmp);
+                if (rc) {
+                        u->tmp[0] = '\0';
+                        return rc;
+                }
+        }
+        if (create) {
+                if (!renameat2(u->dfd, u->tmp, u->dfd, u->name, RENAME_NOREPLACE))
+                        goto out_named;
+                if (errno != EINVAL && errno != ENOSYS)
+                        return -errno;
+                /* No RENAME_NOREPLACE here: link refuses an existing name as well. */
+                if (linkat(u->dfd, u->tmp, u->dfd, u->name, 0))
+                        return -errno;
+                unlinkat(u->dfd, u->tmp, 0);
+                goto out_named;
+        }
+        if (renameat(u->dfd, u->tmp, u->dfd, u->name))
+                return -errno;
+out_named:
+        u->tmp[0] = '\0';
+        return 0;
+}
+
+static int file_stream_commit(struct shoal_store *st, void *h, struct shoal_object *out)
+{
+        struct file_upload *u = h;
+        struct stat sb;
+        int rc = 0;
+        if (fsync(u->fd) || fstat(u->fd, &sb))
+                rc = -errno;
+        for (int tries = 0; !rc; tries++) {
+                rc = link_into_place(u);
+                if (rc != -ENOENT || u->tmp[0] || tries == 3)
+                        break;
+                /* A delete emptied our folder and removed it: an unnamed file can be linked
+                 * into the folder made again. */
+                const char *slash = strrchr(u->key, '/');
+                int nd = dir_make(st->impl, u->key, slash ? (size_t)(slash - u->key) : 0,
+                                  &u->made_from);
+                if (nd < 0) {
+                        rc = nd;
+                        break;
+                }
+                close(u->dfd);
+                u->dfd = nd;
+                rc = 0;
+        }
+        if (rc) {
+                if (rc != -EEXIST)
+                        log_ratelimited(SHOAL_LOG_WARN, "store", "upload of %s: %s", u->key,
+                                        strerror(-rc));
+                upload_free(st, u, true);
+                return map_write_err(rc == -ENOTEMPTY ? -EISDIR : rc);
+        }
+        /* The name is durable only once its folder is. */
+        if (fsync(u->dfd))
+                rc = map_write_err(-errno);
+        memset(out, 0, sizeof(*out));
+        shoal_strlcpy(out->key, u->key, sizeof(out->key));
+        version_of(&sb, out->version, sizeof(out->version));
+        out->size = (uint64_t)sb.st_size;
+        out->mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
+        upload_free(st, u, false);
+        return rc;
+}
+
+static void file_stream_abort(struct shoal_store *st, void *h)
+{
+        upload_free(st, h, true);
+}
+
+/* Deletes an object and then the folders it leaves empty, as a prefix vanishes in S3. */
+static int file_remove(struct shoal_store *st, const char *key)
+{
+        struct file_store *fs = st->impl;
+        if (!file_key_ok(key))
+                return -EINVAL;
+        const char *slash = strrchr(key, '/');
+        size_t dlen = slash ? (size_t)(slash - key) : 0;
+        char dir[SHOAL_KEY_MAX + 1];
+        memcpy(dir, key, dlen);
+        dir[dlen] = '\0';
+        int dfd = dlen ? open_beneath(fs, dir, O_RDONLY | O_DIRECTORY) : dup(fs->root_fd);
+        if (dfd < 0)
+                return map_open_err(dfd);
+        int rc = unlinkat(dfd, slash ? slash + 1 : key, 0) ? -errno : 0;
+        if (!rc)
+                fsync(dfd);
+        close(dfd);
+        if (rc)
+                return rc == -EISDIR || rc == -EPERM ? -ENOENT : map_open_err(rc);
+        if (dlen)
+                dir_unmake(fs, key, dlen, 1);
+        return 0;
+}
+
 static void file_close(struct shoal_store *st)
 {
         struct file_store *fs = st->impl;
@@ -323,6 +637,11 @@ static const struct shoal_store_ops file_ops = {
         .read = file_read,
         .list = file_list,
         .close = file_close,
+        .stream_begin = file_stream_begin,
+        .stream_append = file_stream_append,
+        .stream_commit = file_stream_commit,
+        .stream_abort = file_stream_abort,
+        .remove = file_remove,
 };
 
 int shoal_store_file_open(struct shoal_store *st, const char *url, char *err, size_t errlen)

@@ -11,6 +11,7 @@
 #include <ctype.h>
 #include <curl/curl.h>
 #include <errno.h>
+#include <openssl/sha.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -27,6 +28,7 @@
 #define S3_POOL_MAX      64
 #define S3_ERRBODY_MAX   4096
 #define S3_LIST_BODY_MAX (16u * 1024u * 1024u)
+#define UPLOAD_ID_MAX_S3 1024 /* as store_upload.c's buffer for it */
 /* SHA-256 of the empty payload: the hash S3 expects for GET, HEAD and list requests. */
 #define S3_EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
@@ -509,11 +511,65 @@ static int map_status(struct s3_store *s, const struct s3_resp *r, const char *w
         return rc;
 }
 
-/* Performs one request: METHOD ("GET" or "HEAD") of URL with extra header lines EXTRA
- * (NULL-terminated). Returns 0 when an HTTP answer arrived (its status is in R; the caller maps
- * it), or a negative errno for a transport failure. */
+/* A request body sent from memory (PUT, POST). */
+struct s3_body {
+        const char *data;
+        size_t len;
+        size_t off; /* sent so far */
+};
+
+static size_t on_read(char *out, size_t size, size_t n, void *arg)
+{
+        struct s3_body *b = arg;
+        size_t k = SHOAL_MIN(size * n, b->len - b->off);
+        memcpy(out, b->data + b->off, k);
+        b->off += k;
+        return k;
+}
+
+/* libcurl rewinds the body when it must send it again on the same request (a redirect, a
+ * connection that died before the answer). */
+static int on_seek(void *arg, curl_off_t offset, int origin)
+{
+        struct s3_body *b = arg;
+        if (origin != SEEK_SET || offset < 0 || (uint64_t)offset > b->len)
+                return CURL_SEEKFUNC_CANTSEEK;
+        b->off = (size_t)offset;
+        return CURL_SEEKFUNC_OK;
+}
+
+/* The header that signs the payload: its SHA-256, so that the store refuses a body damaged on
+ * the way (S3 answers XAmzContentSHA256Mismatch). */
+static void payload_header(const struct s3_body *b, char *out, size_t outlen)
+{
+        if (!b || !b->len) {
+                snprintf(out, outlen, "x-amz-content-sha256: " S3_EMPTY_SHA256);
+                return;
+        }
+        unsigned char md[SHA256_DIGEST_LENGTH];
+        char hex[2 * SHA256_DIGEST_LENGTH + 1];
+        SHA256((const unsigned char *)b->data, b->len, md);
+        shoal_hex(md, sizeof(md), hex);
+        snprintf(out, outlen, "x-amz-content-sha256: %s", hex);
+}
+
+static int perform_req(struct s3_store *s, const char *method, const char *url,
+                       const char *const *extra, struct s3_body *body, struct s3_resp *r,
+                       const char *what, const char *key);
+
+/* Performs one request without a body: METHOD ("GET", "HEAD" or "DELETE") of URL with extra
+ * header lines EXTRA (NULL-terminated). Returns 0 when an HTTP answer arrived (its status is in
+ * R; the caller maps it), or a negative errno for a transport failure. */
 static int perform(struct s3_store *s, const char *method, const char *url,
                    const char *const *extra, struct s3_resp *r, const char *what, const char *key)
+{
+        return perform_req(s, method, url, extra, NULL, r, what, key);
+}
+
+/* Like perform, with BODY (may be NULL) sent for "PUT" and "POST". */
+static int perform_req(struct s3_store *s, const char *method, const char *url,
+                       const char *const *extra, struct s3_body *body, struct s3_resp *r,
+                       const char *what, const char *key)
 {
         uint64_t deadline = shoal_store_deadline_ns();
         uint64_t now = shoal_now_ns();
@@ -530,15 +586,11 @@ static int perform(struct s3_store *s, const char *method, const char *url,
         int rc = 0;
         /* Only headers that are sent: libcurl signs every header in this list, and one that
          * merely removes a default ("Expect:") would be signed but never sent. */
-        static const char *const fixed[] = {
-                "x-amz-content-sha256: " S3_EMPTY_SHA256,
-                NULL,
-        };
-        for (const char *const *p = fixed; *p; p++) {
-                if (!(t = curl_slist_append(hdrs, *p)))
-                        goto out_nomem;
-                hdrs = t;
-        }
+        char payload[128];
+        payload_header(body, payload, sizeof(payload));
+        if (!(t = curl_slist_append(hdrs, payload)))
+                goto out_nomem;
+        hdrs = t;
         for (const char *const *p = extra; p && *p; p++) {
                 if (!(t = curl_slist_append(hdrs, *p)))
                         goto out_nomem;
@@ -580,8 +632,24 @@ static int perform(struct s3_store *s, const char *method, const char *url,
                 curl_easy_setopt(h, CURLOPT_USERNAME, s->access_key);
                 curl_easy_setopt(h, CURLOPT_PASSWORD, s->secret_key);
         }
-        if (!strcmp(method, "HEAD"))
+        if (!strcmp(method, "HEAD")) {
                 curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+        } else if (!strcmp(method, "PUT")) {
+                /* Streamed from the caller's buffer: no copy into libcurl. */
+                curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+                curl_easy_setopt(h, CURLOPT_READFUNCTION, on_read);
+                curl_easy_setopt(h, CURLOPT_READDATA, body);
+                curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, on_seek);
+                curl_easy_setopt(h, CURLOPT_SEEKDATA, body);
+                curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)body->len);
+        } else if (!strcmp(method, "POST")) {
+                curl_easy_setopt(h, CURLOPT_POST, 1L);
+                curl_easy_setopt(h, CURLOPT_POSTFIELDS, body ? body->data : "");
+                curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE,
+                                 (curl_off_t)(body ? body->len : 0));
+        } else if (strcmp(method, "GET")) {
+                curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+        }
 
         CURLcode c = curl_easy_perform(h);
         if (c == CURLE_OK)
@@ -1001,6 +1069,286 @@ out:
         return rc;
 }
 
+/* --- uploads [W2] ------------------------------------------------------------------------- */
+
+/* Answers of the upload requests that map differently from reads'. */
+static int map_upload_status(struct s3_store *s, const struct s3_resp *r, unsigned flags,
+                             const char *what, const char *key)
+{
+        if (r->status == 412 && (flags & SHOAL_UPLOAD_CREATE))
+                return -EEXIST; /* If-None-Match: * found the object */
+        if (r->status == 409)
+                return -EAGAIN; /* ConditionalRequestConflict: a racing write; try again */
+        if (r->status == 400) {
+                char *code = xml_get(r->err, r->err + r->err_len, "Code");
+                bool damaged =
+                        code && (!strcmp(code, "XAmzContentSHA256Mismatch") ||
+                                 !strcmp(code, "BadDigest") || !strcmp(code, "IncompleteBody"));
+                free(code);
+                if (damaged) {
+                        log_ratelimited(SHOAL_LOG_WARN, "s3",
+                                        "%s %s: the store got a damaged body; sending again", what,
+                                        key);
+                        return -EPROTO;
+                }
+        }
+        return map_status(s, r, what, key);
+}
+
+/* URL of KEY with the query Q ("uploads", "uploadId=..."), already in canonical order. */
+static int object_url_q(struct s3_store *s, const char *key, const char *q, char *out,
+                        size_t outlen)
+{
+        if (object_url(s, key, out, outlen))
+                return -EINVAL;
+        size_t l = strlen(out);
+        int n = snprintf(out + l, outlen - l, "?%s", q);
+        return n < 0 || (size_t)n >= outlen - l ? -EINVAL : 0;
+}
+
+#define S3_URL_MAX (6 * SHOAL_KEY_MAX + 4096) /* an object URL and an upload query */
+
+/* A 2xx POST answer may still be an error: S3 can fail CompleteMultipartUpload after it sent
+ * 200, and then the body is an <Error>. */
+static int body_error(const struct s3_resp *r, const char *what, const char *key)
+{
+        const char *b = r->buf ? r->buf : "";
+        const char *end = b + r->got;
+        if (!memmem(b, r->got, "<Error>", 7))
+                return 0;
+        char *code = xml_get(b, end, "Code");
+        int rc = code && (!strcmp(code, "InternalError") || !strcmp(code, "SlowDown") ||
+                          !strcmp(code, "ServiceUnavailable"))
+                         ? -EAGAIN
+                         : -EIO;
+        log_ratelimited(SHOAL_LOG_WARN, "s3", "%s %s: 200 with error %s", what, key,
+                        code ? code : "(no code)");
+        free(code);
+        return rc;
+}
+
+static int s3_put(struct shoal_store *st, const char *key, const void *data, size_t len,
+                  unsigned flags, char *version, size_t vlen)
+{
+        struct s3_store *s = st->impl;
+        char url[S3_URL_MAX];
+        if (object_url(s, key, url, sizeof(url)))
+                return -EINVAL;
+        const char *extra[2] = {flags & SHOAL_UPLOAD_CREATE ? "If-None-Match: *" : NULL, NULL};
+        struct s3_body b = {.data = data ? data : "", .len = len};
+        struct s3_resp *r = calloc(1, sizeof(*r));
+        if (!r)
+                return -ENOMEM;
+        int rc = perform_req(s, "PUT", url, extra, &b, r, "PUT", key);
+        if (!rc && r->status != 200)
+                rc = map_upload_status(s, r, flags, "PUT", key);
+        if (!rc && etag_version(r->etag, version, vlen)) {
+                log_ratelimited(SHOAL_LOG_WARN, "s3", "PUT %s: answer without a usable ETag", key);
+                rc = -EPROTO;
+        }
+        free(r);
+        return rc;
+}
+
+static int s3_mpu_begin(struct shoal_store *st, const char *key, char *id, size_t idlen)
+{
+        struct s3_store *s = st->impl;
+        char url[S3_URL_MAX];
+        /* "uploads=", not "uploads": libcurl signs the query as written, and S3 signs the
+         * canonical form, where every name has an '='. */
+        if (object_url_q(s, key, "uploads=", url, sizeof(url)))
+                return -EINVAL;
+        struct s3_resp *r = calloc(1, sizeof(*r));
+        if (!r)
+                return -ENOMEM;
+        r->grow = true;
+        static const char *const extra[] = {"Content-Type: application/octet-stream", NULL};
+        int rc = perform_req(s, "POST", url, extra, NULL, r, "CreateMultipartUpload", key);
+        if (!rc && r->status != 200)
+                rc = map_upload_status(s, r, 0, "CreateMultipartUpload", key);
+        if (!rc && !(rc = body_error(r, "CreateMultipartUpload", key))) {
+                char *v = r->buf ? xml_get(r->buf, r->buf + r->got, "UploadId") : NULL;
+                if (!v || !*v || strlen(v) >= idlen || !shoal_key_valid(v, strlen(v)))
+                        rc = -EPROTO;
+                else
+                        shoal_strlcpy(id, v, idlen);
+                free(v);
+        }
+        free(r->buf);
+        free(r);
+        return rc;
+}
+
+/* "partNumber=N&uploadId=ID" (names in byte order: the canonical query SigV4 signs). */
+static int upload_query(char *q, size_t qlen, unsigned num, const char *id)
+{
+        q[0] = '\0';
+        if (num) {
+                char n[16];
+                snprintf(n, sizeof(n), "%u", num);
+                if (query_add(q, qlen, "partNumber", n))
+                        return -EINVAL;
+        }
+        return query_add(q, qlen, "uploadId", id) ? -EINVAL : 0;
+}
+
+static int s3_mpu_part(struct shoal_store *st, const char *key, const char *id, unsigned num,
+                       const void *data, size_t len, char *etag, size_t etaglen)
+{
+        struct s3_store *s = st->impl;
+        char q[3 * UPLOAD_ID_MAX_S3 + 64], url[S3_URL_MAX];
+        if (upload_query(q, sizeof(q), num, id) || object_url_q(s, key, q, url, sizeof(url)))
+                return -EINVAL;
+        struct s3_body b = {.data = data, .len = len};
+        struct s3_resp *r = calloc(1, sizeof(*r));
+        if (!r)
+                return -ENOMEM;
+        int rc = perform_req(s, "PUT", url, NULL, &b, r, "UploadPart", key);
+        if (!rc && r->status != 200)
+                rc = map_upload_status(s, r, 0, "UploadPart", key);
+        char v[SHOAL_VERSION_MAX + 1];
+        if (!rc && (etag_version(r->etag, v, sizeof(v)) || strlen(v) >= etaglen)) {
+                log_ratelimited(SHOAL_LOG_WARN, "s3", "UploadPart %s #%u: no usable ETag", key,
+                                num);
+                rc = -EPROTO;
+        }
+        if (!rc)
+                shoal_strlcpy(etag, v, etaglen);
+        free(r);
+        return rc;
+}
+
+/* Appends S to the growing string *B (of *LEN bytes, *CAP allocated), XML-escaped when ESC. */
+static int buf_put(char **b, size_t *len, size_t *cap, const char *s, bool esc)
+{
+        size_t need = strlen(s) * (esc ? 6 : 1) + 1;
+        if (*len + need > *cap) {
+                size_t nc = SHOAL_MAX(*cap * 2, *len + need + 4096);
+                char *nb = realloc(*b, nc);
+                if (!nb)
+                        return -ENOMEM;
+                *b = nb;
+                *cap = nc;
+        }
+        for (const char *p = s; *p; p++) {
+                const char *rep = NULL;
+                if (esc)
+                        rep = *p == '&'   ? "&amp;"
+                              : *p == '<' ? "&lt;"
+                              : *p == '>' ? "&gt;"
+                              : *p == '"' ? "&quot;"
+                                          : NULL;
+                if (rep) {
+                        memcpy(*b + *len, rep, strlen(rep));
+                        *len += strlen(rep);
+                } else {
+                        (*b)[(*len)++] = *p;
+                }
+        }
+        (*b)[*len] = '\0';
+        return 0;
+}
+
+static char *complete_body(const char *const *etags, unsigned n, size_t *blen)
+{
+        char *b = NULL;
+        size_t len = 0, cap = 0;
+        int rc = buf_put(&b, &len, &cap, "<CompleteMultipartUpload>", false);
+        for (unsigned i = 0; i < n && !rc; i++) {
+                char num[64];
+                snprintf(num, sizeof(num), "<Part><PartNumber>%u</PartNumber><ETag>\"", i + 1);
+                rc = buf_put(&b, &len, &cap, num, false);
+                if (!rc)
+                        rc = buf_put(&b, &len, &cap, etags[i], true);
+                if (!rc)
+                        rc = buf_put(&b, &len, &cap, "\"</ETag></Part>", false);
+        }
+        if (!rc)
+                rc = buf_put(&b, &len, &cap, "</CompleteMultipartUpload>", false);
+        if (rc) {
+                free(b);
+                return NULL;
+        }
+        *blen = len;
+        return b;
+}
+
+static int s3_mpu_complete(struct shoal_store *st, const char *key, const char *id,
+                           const char *const *etags, unsigned n, unsigned flags, char *version,
+                           size_t vlen)
+{
+        struct s3_store *s = st->impl;
+        char q[3 * UPLOAD_ID_MAX_S3 + 64], url[S3_URL_MAX];
+        if (upload_query(q, sizeof(q), 0, id) || object_url_q(s, key, q, url, sizeof(url)))
+                return -EINVAL;
+        size_t blen;
+        char *xml = complete_body(etags, n, &blen);
+        struct s3_resp *r = calloc(1, sizeof(*r));
+        if (!xml || !r) {
+                free(xml);
+                free(r);
+                return -ENOMEM;
+        }
+        r->grow = true;
+        const char *extra[3] = {"Content-Type: application/xml",
+                                flags & SHOAL_UPLOAD_CREATE ? "If-None-Match: *" : NULL, NULL};
+        struct s3_body b = {.data = xml, .len = blen};
+        int rc = perform_req(s, "POST", url, extra, &b, r, "CompleteMultipartUpload", key);
+        if (!rc && r->status != 200)
+                rc = map_upload_status(s, r, flags, "CompleteMultipartUpload", key);
+        if (!rc)
+                rc = body_error(r, "CompleteMultipartUpload", key);
+        if (!rc) {
+                char *etag = r->buf ? xml_get(r->buf, r->buf + r->got, "ETag") : NULL;
+                if (!etag || etag_version(etag, version, vlen)) {
+                        /* Some stores leave it out: the object's HEAD names it. */
+                        struct shoal_object o;
+                        rc = s3_stat(st, key, &o);
+                        if (!rc && o.size == 0 && n)
+                                rc = -EPROTO;
+                        if (!rc)
+                                shoal_strlcpy(version, o.version, vlen);
+                }
+                free(etag);
+        }
+        free(r->buf);
+        free(r);
+        free(xml);
+        return rc;
+}
+
+static int s3_mpu_abort(struct shoal_store *st, const char *key, const char *id)
+{
+        struct s3_store *s = st->impl;
+        char q[3 * UPLOAD_ID_MAX_S3 + 64], url[S3_URL_MAX];
+        if (upload_query(q, sizeof(q), 0, id) || object_url_q(s, key, q, url, sizeof(url)))
+                return -EINVAL;
+        struct s3_resp *r = calloc(1, sizeof(*r));
+        if (!r)
+                return -ENOMEM;
+        int rc = perform(s, "DELETE", url, NULL, r, "AbortMultipartUpload", key);
+        if (!rc && r->status != 204 && r->status != 200 && r->status != 404)
+                rc = map_upload_status(s, r, 0, "AbortMultipartUpload", key);
+        free(r);
+        return rc;
+}
+
+static int s3_remove(struct shoal_store *st, const char *key)
+{
+        struct s3_store *s = st->impl;
+        char url[S3_URL_MAX];
+        if (object_url(s, key, url, sizeof(url)))
+                return -EINVAL;
+        struct s3_resp *r = calloc(1, sizeof(*r));
+        if (!r)
+                return -ENOMEM;
+        int rc = perform(s, "DELETE", url, NULL, r, "DELETE", key);
+        if (!rc && r->status != 204 && r->status != 200 && r->status != 404)
+                rc = map_status(s, r, "DELETE", key);
+        free(r);
+        return rc;
+}
+
 /* --- open and close ---------------------------------------------------------------------- */
 
 static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *arg)
@@ -1220,6 +1568,12 @@ int shoal_store_s3_open(struct shoal_store *st, const char *url, char *err, size
                 .read = s3_read,
                 .list = s3_list,
                 .close = s3_close,
+                .put = s3_put,
+                .mpu_begin = s3_mpu_begin,
+                .mpu_part = s3_mpu_part,
+                .mpu_complete = s3_mpu_complete,
+                .mpu_abort = s3_mpu_abort,
+                .remove = s3_remove,
         };
         st->ops = &s3_ops;
         st->impl = s;

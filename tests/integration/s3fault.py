@@ -7,7 +7,13 @@
       --secret is given (s3rver does not check V4 signatures): a request that does not verify is
       answered 403 SignatureDoesNotMatch and logged as SIGFAIL with its canonical request.
       The fault mode is read from M before each request, so a test switches modes without a
-      restart. Modes apply to object GETs (a GET with a Range header); other requests pass:
+      restart. It checks each body against its x-amz-content-sha256 (400
+      XAmzContentSHA256Mismatch otherwise), and it plays the parts of S3 that s3rver 3.7 lacks
+      for uploads: AbortMultipartUpload (answered 204 and logged "abort recorded"),
+      ListMultipartUploads (GET /BUCKET?uploads, from the uploads it saw begin and not end),
+      NoSuchUpload for an upload that ended, and If-None-Match: * on PUT and
+      CompleteMultipartUpload (412 when the object exists).
+      Read modes apply to object GETs (a GET with a Range header); other requests pass:
         pass          forward unchanged
         503pct:N      N% of GETs answered 503 SlowDown (seeded, reproducible)
         503all        every GET answered 503 SlowDown
@@ -17,11 +23,21 @@
         shortclonce   like shortcl, for the first GET of each (path, range) only
         403           every GET answered 403 AccessDenied
         hang          every GET held without an answer for 60 s
+      Write modes apply to uploads:
+        part503pct:N  N% of UploadPart requests answered 503 SlowDown (seeded)
+        part503once   the first try of each part answered 503 SlowDown
+        partcutonce   the first try of each part: half its body read, then the connection cut
+        putfail       every PUT (whole object or part) answered 503 SlowDown
+        completelostonce  the first CompleteMultipartUpload of each upload is done upstream, but
+                      the connection is cut before the answer
       One line per request goes to LOG: "METHOD PATH RANGE -> STATUS [fault]".
 
   s3fault.py put --endpoint URL --bucket B --dir DIR --key K --secret S [--region R]
       Uploads every file under DIR as an object named by its path relative to DIR, signed with
       SigV4, over one keep-alive connection.
+
+  s3fault.py get --endpoint URL --bucket B --key KEY --out FILE --access K --secret S
+      Downloads object KEY into FILE (signed) and prints its ETag; exit 3 when there is none.
 """
 import argparse
 import datetime
@@ -31,11 +47,13 @@ import http.client
 import http.server
 import os
 import random
+import re
 import socket
 import sys
 import threading
 import time
 import urllib.parse
+import xml.sax.saxutils
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
@@ -148,9 +166,82 @@ class Proxy(http.server.BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
+    def upstream(self, method, path, headers, body):
+        up = http.client.HTTPConnection("127.0.0.1", self.server.upstream, timeout=120)
+        up.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        for k, v in headers:
+            if k.lower() not in ("connection", "keep-alive", "proxy-connection", "expect"):
+                up.putheader(k, v)
+        up.endheaders(body)
+        resp = up.getresponse()
+        data = resp.read()
+        up.close()
+        return resp, data
+
+    def cut(self, line, why):
+        self.log(line + " -> cut " + why)
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def classify(self, headers):
+        """What an upload request is: part, put, complete, initiate, abort, listuploads, or
+        None; and its upload id."""
+        u = urllib.parse.urlsplit(self.path)
+        q = urllib.parse.parse_qs(u.query, keep_blank_values=True)
+        uid = q.get("uploadId", [None])[0]
+        c = self.command
+        if c == "PUT" and uid and "partNumber" in q:
+            return "part", uid, q["partNumber"][0]
+        if c == "PUT" and not u.query and "x-amz-copy-source" not in headers:
+            return "put", None, None
+        if c == "POST" and uid:
+            return "complete", uid, None
+        if c == "POST" and "uploads" in q:
+            return "initiate", None, None
+        if c == "DELETE" and uid:
+            return "abort", uid, None
+        if c == "GET" and "uploads" in q:
+            return "listuploads", None, None
+        return None, uid, None
+
+    def write_fault(self, mode, kind, uid, part):
+        if kind not in ("part", "put", "complete"):
+            return None
+        with self.server.lock:
+            if mode == "putfail" and kind in ("part", "put"):
+                return "503"
+            if (kind == "part") != mode.startswith("part") or \
+                    (kind == "complete") != (mode == "completelostonce"):
+                return None
+            if mode.startswith("part503pct:"):
+                if self.server.rand.random() * 100 < float(mode.split(":")[1]):
+                    return "503"
+                return None
+            k = (mode, uid, part)
+            if mode in ("part503once", "partcutonce", "completelostonce") and \
+                    k not in self.server.seen:
+                self.server.seen.add(k)
+                return {"part503once": "503", "partcutonce": "cut",
+                        "completelostonce": "lost"}[mode]
+        return None
+
+    def list_uploads(self, bucket):
+        with self.server.lock:
+            items = sorted(self.server.pending.items())
+        body = ['<?xml version="1.0" encoding="UTF-8"?>\n<ListMultipartUploadsResult>',
+                "<Bucket>%s</Bucket>" % bucket]
+        for uid, key in items:
+            if key.startswith(bucket + "/"):
+                body.append("<Upload><Key>%s</Key><UploadId>%s</UploadId></Upload>" %
+                            (xml.sax.saxutils.escape(key[len(bucket) + 1:]), uid))
+        body.append("<IsTruncated>false</IsTruncated></ListMultipartUploadsResult>")
+        return "".join(body).encode()
+
     def forward(self):
         length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
         headers = {k.lower(): v for k, v in self.headers.items()}
         rng = headers.get("range", "-")
         line = "%s %s %s" % (self.command, self.path, rng)
@@ -158,26 +249,86 @@ class Proxy(http.server.BaseHTTPRequestHandler):
         if self.server.secret:
             why = verify(self.server.secret, self.command, self.path, headers)
             if why:
+                if length:
+                    self.rfile.read(length)
                 self.log(line + " -> 403 SIGFAIL " + why.replace("\n", "\\n"))
                 self.send_plain(403, s3_error("SignatureDoesNotMatch", "s3fault: " +
                                               why.split(";")[0]))
                 return
 
         mode = self.mode()
+        kind, uid, part = self.classify(headers)
+        wfault = self.write_fault(mode, kind, uid, part)
+        if wfault == "cut":
+            self.rfile.read(length // 2)
+            self.cut(line, "partcut fault")
+            return
+        body = self.rfile.read(length) if length else None
+        want = headers.get("x-amz-content-sha256", "")
+        if len(want) == 64 and hashlib.sha256(body or b"").hexdigest() != want.lower():
+            self.log(line + " -> 400 payload hash mismatch")
+            self.send_plain(400, s3_error("XAmzContentSHA256Mismatch",
+                                          "The provided 'x-amz-content-sha256' header does not "
+                                          "match what was computed."))
+            return
+        if wfault == "503":
+            self.log(line + " -> 503 fault")
+            self.send_plain(503, s3_error("SlowDown", "Please reduce your request rate."))
+            return
+
+        path = urllib.parse.urlsplit(self.path).path
+        if kind == "listuploads":
+            self.log(line + " -> 200 uploads listed")
+            self.send_plain(200, self.list_uploads(path.strip("/").split("/")[0]))
+            return
+        if kind in ("part", "complete", "abort"):
+            with self.server.lock:
+                ended = uid in self.server.ended
+                if kind == "abort" and not ended:
+                    self.server.pending.pop(uid, None)
+                    self.server.ended.add(uid)
+                    self.server.aborted.append(uid)
+            if ended:
+                self.log(line + " -> 404 NoSuchUpload")
+                self.send_plain(404, s3_error("NoSuchUpload", "The specified upload does not "
+                                              "exist."))
+                return
+            if kind == "abort":
+                # s3rver 3.7 has no AbortMultipartUpload: the front answers it and remembers.
+                self.log(line + " -> 204 abort recorded")
+                self.send_response(204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+        if kind in ("put", "complete") and headers.get("if-none-match") == "*":
+            # Without the condition itself: s3rver would answer it with 304.
+            r, _ = self.upstream("HEAD", path, [(k, v) for k, v in self.headers.items()
+                                                if k.lower() not in ("content-length",
+                                                                     "content-type",
+                                                                     "if-none-match")],
+                                 None)
+            if r.status == 200:
+                self.log(line + " -> 412 exists")
+                self.send_plain(412, s3_error("PreconditionFailed", "At least one of the "
+                                              "pre-conditions you specified did not hold"))
+                return
+
+        mode_read = mode if kind is None else "pass"
         fault = None
         is_get = self.command == "GET" and "range" in headers
-        if is_get and mode != "pass":
+        if is_get and mode_read != "pass":
             with self.server.lock:
-                if mode.startswith("503pct:"):
-                    if self.server.rand.random() * 100 < float(mode.split(":")[1]):
+                if mode_read.startswith("503pct:"):
+                    if self.server.rand.random() * 100 < float(mode_read.split(":")[1]):
                         fault = "503"
-                elif mode in ("shortonce", "shortclonce"):
+                elif mode_read in ("shortonce", "shortclonce"):
                     k = (self.path, rng)
                     if k not in self.server.seen:
                         self.server.seen.add(k)
-                        fault = mode[:-4]
-                else:
-                    fault = mode
+                        fault = mode_read[:-4]
+                elif not mode_read.startswith("part") and mode_read not in (
+                        "putfail", "completelostonce"):
+                    fault = mode_read
         if fault in ("503", "503all"):
             self.log(line + " -> 503 fault")
             self.send_plain(503, s3_error("SlowDown", "Please reduce your request rate."))
@@ -192,16 +343,21 @@ class Proxy(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return
 
-        up = http.client.HTTPConnection("127.0.0.1", self.server.upstream, timeout=60)
-        up.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
-        for k, v in self.headers.items():
-            if k.lower() not in ("connection", "keep-alive", "proxy-connection"):
-                up.putheader(k, v)
-        up.endheaders(body)
-        resp = up.getresponse()
-        data = resp.read()
-        up.close()
+        # The signature covered the path and headers as sent: they go upstream unchanged.
+        resp, data = self.upstream(self.command, self.path, self.headers.items(), body)
         status = resp.status
+        if kind == "initiate" and status == 200:
+            m = re.search(rb"<UploadId>([^<]+)</UploadId>", data)
+            if m:
+                with self.server.lock:
+                    self.server.pending[m.group(1).decode()] = urllib.parse.unquote(path[1:])
+        if kind == "complete" and status == 200:
+            with self.server.lock:
+                self.server.pending.pop(uid, None)
+                self.server.ended.add(uid)
+        if wfault == "lost":
+            self.cut(line, "completelost fault (done upstream: %d)" % status)
+            return
         cut = None
         if fault in ("short", "shortcl") and status in (200, 206) and len(data) > 1:
             cut = len(data) // 2
@@ -249,6 +405,9 @@ def cmd_proxy(a):
     srv.logf = open(a.log, "a")
     srv.rand = random.Random(1234)
     srv.seen = set()
+    srv.pending = {}  # upload id -> "bucket/key" of multipart uploads begun and not ended
+    srv.ended = set()  # upload ids completed or aborted
+    srv.aborted = []
     tmp = a.port_file + ".tmp"
     with open(tmp, "w") as f:
         f.write(str(srv.server_address[1]))
@@ -291,6 +450,28 @@ def cmd_put(a):
     print("uploaded %d objects" % n)
 
 
+def cmd_get(a):
+    """Downloads one object to a file, signed; exit 3 when it does not exist."""
+    u = urllib.parse.urlsplit(a.endpoint)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=300)
+    path = "/%s/%s" % (a.bucket, enc(a.key, "/~"))
+    h = sign_headers("GET", u.netloc, path, "", EMPTY_SHA256, a.access, a.secret, a.region)
+    conn.request("GET", path, headers=h)
+    r = conn.getresponse()
+    if r.status == 404:
+        r.read()
+        sys.exit(3)
+    if r.status != 200:
+        sys.exit("get %s: HTTP %d %s" % (a.key, r.status, r.read()[:200]))
+    with open(a.out, "wb") as f:
+        while True:
+            b = r.read(1 << 20)
+            if not b:
+                break
+            f.write(b)
+    print(r.getheader("ETag", "").strip('"'))
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -307,8 +488,16 @@ def main():
     p.add_argument("--key", required=True)
     p.add_argument("--secret", required=True)
     p.add_argument("--region", default="us-east-1")
+    p = sub.add_parser("get")
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--bucket", required=True)
+    p.add_argument("--key", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--access", required=True)
+    p.add_argument("--secret", required=True)
+    p.add_argument("--region", default="us-east-1")
     a = ap.parse_args()
-    {"proxy": cmd_proxy, "put": cmd_put}[a.cmd](a)
+    {"proxy": cmd_proxy, "put": cmd_put, "get": cmd_get}[a.cmd](a)
 
 
 if __name__ == "__main__":

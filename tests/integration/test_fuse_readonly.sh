@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # FUSE mount, the command [C1]: bad flags and unusable mount points are one line and exit 2;
-# writes, creates, renames and deletes fail with EROFS and leave a log line; -d returns once the
+# with --read-only, writes, creates, renames and deletes fail with EROFS and leave a log line
+# (writable mounts: test_write_file.sh); -d returns once the
 # mount is ready; `shoal umount`, `fusermount3 -u` and SIGTERM each end the mount cleanly.
 . "$(dirname "$0")/lib.sh"
 need_fuse
@@ -33,8 +34,8 @@ grep -q "not mounted" "$T/last.err" || fail "unclear umount error: $(cat "$T/las
 "$SHOAL" mount --help | grep -q -- "--attr-cache" || fail "mount --help lacks --attr-cache"
 
 echo "== -d returns once the mount is ready"
-"$SHOAL" mount "$S" "$MNT" -d --cache-dir "$T/d.cache" --log-file "$T/d.log" --log-level debug \
-  2>"$T/d.err" || fail "mount -d failed: $(cat "$T/d.err")"
+"$SHOAL" mount "$S" "$MNT" -d --read-only --cache-dir "$T/d.cache" --log-file "$T/d.log" \
+  --log-level debug 2>"$T/d.err" || fail "mount -d failed: $(cat "$T/d.err")"
 MOUNTS+=("$MNT")
 mountpoint -q "$MNT" || fail "mount -d returned before the mount was ready"
 dpid=$(grep -o 'shoal\[[0-9]*\]' "$T/d.log" | tail -n 1 | tr -dc 0-9)
@@ -44,7 +45,7 @@ cmp -s "$MNT/dir/file.bin" "$STORE/dir/file.bin" || fail "read through the -d mo
 one_line_exit2 "$SHOAL" mount "$S" "$MNT"
 grep -q "already a shoal mount" "$T/last.err" || fail "unclear error: $(cat "$T/last.err")"
 
-echo "== writes, creates, renames and deletes: EROFS and a log line"
+echo "== --read-only: writes, creates, renames and deletes are EROFS with a log line"
 erofs() { # erofs DESCRIPTION CMD... — CMD must fail with "Read-only file system"
   local what=$1
   shift

@@ -1,0 +1,871 @@
+/* The mount's write path [W1] — mountpoint-s3's model (docs/writes.md):
+ *
+ *   - open(O_CREAT) of a name that does not exist starts an upload; with --allow-overwrite,
+ *     open(O_TRUNC) of an existing object starts one that replaces it at commit;
+ *   - writes must come in order from offset 0 (EINVAL otherwise, and the upload is abandoned);
+ *   - close (the opener's flush) or fsync commits: it returns once the store has the whole
+ *     object, or EIO — the name then shows what it showed before, never part of the new data;
+ *   - a writer that dies from a signal commits nothing;
+ *   - mkdir makes a folder that lives in this mount until a file in it reaches the store;
+ *     unlink needs --allow-delete; rename, links and chmod are refused.
+ *
+ * The errno of each refusal follows mountpoint-s3 where it has one: EPERM for what the mount's
+ * flags or the model forbid (overwrite, delete, reading a file being written), EINVAL for an
+ * out-of-order write, ENOTSUP for operations an object store has no analog for (rename, links,
+ * xattrs), EEXIST for O_EXCL on an existing name. Each refusal logs one line. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/node.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "fuse/fuse_internal.h"
+#include "store/store.h"
+
+#define STATS_NAME ".stats"
+
+enum wstate {
+        W_OPEN,
+        W_DONE,
+        W_FAILED
+};
+
+struct write_file {
+        uint32_t kind;      /* SHOAL_FH_WRITE */
+        pthread_mutex_t mu; /* one request at a time per handle */
+        struct shoal_upload *up;
+        enum wstate state;
+        int err; /* errno for writes after the upload ended badly */
+        uint64_t ino;
+        uint64_t written;
+        pid_t tgid;   /* the opener's process: its close commits */
+        bool flushed; /* some close reached us: the file had a descriptor */
+        char key[SHOAL_KEY_MAX + 1];
+        char parent[SHOAL_KEY_MAX + 1];
+        struct write_file *prev, *next; /* f->writes */
+};
+
+static struct shoal_fuse *fs_of(fuse_req_t req)
+{
+        return fuse_req_userdata(req);
+}
+
+/* Every refusal gets its line, up to a burst per second; beyond it a loop of refused calls
+ * cannot flood the log, and the next line says how many went unlogged. */
+#define REFUSE_LINES_PER_S 50
+
+static bool refuse_log_ok(unsigned *dropped)
+{
+        static long long window;
+        static unsigned lines, skipped;
+        static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+        long long now = (long long)(shoal_now_ns() / 1000000000ULL);
+        pthread_mutex_lock(&mu);
+        if (now != window) {
+                window = now;
+                lines = 0;
+        }
+        bool ok = lines < REFUSE_LINES_PER_S;
+        if (ok) {
+                lines++;
+                *dropped = skipped;
+                skipped = 0;
+        } else {
+                skipped++;
+        }
+        pthread_mutex_unlock(&mu);
+        return ok;
+}
+
+void shoal_fuse_refuse(fuse_req_t req, uint64_t t0, int err, const char *what, const char *name,
+                       const char *why)
+{
+        struct shoal_fuse *f = fs_of(req);
+        if (f->cfg.read_only) {
+                err = EROFS;
+                why = "read-only file system";
+        }
+        shoal_metric_inc(SHOAL_M_fuse_write_refused);
+        unsigned dropped = 0;
+        if (refuse_log_ok(&dropped)) {
+                char more[64] = "";
+                if (dropped)
+                        snprintf(more, sizeof(more), " [%u refusals not logged before]", dropped);
+                log_warn("fuse", "refused %s%s%s: %s (%s)%s", what, name ? " of " : "",
+                         name ? name : "", why, strerror(err), more);
+        }
+        shoal_fuse_reply_err(req, t0, err);
+}
+
+/* The errno an application sees for a store error at begin. */
+static int begin_errno(int rc)
+{
+        switch (rc) {
+        case -EEXIST:
+        case -ENOTDIR:
+        case -EISDIR:
+        case -EINVAL:
+        case -EACCES:
+        case -ENOSPC:
+        case -EDQUOT:
+        case -EROFS:
+        case -ENOMEM:
+                return -rc;
+        default:
+                return EIO;
+        }
+}
+
+/* --- who is closing ------------------------------------------------------------------------ */
+
+struct task_info {
+        pid_t tgid; /* 0: unknown */
+        bool exiting;
+        int signal; /* the signal that is killing it, or 0 */
+};
+
+/* What the kernel says of thread PID (the sender of a FUSE request): its process, and whether it
+ * is dying from a signal — then its files are being closed by the exit, not by the program. */
+static void task_info(pid_t pid, struct task_info *ti)
+{
+        memset(ti, 0, sizeof(*ti));
+        if (pid <= 0)
+                return;
+        char path[64], buf[1024];
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (n <= 0)
+                return;
+        buf[n] = '\0';
+        /* Fields after the command's ')' (which may itself hold ')' and spaces): 3 state, ...
+         * 9 flags, ..., 52 exit_code (the wait status once exiting; 0 without ptrace rights). */
+        char *p = strrchr(buf, ')');
+        unsigned long long flags = 0;
+        long long exit_code = 0;
+        int field = 2;
+        char *save = NULL;
+        for (char *tok = p ? strtok_r(p + 1, " ", &save) : NULL; tok;
+             tok = strtok_r(NULL, " ", &save)) {
+                field++;
+                if (field == 9)
+                        flags = strtoull(tok, NULL, 10);
+                else if (field == 52)
+                        exit_code = strtoll(tok, NULL, 10);
+        }
+        ti->exiting = flags & 0x4; /* PF_EXITING */
+        int sig = (int)(exit_code & 0x7f);
+        if (ti->exiting && sig && sig != 0x7f)
+                ti->signal = sig;
+
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+        FILE *fp = fopen(path, "re");
+        if (!fp)
+                return;
+        char line[256];
+        while (fgets(line, sizeof(line), fp))
+                if (!strncmp(line, "Tgid:", 5)) {
+                        ti->tgid = (pid_t)strtol(line + 5, NULL, 10);
+                        break;
+                }
+        fclose(fp);
+}
+
+/* --- handles -------------------------------------------------------------------------------- */
+
+static void parent_of(const char *path, char *out, size_t outlen)
+{
+        shoal_strlcpy(out, path, outlen);
+        char *slash = strrchr(out, '/');
+        if (slash)
+                *slash = '\0';
+        else
+                out[0] = '\0';
+}
+
+static uint64_t parent_ino(struct shoal_fuse *f, const char *parent)
+{
+        return *parent ? shoal_itable_ino_of(f->it, parent) : SHOAL_INO_ROOT;
+}
+
+static struct write_file *handle_new(fuse_req_t req, const char *path, uint64_t ino,
+                                     struct shoal_upload *up)
+{
+        struct shoal_fuse *f = fs_of(req);
+        struct write_file *h = calloc(1, sizeof(*h));
+        if (!h)
+                return NULL;
+        h->kind = SHOAL_FH_WRITE;
+        pthread_mutex_init(&h->mu, NULL);
+        h->up = up;
+        h->ino = ino;
+        shoal_strlcpy(h->key, path, sizeof(h->key));
+        parent_of(path, h->parent, sizeof(h->parent));
+        struct task_info ti;
+        task_info(fuse_req_ctx(req)->pid, &ti);
+        h->tgid = ti.tgid;
+        pthread_mutex_lock(&f->writes_mu);
+        h->next = f->writes;
+        if (h->next)
+                h->next->prev = h;
+        f->writes = h;
+        pthread_mutex_unlock(&f->writes_mu);
+        return h;
+}
+
+static void handle_free(struct shoal_fuse *f, struct write_file *h)
+{
+        pthread_mutex_lock(&f->writes_mu);
+        if (h->prev)
+                h->prev->next = h->next;
+        else
+                f->writes = h->next;
+        if (h->next)
+                h->next->prev = h->prev;
+        pthread_mutex_unlock(&f->writes_mu);
+        pthread_mutex_destroy(&h->mu);
+        free(h);
+}
+
+/* Ends H's upload without an object (H->mu held). */
+static void abandon(struct shoal_fuse *f, struct write_file *h, int err, const char *why)
+{
+        if (h->up) {
+                shoal_store_upload_abort(h->up);
+                h->up = NULL;
+        }
+        h->state = W_FAILED;
+        h->err = err;
+        shoal_itable_set_writing(f->it, h->ino, false);
+        shoal_itable_expire(f->it, h->ino);
+        shoal_metric_inc(SHOAL_M_fuse_write_aborted);
+        log_warn("fuse", "%s abandoned after %" PRIu64 " bytes: %s; no object was written", h->key,
+                 h->written, why);
+}
+
+/* Commits H's upload (H->mu held). Returns 0 or a positive errno (EIO). */
+static int commit(struct shoal_fuse *f, struct write_file *h)
+{
+        if (h->state == W_DONE)
+                return 0;
+        if (h->state == W_FAILED)
+                return EIO;
+        uint64_t t0 = shoal_now_ns();
+        struct shoal_object o;
+        int rc = shoal_store_upload_commit(h->up, &o);
+        h->up = NULL;
+        shoal_metric_observe(SHOAL_M_fuse_write_commit_dur, shoal_now_ns() - t0);
+        shoal_itable_set_writing(f->it, h->ino, false);
+        if (rc) {
+                h->state = W_FAILED;
+                h->err = EIO;
+                shoal_itable_expire(f->it, h->ino);
+                shoal_metric_inc(SHOAL_M_fuse_write_errors);
+                log_error("fuse",
+                          "close of %s failed: the store did not take it (%s); no object "
+                          "was written, the application gets EIO",
+                          h->key, strerror(-rc));
+                return EIO;
+        }
+        h->state = W_DONE;
+        /* Readers in this mount see the object from now: its attributes, and a new listing of
+         * its folder. */
+        struct shoal_inode_attr a = {.size = o.size, .mtime_ns = o.mtime_ns};
+        shoal_strlcpy(a.version, o.version, sizeof(a.version));
+        shoal_itable_setattr(f->it, h->ino, &a);
+        shoal_itable_dirlist_drop(f->it, parent_ino(f, h->parent));
+        shoal_metric_inc(SHOAL_M_fuse_write_files);
+        log_info("fuse", "wrote %s: %" PRIu64 " bytes, version %s", h->key, o.size, o.version);
+        return 0;
+}
+
+/* --- create and open ------------------------------------------------------------------------ */
+
+/* Starts the upload of PATH and marks its inode INO as being written. Returns the handle, or
+ * NULL with *ERR set (a positive errno). */
+static struct write_file *start(fuse_req_t req, const char *path, uint64_t ino, unsigned flags,
+                                int *err)
+{
+        struct shoal_fuse *f = fs_of(req);
+        struct shoal_upload *up;
+        int rc = shoal_store_upload_begin(f->node->store, path, flags, &up);
+        if (rc) {
+                *err = begin_errno(rc);
+                if (rc != -EEXIST)
+                        log_warn("fuse", "cannot start writing %s: %s", path, strerror(-rc));
+                return NULL;
+        }
+        if (shoal_itable_set_writing(f->it, ino, true)) {
+                shoal_store_upload_abort(up);
+                *err = EPERM;
+                return NULL;
+        }
+        shoal_itable_write_size(f->it, ino, 0);
+        struct write_file *h = handle_new(req, path, ino, up);
+        if (!h) {
+                shoal_itable_set_writing(f->it, ino, false);
+                shoal_store_upload_abort(up);
+                *err = ENOMEM;
+        }
+        return h;
+}
+
+/* Writes bypass the page cache: each comes to us as written (up to --max-write), in order. */
+static void set_write_fi(struct fuse_file_info *fi, struct write_file *h)
+{
+        fi->fh = (uint64_t)(uintptr_t)h;
+        fi->direct_io = 1;
+        fi->keep_cache = 0;
+        fi->noflush = 0;
+}
+
+void shoal_fuse_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                       struct fuse_file_info *fi)
+{
+        uint64_t t0 = shoal_fuse_op_begin();
+        struct shoal_fuse *f = fs_of(req);
+        if (f->cfg.read_only) {
+                shoal_fuse_refuse(req, t0, EROFS, "create", name, "");
+                return;
+        }
+        char ppath[SHOAL_KEY_MAX + 1], path[SHOAL_KEY_MAX + 1];
+        bool is_dir = false;
+        int rc = shoal_itable_path(f->it, parent, ppath, sizeof(ppath), &is_dir);
+        if (rc || !is_dir) {
+                shoal_fuse_reply_err(req, t0, rc ? ESTALE : ENOTDIR);
+                return;
+        }
+        if (parent == SHOAL_INO_ROOT && !strcmp(name, STATS_NAME)) {
+                shoal_fuse_reply_err(req, t0, EEXIST);
+                return;
+        }
+        rc = shoal_fuse_child_path(ppath, name, path, sizeof(path));
+        if (rc) {
+                shoal_fuse_refuse(req, t0, rc == -ENAMETOOLONG ? ENAMETOOLONG : EINVAL, "create",
+                                  name, "no object key can have this name");
+                return;
+        }
+        if (shoal_itable_is_writing(f->it, path)) {
+                shoal_fuse_refuse(req, t0, EPERM, "create", path,
+                                  "it is being written through another handle");
+                return;
+        }
+        /* What is there now: the kernel's negative entry may be older than the store. */
+        struct shoal_inode_attr a = {.is_dir = true};
+        rc = shoal_fuse_local_dir(f, path) ? 0 : shoal_fuse_probe(f, path, &a);
+        unsigned flags = SHOAL_UPLOAD_CREATE | SHOAL_UPLOAD_CHECKED;
+        if (!rc && a.is_dir) {
+                shoal_fuse_reply_err(req, t0, EISDIR);
+                return;
+        }
+        if (!rc) {
+                if (fi->flags & O_EXCL) {
+                        shoal_fuse_reply_err(req, t0, EEXIST);
+                        return;
+                }
+                if (!f->cfg.allow_overwrite || !(fi->flags & O_TRUNC)) {
+                        shoal_fuse_refuse(req, t0, EPERM, "create", path,
+                                          f->cfg.allow_overwrite
+                                                  ? "the object exists; open it with O_TRUNC "
+                                                    "to replace it"
+                                                  : "the object exists; mount with "
+                                                    "--allow-overwrite to replace it");
+                        return;
+                }
+                flags = 0;
+        } else if (rc != -ENOENT) {
+                shoal_fuse_reply_err(req, t0, EIO);
+                return;
+        }
+
+        struct shoal_inode_attr na = {.mtime_ns = (int64_t)shoal_wall_ns()};
+        uint64_t ino;
+        rc = shoal_itable_ref(f->it, path, &na, &ino);
+        if (rc) {
+                shoal_fuse_reply_err(req, t0, ENOMEM);
+                return;
+        }
+        int err = 0;
+        struct write_file *h = start(req, path, ino, flags, &err);
+        if (!h) {
+                shoal_itable_forget(f->it, ino, 1);
+                if (err == EEXIST)
+                        log_warn("fuse", "refused create of %s: it appeared in the store (%s)",
+                                 path, strerror(err));
+                shoal_fuse_reply_err(req, t0, err);
+                return;
+        }
+        set_write_fi(fi, h);
+        struct fuse_entry_param e;
+        memset(&e, 0, sizeof(e));
+        e.ino = ino;
+        e.entry_timeout = f->ttl_s;
+        e.attr_timeout = 0; /* the size grows: ask us, not a copy */
+        shoal_itable_getattr(f->it, ino, &na, &(bool){false});
+        shoal_fuse_fill_stat(f, ino, &na, &e.attr);
+        log_debug("fuse", "create %s%s", path, flags ? "" : " (replacing the object)");
+        if (fuse_reply_create(req, &e, fi) == -ENOENT) {
+                /* Interrupted: the kernel never saw the handle. */
+                pthread_mutex_lock(&h->mu);
+                abandon(f, h, EINTR, "create was interrupted");
+                pthread_mutex_unlock(&h->mu);
+                handle_free(f, h);
+                shoal_itable_forget(f->it, ino, 1);
+        }
+        shoal_fuse_op_end(t0);
+}
+
+void shoal_fuse_open_write(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, uint64_t t0)
+{
+        struct shoal_fuse *f = fs_of(req);
+        if (f->cfg.read_only || ino == SHOAL_INO_STATS) {
+                shoal_fuse_refuse(req, t0, f->cfg.read_only ? EROFS : EPERM, "open for writing",
+                                  ino == SHOAL_INO_STATS ? STATS_NAME : NULL,
+                                  "the mount's statistics are read-only");
+                return;
+        }
+        struct shoal_inode_attr a;
+        char path[SHOAL_KEY_MAX + 1];
+        int rc = shoal_fuse_fresh_attr(f, ino, &a, path, sizeof(path));
+        if (rc) {
+                shoal_fuse_reply_err(req, t0, -rc);
+                return;
+        }
+        if (a.is_dir) {
+                shoal_fuse_reply_err(req, t0, EISDIR);
+                return;
+        }
+        const char *why = NULL;
+        if (shoal_itable_is_writing(f->it, path))
+                why = "it is being written through another handle";
+        else if (!f->cfg.allow_overwrite)
+                why = "the object exists; mount with --allow-overwrite to replace it";
+        else if (!(fi->flags & O_TRUNC) || (fi->flags & O_ACCMODE) == O_RDONLY)
+                why = "objects are replaced whole: open with O_TRUNC (and for writing)";
+        if (why) {
+                shoal_fuse_refuse(req, t0, EPERM, "open for writing", path, why);
+                return;
+        }
+        int err = 0;
+        struct write_file *h = start(req, path, ino, 0, &err);
+        if (!h) {
+                shoal_fuse_reply_err(req, t0, err);
+                return;
+        }
+        set_write_fi(fi, h);
+        log_debug("fuse", "open %s with O_TRUNC: replacing the object", path);
+        if (fuse_reply_open(req, fi) == -ENOENT) {
+                pthread_mutex_lock(&h->mu);
+                abandon(f, h, EINTR, "open was interrupted");
+                pthread_mutex_unlock(&h->mu);
+                handle_free(f, h);
+        }
+        shoal_fuse_op_end(t0);
+}
+
+/* --- write, flush, fsync, release --------------------------------------------------------------
+ */
+
+static int append_errno(int rc)
+{
+        return rc == -ENOSPC || rc == -EDQUOT || rc == -EFBIG || rc == -ENOMEM ? -rc : EIO;
+}
+
+void shoal_fuse_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+                      struct fuse_file_info *fi)
+{
+        uint64_t t0 = shoal_fuse_op_begin();
+        struct shoal_fuse *f = fs_of(req);
+        if (shoal_fh_kind(fi) != SHOAL_FH_WRITE) {
+                shoal_fuse_reply_err(req, t0, EBADF);
+                return;
+        }
+        struct write_file *h = (struct write_file *)(uintptr_t)fi->fh;
+        pthread_mutex_lock(&h->mu);
+        int err = 0;
+        if (h->state == W_DONE) {
+                err = EPERM;
+                log_warn("fuse", "refused write to %s: already committed by fsync or close (%s)",
+                         h->key, strerror(err));
+        } else if (h->state == W_FAILED) {
+                err = h->err;
+        } else if ((uint64_t)off != h->written) {
+                char why[128];
+                snprintf(why, sizeof(why), "out-of-order write at offset %lld, expected %" PRIu64,
+                         (long long)off, h->written);
+                shoal_metric_inc(SHOAL_M_fuse_write_refused);
+                log_warn("fuse", "refused write to %s: %s (shoal writes objects sequentially) (%s)",
+                         h->key, why, strerror(EINVAL));
+                abandon(f, h, EINVAL, why);
+                err = EINVAL;
+        } else {
+                int rc = shoal_store_upload_append(h->up, buf, size);
+                if (rc) {
+                        err = append_errno(rc);
+                        abandon(f, h, err, strerror(-rc));
+                        shoal_metric_inc(SHOAL_M_fuse_write_errors);
+                } else {
+                        h->written += size;
+                        shoal_itable_write_size(f->it, h->ino, h->written);
+                }
+        }
+        pthread_mutex_unlock(&h->mu);
+        if (err) {
+                shoal_fuse_reply_err(req, t0, err);
+                return;
+        }
+        shoal_metric_inc(SHOAL_M_fuse_write_requests);
+        shoal_metric_add(SHOAL_M_fuse_write_bytes, size);
+        fuse_reply_write(req, size);
+        shoal_fuse_op_end(t0);
+}
+
+/* close(2) of one descriptor of the file. The opener's close commits and returns the outcome —
+ * but not for a file still empty, nor for another process's close (a shell's redirection, a
+ * forked child), nor for a writer that a signal is killing: those leave it to release (the last
+ * descriptor going), which commits — or, for the killed writer, abandons. */
+void shoal_fuse_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+        uint64_t t0 = shoal_fuse_op_begin();
+        struct shoal_fuse *f = fs_of(req);
+        if (shoal_fh_kind(fi) != SHOAL_FH_WRITE) {
+                shoal_fuse_reply_err(req, t0, 0);
+                return;
+        }
+        struct write_file *h = (struct write_file *)(uintptr_t)fi->fh;
+        struct task_info ti;
+        task_info(fuse_req_ctx(req)->pid, &ti);
+        pthread_mutex_lock(&h->mu);
+        h->flushed = true;
+        int err = 0;
+        if (h->state == W_FAILED) {
+                err = EIO;
+        } else if (h->state == W_OPEN && ti.signal) {
+                char why[64];
+                snprintf(why, sizeof(why), "the writer was killed by signal %d", ti.signal);
+                abandon(f, h, EIO, why);
+        } else if (h->state == W_OPEN && ti.tgid && ti.tgid == h->tgid && h->written) {
+                err = commit(f, h);
+        }
+        pthread_mutex_unlock(&h->mu);
+        shoal_fuse_reply_err(req, t0, err);
+}
+
+void shoal_fuse_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+        uint64_t t0 = shoal_fuse_op_begin();
+        struct shoal_fuse *f = fs_of(req);
+        if (shoal_fh_kind(fi) != SHOAL_FH_WRITE) {
+                shoal_fuse_reply_err(req, t0, 0); /* objects in the store are durable */
+                return;
+        }
+        struct write_file *h = (struct write_file *)(uintptr_t)fi->fh;
+        pthread_mutex_lock(&h->mu);
+        int err = commit(f, h);
+        pthread_mutex_unlock(&h->mu);
+        shoal_fuse_reply_err(req, t0, err);
+}
+
+void shoal_fuse_release_write(fuse_req_t req, struct fuse_file_info *fi, uint64_t t0)
+{
+        struct shoal_fuse *f = fs_of(req);
+        struct write_file *h = (struct write_file *)(uintptr_t)fi->fh;
+        pthread_mutex_lock(&h->mu);
+        if (h->state == W_OPEN && !h->flushed && !h->written)
+                /* No close ever came: the file never reached a descriptor (its opener died
+                 * during open), so nobody asked for this object, not even an empty one. */
+                abandon(f, h, EIO, "its opener never had it open");
+        else if (h->state == W_OPEN)
+                commit(f, h); /* nobody waits for this answer: the outcome is in the log */
+        pthread_mutex_unlock(&h->mu);
+        handle_free(f, h);
+        shoal_fuse_reply_err(req, t0, 0);
+}
+
+void shoal_fuse_writes_abandon(struct shoal_fuse *f)
+{
+        while (f->writes) {
+                struct write_file *h = f->writes;
+                if (h->state == W_OPEN)
+                        abandon(f, h, EIO, "the mount stopped while it was open");
+                handle_free(f, h);
+        }
+}
+
+/* --- attributes -------------------------------------------------------------------------- */
+
+void shoal_fuse_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+                        struct fuse_file_info *fi)
+{
+        uint64_t t0 = shoal_fuse_op_begin();
+        struct shoal_fuse *f = fs_of(req);
+        struct shoal_inode_attr a;
+        char path[SHOAL_KEY_MAX + 1];
+        int rc = ino == SHOAL_INO_STATS ? -EPERM
+                                        : shoal_fuse_fresh_attr(f, ino, &a, path, sizeof(path));
+        if (rc) {
+                shoal_fuse_reply_err(req, t0, -rc);
+                return;
+        }
+        /* A file being written, or a folder made here, is still ours: its times may be set (and
+         * are ignored: the store stamps the object). */
+        bool fresh =
+                a.is_dir ? shoal_fuse_local_dir(f, path) : shoal_itable_is_writing(f->it, path);
+        struct stat cur;
+        shoal_fuse_fill_stat(f, ino, &a, &cur);
+        const int times = FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_ATIME_NOW |
+                          FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME;
+        const char *why = NULL;
+        /* An owner or mode equal to the one shown changes nothing, and saying so keeps `tar -x`
+         * and `cp -p` working; any other is refused. */
+        if (((to_set & FUSE_SET_ATTR_MODE) && (attr->st_mode & 07777) != (cur.st_mode & 07777)) ||
+            ((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != cur.st_uid) ||
+            ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != cur.st_gid))
+                why = "objects have no owner or mode to change";
+        else if ((to_set & FUSE_SET_ATTR_SIZE) &&
+                 (a.is_dir || !fresh || (uint64_t)attr->st_size != a.size))
+                why = "objects cannot be truncated or extended (replace them with O_TRUNC)";
+        else if ((to_set & times) && !fresh)
+                why = "the times of a stored object are the store's";
+        if (why) {
+                shoal_fuse_refuse(req, t0, EPERM, "setattr", path, why);
+                return;
+        }
+        fuse_reply_attr(req, &cur, fresh && !a.is_dir ? 0 : f->ttl_s);
+        shoal_fuse_op_end(t0);
+}
+
+/* --- folders ------------------------------------------------------------------------------ */
+
+bool shoal_fuse_local_dir(struct shoal_fuse *f, const char *path)
+{
+        bool found = false;
+        pthread_mutex_lock(&f->dirs_mu);
+        for (size_t i = 0; i < f->ndirs && !found; i++)
+                found = !strcmp(f->dirs[i], path);
+        pthread_mutex_unlock(&f->dirs_mu);
+        return found;
+}
+
+int shoal_fuse_local_dirs_list(struct shoal_fuse *f, const char *path, struct shoal_dirlist *l)
+{
+        size_t pl = strlen(path);
+        int rc = 0;
+        pthread_mutex_lock(&f->dirs_mu);
+        for (size_t i = 0; i < f->ndirs && !rc; i++) {
+                const char *d = f->dirs[i];
+                if (pl && (strncmp(d, path, pl) || d[pl] != '/'))
+                        continue;
+                const char *name = d + (pl ? pl + 1 : 0);
+                if (!strchr(name, '/'))
+                        rc = shoal_dirlist_add(l, name, strlen(name), true, 0, 0, "");
+        }
+        pthread_mutex_unlock(&f->dirs_mu);
+        return rc;
+}
+
+static bool local_dir_has_children(struct shoal_fuse *f, const char *path)
+{
+        size_t pl = strlen(path);
+        bool found = false;
+        pthread_mutex_lock(&f->dirs_mu);
+        for (size_t i = 0; i < f->ndirs && !found; i++)
+                found = !strncmp(f->dirs[i], path, pl) && f->dirs[i][pl] == '/';
+        pthread_mutex_unlock(&f->dirs_mu);
+        return found;
+}
+
+static int local_dir_add(struct shoal_fuse *f, const char *path)
+{
+        char *copy = strdup(path);
+        if (!copy)
+                return -ENOMEM;
+        pthread_mutex_lock(&f->dirs_mu);
+        if (f->ndirs == f->dirs_cap) {
+                size_t cap = f->dirs_cap ? f->dirs_cap * 2 : 16;
+                char **nd = realloc(f->dirs, cap * sizeof(*nd));
+                if (!nd) {
+                        pthread_mutex_unlock(&f->dirs_mu);
+                        free(copy);
+                        return -ENOMEM;
+                }
+                f->dirs = nd;
+                f->dirs_cap = cap;
+        }
+        f->dirs[f->ndirs++] = copy;
+        pthread_mutex_unlock(&f->dirs_mu);
+        return 0;
+}
+
+static void local_dir_remove(struct shoal_fuse *f, const char *path)
+{
+        pthread_mutex_lock(&f->dirs_mu);
+        for (size_t i = 0; i < f->ndirs; i++) {
+                if (strcmp(f->dirs[i], path))
+                        continue;
+                free(f->dirs[i]);
+                f->dirs[i] = f->dirs[--f->ndirs];
+                break;
+        }
+        pthread_mutex_unlock(&f->dirs_mu);
+}
+
+void shoal_fuse_local_dirs_free(struct shoal_fuse *f)
+{
+        for (size_t i = 0; i < f->ndirs; i++)
+                free(f->dirs[i]);
+        free(f->dirs);
+        f->dirs = NULL;
+        f->ndirs = f->dirs_cap = 0;
+}
+
+/* PATH of child NAME of folder PARENT into PATH. Returns 0 or a positive errno. */
+static int child_of(struct shoal_fuse *f, fuse_ino_t parent, const char *name, char *path,
+                    size_t len)
+{
+        char ppath[SHOAL_KEY_MAX + 1];
+        bool is_dir = false;
+        int rc = shoal_itable_path(f->it, parent, ppath, sizeof(ppath), &is_dir);
+        if (rc)
+                return ESTALE;
+        if (!is_dir)
+                return ENOTDIR;
+        rc = shoal_fuse_child_path(ppath, name, path, len);
+        return rc == -ENAMETOOLONG ? ENAMETOOLONG : rc ? EINVAL : 0;
+}
+
+void shoal_fuse_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+        uint64_t t0 = shoal_fuse_op_begin();
+        struct shoal_fuse *f = fs_of(req);
+        char path[SHOAL_KEY_MAX + 1];
+        int err = f->cfg.read_only ? EROFS : child_of(f, parent, name, path, sizeof(path));
+        if (err == EROFS) {
+                shoal_fuse_refuse(req, t0, EROFS, "mkdir", name, "");
+                return;
+        }
+        if (err) {
+                shoal_fuse_reply_err(req, t0, err);
+                return;
+        }
+        struct shoal_inode_attr a;
+        if ((parent == SHOAL_INO_ROOT && !strcmp(name, STATS_NAME)) ||
+            shoal_fuse_local_dir(f, path) || shoal_itable_is_writing(f->it, path)) {
+                shoal_fuse_reply_err(req, t0, EEXIST);
+                return;
+        }
+        int rc = shoal_fuse_probe(f, path, &a);
+        if (rc != -ENOENT) {
+                shoal_fuse_reply_err(req, t0, rc ? EIO : EEXIST);
+                return;
+        }
+        /* As in mountpoint-s3: a folder of this mount only, until a file in it is written. */
+        memset(&a, 0, sizeof(a));
+        a.is_dir = true;
+        uint64_t ino;
+        if (local_dir_add(f, path) || shoal_itable_ref(f->it, path, &a, &ino)) {
+                local_dir_remove(f, path);
+                shoal_fuse_reply_err(req, t0, ENOMEM);
+                return;
+        }
+        shoal_itable_dirlist_drop(f->it, parent);
+        struct fuse_entry_param e;
+        memset(&e, 0, sizeof(e));
+        e.ino = ino;
+        e.entry_timeout = f->ttl_s;
+        e.attr_timeout = f->ttl_s;
+        shoal_fuse_fill_stat(f, ino, &a, &e.attr);
+        log_debug("fuse", "mkdir %s (in this mount until a file in it is written)", path);
+        if (fuse_reply_entry(req, &e) == -ENOENT)
+                shoal_itable_forget(f->it, ino, 1);
+        shoal_fuse_op_end(t0);
+}
+
+/* Whether the store has any key under folder PATH. Returns 1, 0 or a negative errno. */
+static int store_has_children(struct shoal_fuse *f, const char *path)
+{
+        struct shoal_inode_attr a;
+        int rc = shoal_fuse_probe(f, path, &a);
+        if (rc == -ENOENT)
+                return 0;
+        return rc ? rc : a.is_dir;
+}
+
+void shoal_fuse_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+        uint64_t t0 = shoal_fuse_op_begin();
+        struct shoal_fuse *f = fs_of(req);
+        char path[SHOAL_KEY_MAX + 1];
+        int err = f->cfg.read_only ? EROFS : child_of(f, parent, name, path, sizeof(path));
+        if (err == EROFS) {
+                shoal_fuse_refuse(req, t0, EROFS, "rmdir", name, "");
+                return;
+        }
+        if (err) {
+                shoal_fuse_reply_err(req, t0, err);
+                return;
+        }
+        int has = store_has_children(f, path);
+        if (has < 0) {
+                shoal_fuse_reply_err(req, t0, EIO);
+                return;
+        }
+        if (has || local_dir_has_children(f, path) || shoal_itable_writing_under(f->it, path)) {
+                shoal_fuse_reply_err(req, t0, ENOTEMPTY);
+                return;
+        }
+        if (!shoal_fuse_local_dir(f, path)) {
+                shoal_fuse_reply_err(req, t0, ENOENT);
+                return;
+        }
+        local_dir_remove(f, path);
+        shoal_itable_dirlist_drop(f->it, parent);
+        log_debug("fuse", "rmdir %s", path);
+        shoal_fuse_reply_err(req, t0, 0);
+}
+
+void shoal_fuse_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+        uint64_t t0 = shoal_fuse_op_begin();
+        struct shoal_fuse *f = fs_of(req);
+        char path[SHOAL_KEY_MAX + 1];
+        int err = f->cfg.read_only ? EROFS : child_of(f, parent, name, path, sizeof(path));
+        if (err == EROFS || (!err && !f->cfg.allow_delete)) {
+                shoal_fuse_refuse(req, t0, EPERM, "unlink", err ? name : path,
+                                  "deleting objects needs --allow-delete");
+                return;
+        }
+        if (err) {
+                shoal_fuse_reply_err(req, t0, err);
+                return;
+        }
+        if (parent == SHOAL_INO_ROOT && !strcmp(name, STATS_NAME)) {
+                shoal_fuse_refuse(req, t0, EPERM, "unlink", name, "the mount's own statistics");
+                return;
+        }
+        if (shoal_itable_is_writing(f->it, path)) {
+                shoal_fuse_refuse(req, t0, EPERM, "unlink", path,
+                                  "it is being written; delete it once it is closed");
+                return;
+        }
+        uint64_t m0 = shoal_now_ns();
+        int rc = shoal_store_delete(f->node->store, path);
+        shoal_metric_inc(SHOAL_M_meta_ops);
+        shoal_metric_observe(SHOAL_M_meta_op_dur, shoal_now_ns() - m0);
+        if (rc && rc != -ENOENT) {
+                log_error("fuse", "unlink of %s failed: %s", path, strerror(-rc));
+                shoal_fuse_reply_err(req, t0, rc == -EACCES ? EACCES : EIO);
+                return;
+        }
+        shoal_itable_expire(f->it, shoal_itable_ino_of(f->it, path));
+        shoal_itable_dirlist_drop(f->it, parent);
+        shoal_fuse_reply_err(req, t0, rc ? ENOENT : 0);
+}

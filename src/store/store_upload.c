@@ -1,0 +1,621 @@
+/* The upload engine [W1, W2]: one object from sequential bytes, over either backend shape of
+ * store.h. A streamed backend (file://) gets the bytes as they come. For a request backend
+ * (s3://) the bytes are cut into parts: an object under one part goes up in one PUT at commit;
+ * a larger one becomes a multipart upload whose full parts are queued, while the writer goes on
+ * appending, to a small pool of upload workers shared by the store. Every request runs under the
+ * store's retry policy with a deadline of its own; part buffers are drawn from one byte budget.
+ *
+ * Locking: the pool mutex guards the queue, the budget and, per upload, the fields the workers
+ * touch (inflight, held, err, the ETag table). The writer's own fields (cur, size, nparts) are
+ * its alone: one thread at a time calls into one upload. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "metrics/metrics.h"
+#include "store/store.h"
+#include "store/store_internal.h"
+
+#define UPLOAD_WORKERS  8
+#define UPLOAD_MAX_PART 10000 /* S3's limit on parts of one upload */
+#define UPLOAD_ID_MAX   1024
+#define UPLOAD_ETAG_MAX 136
+/* The first buffer of an upload starts small and doubles: most objects are smaller than a part
+ * and should not hold a whole part of the budget. */
+#define UPLOAD_FIRST_BUF (256u * 1024u)
+
+struct part {
+        struct part *next;
+        struct shoal_upload *u;
+        unsigned num; /* 1-based */
+        char *buf;
+        size_t len, cap;
+};
+
+struct upload_pool {
+        pthread_mutex_t mu;
+        pthread_cond_t work; /* a part was queued, or stop */
+        pthread_cond_t done; /* a part finished: budget and in-flight slots came free */
+        struct part *head, *tail;
+        pthread_t threads[UPLOAD_WORKERS];
+        unsigned nthreads;
+        bool stop;
+        uint64_t used; /* bytes of part buffers held by every upload */
+};
+
+struct shoal_upload {
+        struct shoal_store *st;
+        char key[SHOAL_KEY_MAX + 1];
+        unsigned flags;
+        uint64_t size;
+        uint64_t t0;
+        void *stream; /* streamed backend's handle */
+        int err;      /* sticky; written by workers under the pool lock */
+
+        /* request backend */
+        char *cur; /* the part being filled */
+        size_t cur_len, cur_cap;
+        uint64_t held;     /* bytes of buffers this upload holds (cur and parts in flight) */
+        unsigned inflight; /* parts queued or being sent */
+        unsigned nparts;   /* parts handed to the workers */
+        bool mpu;
+        char id[UPLOAD_ID_MAX];
+        char (*etags)[UPLOAD_ETAG_MAX]; /* etags[num - 1] */
+        unsigned etags_cap;
+};
+
+static bool streamed(const struct shoal_store *st)
+{
+        return st->ops->stream_begin != NULL;
+}
+
+/* --- the pool and the budget ----------------------------------------------------------- */
+
+static void *worker_main(void *arg);
+
+int shoal_store_uploads_init(struct shoal_store *st)
+{
+        struct upload_pool *p = calloc(1, sizeof(*p));
+        if (!p)
+                return -ENOMEM;
+        pthread_mutex_init(&p->mu, NULL);
+        pthread_cond_init(&p->work, NULL);
+        pthread_cond_init(&p->done, NULL);
+        st->uploads = p;
+        return 0;
+}
+
+/* Starts another worker when every one is busy (pool lock held). Failing to start one is fine
+ * while at least one runs. */
+static int pool_grow(struct upload_pool *p, unsigned queued)
+{
+        if (p->nthreads >= UPLOAD_WORKERS || (p->nthreads && queued <= 1))
+                return 0;
+        if (pthread_create(&p->threads[p->nthreads], NULL, worker_main, p))
+                return p->nthreads ? 0 : -ENOMEM;
+        p->nthreads++;
+        return 0;
+}
+
+void shoal_store_uploads_stop(struct shoal_store *st)
+{
+        struct upload_pool *p = st->uploads;
+        if (!p)
+                return;
+        pthread_mutex_lock(&p->mu);
+        p->stop = true;
+        pthread_cond_broadcast(&p->work);
+        pthread_mutex_unlock(&p->mu);
+        for (unsigned i = 0; i < p->nthreads; i++)
+                pthread_join(p->threads[i], NULL);
+        pthread_cond_destroy(&p->work);
+        pthread_cond_destroy(&p->done);
+        pthread_mutex_destroy(&p->mu);
+        free(p);
+        st->uploads = NULL;
+}
+
+/* Takes BYTES of the budget for U (pool lock held). Waits while the budget is spent and U has
+ * parts in flight: those come back whatever happens to them, so the wait ends. An upload with
+ * nothing in flight never waits, or two writers filling their first buffers could wait for each
+ * other forever. */
+static void budget_take(struct upload_pool *p, struct shoal_upload *u, uint64_t bytes)
+{
+        while (p->used + bytes > u->st->cfg.upload_buffer_bytes && u->inflight && !u->err)
+                pthread_cond_wait(&p->done, &p->mu);
+        p->used += bytes;
+        u->held += bytes;
+        shoal_metric_gauge_add(SHOAL_M_object_put_buffer_bytes, (int64_t)bytes);
+}
+
+static void budget_give(struct upload_pool *p, struct shoal_upload *u, uint64_t bytes)
+{
+        p->used -= bytes;
+        u->held -= bytes;
+        shoal_metric_gauge_add(SHOAL_M_object_put_buffer_bytes, -(int64_t)bytes);
+        pthread_cond_broadcast(&p->done);
+}
+
+/* --- requests under the retry policy ---------------------------------------------------- */
+
+static void note_retry(const char *what, const char *key, int rc, unsigned attempt)
+{
+        shoal_metric_inc(SHOAL_M_object_put_retries);
+        log_ratelimited(SHOAL_LOG_WARN, "store", "%s %s failed: %s; retry %u", what, key,
+                        strerror(-rc), attempt);
+}
+
+static int part_send(struct shoal_upload *u, const struct part *pt, char *etag)
+{
+        struct shoal_store *st = u->st;
+        uint64_t start = shoal_now_ns();
+        unsigned attempt;
+        int rc;
+        shoal_store_deadline_set(start + st->cfg.deadline_ns);
+        for (attempt = 1;; attempt++) {
+                uint64_t t0 = shoal_now_ns();
+                shoal_metric_inc(SHOAL_M_object_put_requests);
+                rc = st->ops->mpu_part(st, u->key, u->id, pt->num, pt->buf, pt->len, etag,
+                                       UPLOAD_ETAG_MAX);
+                shoal_metric_observe(SHOAL_M_object_put_dur, shoal_now_ns() - t0);
+                if (!rc) {
+                        shoal_metric_add(SHOAL_M_object_put_bytes, pt->len);
+                        break;
+                }
+                if (!shoal_store_retry_wait(st, rc, attempt))
+                        break;
+                note_retry("upload part", u->key, rc, attempt);
+        }
+        shoal_store_deadline_set(0);
+        char what[32];
+        snprintf(what, sizeof(what), "upload part %u of", pt->num);
+        return shoal_store_give_up(rc, what, u->key, attempt, start);
+}
+
+static int put_whole(struct shoal_upload *u, char *version, size_t vlen)
+{
+        struct shoal_store *st = u->st;
+        uint64_t start = shoal_now_ns();
+        unsigned attempt;
+        int rc;
+        shoal_store_deadline_set(start + st->cfg.deadline_ns);
+        for (attempt = 1;; attempt++) {
+                uint64_t t0 = shoal_now_ns();
+                shoal_metric_inc(SHOAL_M_object_put_requests);
+                rc = st->ops->put(st, u->key, u->cur, u->cur_len, u->flags, version, vlen);
+                shoal_metric_observe(SHOAL_M_object_put_dur, shoal_now_ns() - t0);
+                if (!rc) {
+                        shoal_metric_add(SHOAL_M_object_put_bytes, u->cur_len);
+                        break;
+                }
+                if (!shoal_store_retry_wait(st, rc, attempt))
+                        break;
+                note_retry("put", u->key, rc, attempt);
+        }
+        shoal_store_deadline_set(0);
+        return shoal_store_give_up(rc, "put", u->key, attempt, start);
+}
+
+static int mpu_begin(struct shoal_upload *u)
+{
+        struct shoal_store *st = u->st;
+        uint64_t start = shoal_now_ns();
+        unsigned attempt;
+        int rc;
+        shoal_store_deadline_set(start + st->cfg.deadline_ns);
+        for (attempt = 1;; attempt++) {
+                rc = st->ops->mpu_begin(st, u->key, u->id, sizeof(u->id));
+                if (!rc || !shoal_store_retry_wait(st, rc, attempt))
+                        break;
+                note_retry("start multipart upload of", u->key, rc, attempt);
+        }
+        shoal_store_deadline_set(0);
+        if (!rc) {
+                u->mpu = true;
+                shoal_metric_inc(SHOAL_M_object_multipart_uploads);
+                log_debug("store", "multipart upload of %s started (id %s)", u->key, u->id);
+        }
+        return shoal_store_give_up(rc, "start multipart upload of", u->key, attempt, start);
+}
+
+/* A CompleteMultipartUpload whose answer was lost may have worked: a retry then finds no such
+ * upload (-ENOENT) — ours or libcurl's own, which sends a request again when a reused
+ * connection dies before the answer, so even a first attempt can see it. The object is then
+ * judged by its size; a stranger who wrote the same key with the same size in between could
+ * fool this, which is why it is only the fallback. */
+static int complete_lost(struct shoal_upload *u, char *version, size_t vlen)
+{
+        struct shoal_object o;
+        if (shoal_store_stat(u->st, u->key, &o) || o.size != u->size)
+                return -EIO;
+        log_warn("store",
+                 "complete %s: the upload was gone on retry; the object is there with "
+                 "the right size, taken as ours",
+                 u->key);
+        shoal_strlcpy(version, o.version, vlen);
+        return 0;
+}
+
+static int mpu_complete(struct shoal_upload *u, char *version, size_t vlen)
+{
+        struct shoal_store *st = u->st;
+        const char **etags = malloc(u->nparts * sizeof(*etags));
+        if (!etags)
+                return -ENOMEM;
+        for (unsigned i = 0; i < u->nparts; i++)
+                etags[i] = u->etags[i];
+        uint64_t start = shoal_now_ns();
+        unsigned attempt;
+        int rc;
+        shoal_store_deadline_set(start + st->cfg.deadline_ns);
+        for (attempt = 1;; attempt++) {
+                rc = st->ops->mpu_complete(st, u->key, u->id, etags, u->nparts, u->flags, version,
+                                           vlen);
+                if (rc == -ENOENT) {
+                        rc = complete_lost(u, version, vlen);
+                        break;
+                }
+                if (!rc || !shoal_store_retry_wait(st, rc, attempt))
+                        break;
+                note_retry("complete", u->key, rc, attempt);
+        }
+        shoal_store_deadline_set(0);
+        free(etags);
+        return shoal_store_give_up(rc, "complete", u->key, attempt, start);
+}
+
+/* Best effort: a failed abort leaves parts that the bucket's lifecycle rule must collect; it is
+ * logged so that an operator knows. */
+static void mpu_abort(struct shoal_upload *u)
+{
+        struct shoal_store *st = u->st;
+        uint64_t start = shoal_now_ns();
+        unsigned attempt;
+        int rc;
+        shoal_store_deadline_set(start + st->cfg.deadline_ns);
+        for (attempt = 1;; attempt++) {
+                rc = st->ops->mpu_abort(st, u->key, u->id);
+                if (!rc || !shoal_store_retry_wait(st, rc, attempt))
+                        break;
+        }
+        shoal_store_deadline_set(0);
+        shoal_metric_inc(SHOAL_M_object_multipart_aborts);
+        if (rc)
+                log_error("store",
+                          "abort of multipart upload %s of %s failed: %s; its parts stay until "
+                          "the bucket's lifecycle rule removes them",
+                          u->id, u->key, strerror(-rc));
+        else
+                log_info("store", "multipart upload of %s aborted (id %s)", u->key, u->id);
+}
+
+/* --- workers ------------------------------------------------------------------------------ */
+
+static void *worker_main(void *arg)
+{
+        struct upload_pool *p = arg;
+        pthread_mutex_lock(&p->mu);
+        for (;;) {
+                while (!p->head && !p->stop)
+                        pthread_cond_wait(&p->work, &p->mu);
+                struct part *pt = p->head;
+                if (!pt)
+                        break;
+                p->head = pt->next;
+                if (!p->head)
+                        p->tail = NULL;
+                struct shoal_upload *u = pt->u;
+                int rc = u->err; /* a sibling failed: do not send more for a dead upload */
+                pthread_mutex_unlock(&p->mu);
+
+                char etag[UPLOAD_ETAG_MAX] = "";
+                if (!rc)
+                        rc = part_send(u, pt, etag);
+
+                pthread_mutex_lock(&p->mu);
+                if (rc && !u->err)
+                        u->err = rc;
+                if (!rc)
+                        memcpy(u->etags[pt->num - 1], etag, sizeof(etag));
+                u->inflight--;
+                budget_give(p, u, pt->cap);
+                /* U may be freed as soon as the lock is dropped: nothing of it is touched after. */
+                pthread_mutex_unlock(&p->mu);
+                free(pt->buf);
+                free(pt);
+                pthread_mutex_lock(&p->mu);
+        }
+        pthread_mutex_unlock(&p->mu);
+        return NULL;
+}
+
+/* Hands the full buffer CUR to the workers as the next part. */
+static int part_queue(struct shoal_upload *u)
+{
+        struct upload_pool *p = u->st->uploads;
+        if (u->nparts >= UPLOAD_MAX_PART) {
+                log_error("store",
+                          "upload of %s: more than %u parts of %llu bytes; raise "
+                          "--upload-part-size for objects this large",
+                          u->key, UPLOAD_MAX_PART, (unsigned long long)u->st->cfg.upload_part_size);
+                return -EFBIG;
+        }
+        struct part *pt = calloc(1, sizeof(*pt));
+        if (!pt)
+                return -ENOMEM;
+        pt->u = u;
+        pt->buf = u->cur;
+        pt->len = u->cur_len;
+        pt->cap = u->cur_cap;
+
+        pthread_mutex_lock(&p->mu);
+        if (u->nparts >= u->etags_cap) {
+                unsigned cap = u->etags_cap ? u->etags_cap * 2 : 64;
+                void *ne = realloc(u->etags, (size_t)cap * UPLOAD_ETAG_MAX);
+                if (!ne) {
+                        pthread_mutex_unlock(&p->mu);
+                        free(pt);
+                        return -ENOMEM;
+                }
+                u->etags = ne;
+                u->etags_cap = cap;
+        }
+        /* Several parts in flight per upload, not more: the others' turn, and bounded memory. */
+        while (u->inflight >= u->st->cfg.upload_concurrency && !u->err)
+                pthread_cond_wait(&p->done, &p->mu);
+        int rc = u->err;
+        if (!rc)
+                rc = pool_grow(p, u->inflight + 1);
+        if (rc) {
+                pthread_mutex_unlock(&p->mu);
+                free(pt);
+                return rc;
+        }
+        pt->num = ++u->nparts;
+        u->inflight++;
+        if (p->tail)
+                p->tail->next = pt;
+        else
+                p->head = pt;
+        p->tail = pt;
+        pthread_cond_signal(&p->work);
+        pthread_mutex_unlock(&p->mu);
+        u->cur = NULL;
+        u->cur_len = u->cur_cap = 0;
+        return 0;
+}
+
+/* Makes room in CUR for more bytes: the first buffer grows by doubling up to a part, later ones
+ * are whole parts from the start. */
+static int cur_grow(struct shoal_upload *u)
+{
+        struct upload_pool *p = u->st->uploads;
+        uint64_t ps = u->st->cfg.upload_part_size;
+        size_t ncap;
+        if (!u->cur)
+                ncap = u->nparts ? ps : SHOAL_MIN(ps, (uint64_t)UPLOAD_FIRST_BUF);
+        else
+                ncap = SHOAL_MIN(ps, (uint64_t)u->cur_cap * 2);
+        pthread_mutex_lock(&p->mu);
+        budget_take(p, u, ncap - u->cur_cap);
+        int rc = u->err;
+        pthread_mutex_unlock(&p->mu);
+        char *nb = rc ? NULL : realloc(u->cur, ncap);
+        if (!nb) {
+                pthread_mutex_lock(&p->mu);
+                budget_give(p, u, ncap - u->cur_cap);
+                pthread_mutex_unlock(&p->mu);
+                return rc ? rc : -ENOMEM;
+        }
+        u->cur = nb;
+        u->cur_cap = ncap;
+        return 0;
+}
+
+static int wait_parts(struct shoal_upload *u)
+{
+        struct upload_pool *p = u->st->uploads;
+        if (!p)
+                return 0;
+        pthread_mutex_lock(&p->mu);
+        while (u->inflight)
+                pthread_cond_wait(&p->done, &p->mu);
+        int rc = u->err;
+        pthread_mutex_unlock(&p->mu);
+        return rc;
+}
+
+/* --- the interface -------------------------------------------------------------------------- */
+
+int shoal_store_upload_begin(struct shoal_store *st, const char *key, unsigned flags,
+                             struct shoal_upload **out)
+{
+        *out = NULL;
+        if (!shoal_key_valid(key, strnlen(key, SHOAL_KEY_MAX + 1)))
+                return -EINVAL;
+        if (!streamed(st) && !st->ops->put)
+                return -EOPNOTSUPP;
+        struct shoal_upload *u = calloc(1, sizeof(*u));
+        if (!u)
+                return -ENOMEM;
+        u->st = st;
+        u->flags = flags;
+        u->t0 = shoal_now_ns();
+        shoal_strlcpy(u->key, key, sizeof(u->key));
+        int rc;
+        if (streamed(st)) {
+                rc = st->ops->stream_begin(st, key, flags, &u->stream);
+        } else if ((flags & SHOAL_UPLOAD_CREATE) && !(flags & SHOAL_UPLOAD_CHECKED)) {
+                /* Early and cheap; commit asks the store again atomically where it can. */
+                struct shoal_object o;
+                rc = shoal_store_stat(st, key, &o);
+                rc = !rc ? -EEXIST : rc == -ENOENT ? 0 : rc;
+        } else {
+                rc = 0;
+        }
+        if (rc) {
+                free(u);
+                return rc;
+        }
+        log_debug("store", "upload of %s begun%s", key,
+                  flags & SHOAL_UPLOAD_CREATE ? " (new object)" : "");
+        *out = u;
+        return 0;
+}
+
+uint64_t shoal_store_upload_size(const struct shoal_upload *u)
+{
+        return u->size;
+}
+
+static int append_parts(struct shoal_upload *u, const char *data, size_t len)
+{
+        while (len) {
+                if (u->cur_len == u->st->cfg.upload_part_size) {
+                        /* A full part goes only once more bytes come, so the last part is
+                         * always sent by commit, never an empty one. */
+                        int rc = u->mpu ? 0 : mpu_begin(u);
+                        if (!rc)
+                                rc = part_queue(u);
+                        if (rc)
+                                return rc;
+                }
+                if (u->cur_len == u->cur_cap) {
+                        int rc = cur_grow(u);
+                        if (rc)
+                                return rc;
+                }
+                size_t n = SHOAL_MIN(len, u->cur_cap - u->cur_len);
+                memcpy(u->cur + u->cur_len, data, n);
+                u->cur_len += n;
+                data += n;
+                len -= n;
+        }
+        return 0;
+}
+
+int shoal_store_upload_append(struct shoal_upload *u, const void *data, size_t len)
+{
+        if (u->err)
+                return u->err;
+        int rc;
+        if (streamed(u->st)) {
+                rc = u->st->ops->stream_append(u->st, u->stream, data, len);
+                if (!rc)
+                        shoal_metric_add(SHOAL_M_object_put_bytes, len);
+        } else {
+                rc = append_parts(u, data, len);
+        }
+        if (rc) {
+                if (!u->err)
+                        u->err = rc;
+                return u->err;
+        }
+        u->size += len;
+        return 0;
+}
+
+static void upload_free(struct shoal_upload *u)
+{
+        struct upload_pool *p = u->st->uploads;
+        if (u->cur) {
+                free(u->cur);
+                pthread_mutex_lock(&p->mu);
+                budget_give(p, u, u->cur_cap);
+                pthread_mutex_unlock(&p->mu);
+        }
+        free(u->etags);
+        free(u);
+}
+
+static int commit_parts(struct shoal_upload *u, struct shoal_object *out)
+{
+        int rc = u->err;
+        if (!rc && !u->mpu) {
+                rc = put_whole(u, out->version, sizeof(out->version));
+        } else if (!rc) {
+                if (u->cur_len)
+                        rc = part_queue(u);
+                int wrc = wait_parts(u);
+                if (!rc)
+                        rc = wrc;
+                if (!rc)
+                        rc = mpu_complete(u, out->version, sizeof(out->version));
+        }
+        if (rc && u->mpu) {
+                wait_parts(u);
+                mpu_abort(u);
+        }
+        if (!rc) {
+                shoal_strlcpy(out->key, u->key, sizeof(out->key));
+                out->size = u->size;
+                /* The store's own time comes with the next stat; readers key by version. */
+                out->mtime_ns = (int64_t)shoal_wall_ns();
+        }
+        return rc;
+}
+
+int shoal_store_upload_commit(struct shoal_upload *u, struct shoal_object *out)
+{
+        struct shoal_store *st = u->st;
+        uint64_t t0 = shoal_now_ns();
+        memset(out, 0, sizeof(*out));
+        int rc;
+        if (streamed(st)) {
+                if (u->err) {
+                        st->ops->stream_abort(st, u->stream);
+                        rc = u->err;
+                } else {
+                        shoal_metric_inc(SHOAL_M_object_put_requests);
+                        rc = st->ops->stream_commit(st, u->stream, out);
+                }
+        } else {
+                rc = commit_parts(u, out);
+        }
+        uint64_t now = shoal_now_ns();
+        shoal_metric_observe(SHOAL_M_object_put_commit_dur, now - t0);
+        if (rc) {
+                shoal_metric_inc(SHOAL_M_object_put_errors);
+                log_error("store", "upload of %s failed: %s; nothing was written under the key",
+                          u->key, strerror(-rc));
+        } else {
+                shoal_metric_inc(SHOAL_M_object_put_objects);
+                char parts[32] = "";
+                if (u->mpu)
+                        snprintf(parts, sizeof(parts), " in %u parts", u->nparts);
+                log_info("store", "uploaded %s: %llu bytes%s in %llu ms, version %s", u->key,
+                         (unsigned long long)u->size, parts,
+                         (unsigned long long)((now - u->t0) / 1000000), out->version);
+        }
+        if (!streamed(st))
+                upload_free(u);
+        else
+                free(u);
+        return rc;
+}
+
+void shoal_store_upload_abort(struct shoal_upload *u)
+{
+        struct shoal_store *st = u->st;
+        log_info("store", "upload of %s abandoned after %llu bytes", u->key,
+                 (unsigned long long)u->size);
+        if (streamed(st)) {
+                st->ops->stream_abort(st, u->stream);
+                free(u);
+                return;
+        }
+        if (u->mpu) {
+                struct upload_pool *p = st->uploads;
+                pthread_mutex_lock(&p->mu);
+                if (!u->err)
+                        u->err = -ECANCELED; /* queued parts are dropped, not sent */
+                pthread_mutex_unlock(&p->mu);
+                wait_parts(u);
+                mpu_abort(u);
+        }
+        upload_free(u);
+}
