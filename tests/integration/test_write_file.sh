@@ -144,11 +144,13 @@ time.sleep(60)" "$1" "$2"
 }
 for sig in KILL TERM; do
   writer "killed-$sig.bin" 24 >"$T/writer-$sig.out" &
-  wpid=$!
-  PIDS+=("$wpid")
+  track "writer$sig" $! helper
   wait_for grep -q ready "$T/writer-$sig.out" || fail "the writer did not start"
-  kill -"$sig" "$wpid"
-  wait "$wpid" 2>/dev/null || true
+  if [ "$sig" = KILL ]; then
+    kill9 "writer$sig" # a deliberate SIGKILL, declared to the harness
+  else
+    stop_proc "writer$sig"
+  fi
   wait_for grep -q "killed-$sig.bin abandoned after 25165824 bytes: the writer was killed by signal" "$T/w.log" ||
     fail "no abandon line for the writer killed by SIG$sig"
   [ ! -e "$STORE/killed-$sig.bin" ] || fail "a writer killed by SIG$sig left an object"

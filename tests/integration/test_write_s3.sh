@@ -134,12 +134,10 @@ for i in range(12):
     os.write(fd, os.urandom(1 << 20))
 print('ready', flush=True)
 time.sleep(60)" >"$T/writer.out" &
-wpid=$!
-PIDS+=("$wpid")
+track writer $! helper
 wait_for grep -q ready "$T/writer.out" || fail "the writer did not start"
 wait_for grep -q "killed.bin?partNumber=2" "$S3F_LOG" || fail "no part went up before the kill"
-kill -KILL "$wpid"
-wait "$wpid" 2>/dev/null || true
+kill9 writer # a deliberate SIGKILL, declared to the harness
 wait_for grep -q "killed.bin?uploadId=.* -> 204 abort recorded" "$S3F_LOG" ||
   fail "the killed writer's upload was not aborted"
 no_object killed.bin
@@ -170,8 +168,7 @@ for i in range(12):
     os.write(fd, os.urandom(1 << 20))
 print('ready', flush=True)
 time.sleep(60)" >"$T/writer2.out" 2>/dev/null &
-wpid=$!
-PIDS+=("$wpid")
+track writer2 $! helper
 wait_for grep -q ready "$T/writer2.out" || fail "the writer did not start"
 kill -TERM "$PID_f"
 wait_exit "$PID_f"
@@ -182,8 +179,7 @@ grep -q "open-at-stop.bin abandoned after .*: the mount stopped while it was ope
 grep -q "open-at-stop.bin?uploadId=.* -> 204 abort recorded" "$S3F_LOG" || fail "its upload was not aborted"
 no_object open-at-stop.bin
 [ "$(pending)" -eq 0 ] || fail "an upload is left pending after the mount stopped"
-kill -KILL "$wpid" 2>/dev/null || true
-wait "$wpid" 2>/dev/null || true
+kill9 writer2
 umount -l "$MNT" 2>/dev/null || true
 
 echo "== --allow-overwrite replaces (new ETag), --allow-delete deletes"
