@@ -9,9 +9,11 @@
  *   magic "SHOALBLK", format version, header length, block id, data length, chunk size, chunk
  *   count, one CRC32C per chunk (shoal_chunk_crc: seeded with id and chunk index), and a CRC of
  *   the header itself.
- * Reads verify the header (magic, id equal to the id asked for, length) and the CRC of every
+ * Reads verify the header (magic, id equal to the id asked for, its CRC) and the CRC of every
  * chunk they return. Anything wrong removes the file, counts blockcache_checksum_errors, and the
- * caller sees a miss (-EBADMSG); a reader never receives wrong bytes.
+ * caller sees a miss (-EBADMSG); a reader never receives wrong bytes. A sound file whose length is
+ * not the one a caller expected is kept (-ERANGE): only the file's own header and CRCs count as
+ * evidence against it.
  *
  * Capacity: --cache-size bytes (0 = no disk cache: open succeeds with no dirs, every lookup
  * misses, inserts are dropped; -1 = unlimited, bounded by free_space_ratio of each dir's
@@ -66,11 +68,13 @@ struct shoal_cache_block {
         int dfd; /* internal: O_DIRECT fd, opened by the first direct read, closed by close */
 };
 
-/* Opens block ID, expecting EXPECT_LEN bytes (0: any). Verifies the header. Returns 0; -ENOENT
- * when not cached (or its dir is out of use); -EBADMSG when the file was corrupt (it has been
- * removed); -EIO on an I/O error (the dir is marked); rarely another errno (-EMFILE). Marks the
- * block recently used. Every failure counts blockcache_miss here, so callers need not. On success
- * the caller must call shoal_cache_block_close. */
+/* Opens block ID, expecting EXPECT_LEN bytes (0: any; the length is then the header's, in
+ * B->len). Verifies the header. Returns 0; -ENOENT when not cached (or its dir is out of use);
+ * -ERANGE when the file is sound but holds another length than EXPECT_LEN (it is kept: a file is
+ * removed only on evidence from its own header and CRCs, never on a caller's claim); -EBADMSG when
+ * the file was corrupt (it has been removed); -EIO on an I/O error (the dir is marked); rarely
+ * another errno (-EMFILE). Marks the block recently used. Every failure counts blockcache_miss
+ * here, so callers need not. On success the caller must call shoal_cache_block_close. */
 int shoal_cache_open_block(struct shoal_cache *c, const struct shoal_block_id *id,
                            uint32_t expect_len, struct shoal_cache_block *b);
 

@@ -1130,7 +1130,13 @@ int shoal_cache_open_block(struct shoal_cache *c, const struct shoal_block_id *i
                         goto out_corrupt;
                 }
         }
-        if (shoal_cache_hdr_decode(hdr, hlen, id, expect_len, &hlen, &dlen, b->crcs)) {
+        ret = shoal_cache_hdr_decode(hdr, hlen, id, expect_len, &hlen, &dlen, b->crcs);
+        if (ret == -ERANGE) {
+                /* The caller asked for another length: its claim, not the file, is in question. */
+                close(fd);
+                goto out_miss;
+        }
+        if (ret) {
                 why = "bad header";
                 goto out_corrupt;
         }

@@ -43,9 +43,10 @@ uint32_t shoal_cache_hdr_encode(unsigned char *hdr, const struct shoal_block_id 
 uint32_t shoal_cache_hdr_peek_len(const unsigned char *hdr, size_t avail);
 
 /* Verifies a whole header of AVAIL bytes (at least its header length): magic, version, lengths,
- * that it belongs to block ID, EXPECT_LEN (0: any) and the header CRC. On success stores the
+ * that it belongs to block ID, the header CRC, and EXPECT_LEN (0: any). On success stores the
  * data length in *DATA_LEN, the header length in *HDR_LEN and the chunk CRCs in CRCS
- * (SHOAL_MAX_CHUNKS entries), and returns 0; otherwise -EBADMSG. */
+ * (SHOAL_MAX_CHUNKS entries), and returns 0; -ERANGE when the header is sound but holds another
+ * length than EXPECT_LEN; -EBADMSG when it is damaged. */
 int shoal_cache_hdr_decode(const unsigned char *hdr, size_t avail, const struct shoal_block_id *id,
                            uint32_t expect_len, uint32_t *hdr_len, uint32_t *data_len,
                            uint32_t *crcs);

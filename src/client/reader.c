@@ -1,4 +1,5 @@
 #include "client/reader.h"
+#include "client/reader_internal.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -17,7 +18,7 @@
 #include "net/remote.h"
 #include "store/store.h"
 
-#define VALID_WORDS    (SHOAL_MAX_CHUNKS / 64)
+#define VALID_WORDS    SHOAL_READER_VALID_WORDS
 #define BUF_WAIT_NS    (30ULL * 1000000000ULL)
 #define PREFETCH_QUEUE 64
 
@@ -75,6 +76,15 @@ static void lru_push_tail(struct shoal_reader *r, struct mblock *mb)
         r->lru.lru_prev = mb;
 }
 
+/* For a buffer that holds nothing worth keeping: it is reused first. */
+static void lru_push_head(struct shoal_reader *r, struct mblock *mb)
+{
+        mb->lru_prev = &r->lru;
+        mb->lru_next = r->lru.lru_next;
+        r->lru.lru_next->lru_prev = mb;
+        r->lru.lru_next = mb;
+}
+
 static struct mblock **hash_slot(struct shoal_reader *r, const struct shoal_block_id *id)
 {
         return &r->hash[shoal_block_id_hash64(id) & r->hash_mask];
@@ -109,10 +119,25 @@ static void hash_remove(struct shoal_reader *r, struct mblock *mb)
         mb->used = false;
 }
 
+static bool chunk_valid(const uint64_t *valid, uint64_t c)
+{
+        return valid[c / 64] & (1ULL << (c % 64));
+}
+
+/* Chunks [*FIRST, *END) of the range [OFF, OFF+LEN), in 64 bits so nothing can wrap. */
+static void chunk_span(uint32_t off, uint32_t len, uint64_t *first, uint64_t *end)
+{
+        *first = off / SHOAL_CHUNK_SIZE;
+        *end = ((uint64_t)off + len + SHOAL_CHUNK_SIZE - 1) / SHOAL_CHUNK_SIZE;
+}
+
+/* Callers pass ranges checked against the block (shoal_range_valid), so the span stays inside
+ * the bitmap. */
 static bool range_valid(const struct mblock *mb, uint32_t off, uint32_t len)
 {
-        for (uint32_t c = off / SHOAL_CHUNK_SIZE; c < shoal_chunk_count(off + len); c++)
-                if (!(mb->valid[c / 64] & (1ULL << (c % 64))))
+        uint64_t c, end;
+        for (chunk_span(off, len, &c, &end); c < end; c++)
+                if (!chunk_valid(mb->valid, c))
                         return false;
         return true;
 }
@@ -127,27 +152,33 @@ static bool any_valid(const struct mblock *mb)
 
 static void mark_valid(struct mblock *mb, uint32_t off, uint32_t len)
 {
-        for (uint32_t c = off / SHOAL_CHUNK_SIZE; c < shoal_chunk_count(off + len); c++)
+        uint64_t c, end;
+        for (chunk_span(off, len, &c, &end); c < end; c++)
                 mb->valid[c / 64] |= 1ULL << (c % 64);
 }
 
-/* The smallest chunk range covering every chunk of [off, off+len) that is not valid. */
-static void missing_range(const struct mblock *mb, uint32_t off, uint32_t len, uint32_t *moff,
-                          uint32_t *mlen)
+int shoal_reader_missing_range(const uint64_t *valid, uint32_t block_len, uint32_t off,
+                               uint32_t len, uint32_t *moff, uint32_t *mlen)
 {
-        uint32_t first = UINT32_MAX, last = 0;
-        for (uint32_t c = off / SHOAL_CHUNK_SIZE; c < shoal_chunk_count(off + len); c++) {
-                if (!(mb->valid[c / 64] & (1ULL << (c % 64)))) {
-                        if (first == UINT32_MAX)
-                                first = c;
-                        last = c;
-                }
-        }
-        *moff = first * SHOAL_CHUNK_SIZE;
-        uint64_t end = (uint64_t)(last + 1) * SHOAL_CHUNK_SIZE;
-        if (end > mb->len)
-                end = mb->len;
-        *mlen = (uint32_t)(end - *moff);
+        if (!block_len || block_len > SHOAL_BLOCK_SIZE_MAX ||
+            !shoal_range_valid(block_len, off, len))
+                return -EINVAL;
+        uint64_t c, end;
+        chunk_span(off, len, &c, &end);
+        while (c < end && chunk_valid(valid, c))
+                c++;
+        if (c == end)
+                return -ENODATA;
+        uint64_t first = c;
+        while (c < end && !chunk_valid(valid, c))
+                c++;
+        /* first < c <= end <= chunks of the block: the start lies inside the block and the end
+         * past the start, so the length is positive and fits the block. */
+        uint64_t start = first * SHOAL_CHUNK_SIZE;
+        uint64_t stop = SHOAL_MIN(c * SHOAL_CHUNK_SIZE, (uint64_t)block_len);
+        *moff = (uint32_t)start;
+        *mlen = (uint32_t)(stop - start);
+        return 0;
 }
 
 static void cond_wait_until(pthread_cond_t *c, pthread_mutex_t *mu, uint64_t deadline)
@@ -157,18 +188,38 @@ static void cond_wait_until(pthread_cond_t *c, pthread_mutex_t *mu, uint64_t dea
         pthread_cond_timedwait(c, mu, &ts);
 }
 
-/* Finds or claims the in-memory block for ID, with a reference. Called with r->mu held. WAIT:
- * whether to wait for an unreferenced block to come free. NULL when none did. */
-static struct mblock *mblock_get_locked(struct shoal_reader *r, const struct shoal_block_id *id,
-                                        uint32_t len, bool wait)
+/* Finds or claims the in-memory block for ID of LEN bytes, with a reference, into *OUT. Called
+ * with r->mu held. WAIT: whether to wait for an unreferenced block to come free. Returns 0;
+ * -EBUSY when none did; -EINVAL for a length no block can have; -ESTALE when ID is held, by
+ * someone, with another length. A block of a length other than the one asked is never handed out
+ * (its chunks past the shorter length are not there); an unreferenced one is dropped instead, as
+ * whoever made it had another idea of the object and nobody relies on it any more. */
+static int mblock_get_locked(struct shoal_reader *r, const struct shoal_block_id *id, uint32_t len,
+                             bool wait, struct mblock **out)
 {
+        if (!len || len > r->cfg.vol->block_size)
+                return -EINVAL;
         uint64_t deadline = shoal_now_ns() + BUF_WAIT_NS;
         for (;;) {
                 struct mblock *mb = hash_find(r, id);
+                if (mb && mb->len != len) {
+                        char hex[SHOAL_BLOCK_ID_HEX];
+                        shoal_block_id_hex(id, hex);
+                        log_ratelimited(SHOAL_LOG_WARN, "reader",
+                                        "block %s asked with %u bytes, held with %u%s", hex, len,
+                                        mb->len, mb->refs ? ": refused" : ": dropped");
+                        if (mb->refs)
+                                return -ESTALE;
+                        lru_unlink(mb);
+                        hash_remove(r, mb);
+                        lru_push_head(r, mb);
+                        mb = NULL;
+                }
                 if (mb) {
                         if (mb->refs++ == 0)
                                 lru_unlink(mb);
-                        return mb;
+                        *out = mb;
+                        return 0;
                 }
                 mb = r->lru.lru_next;
                 if (mb != &r->lru) {
@@ -185,10 +236,11 @@ static struct mblock *mblock_get_locked(struct shoal_reader *r, const struct sho
                         struct mblock **slot = hash_slot(r, id);
                         mb->hnext = *slot;
                         *slot = mb;
-                        return mb;
+                        *out = mb;
+                        return 0;
                 }
                 if (!wait || shoal_now_ns() >= deadline)
-                        return NULL;
+                        return -EBUSY;
                 cond_wait_until(&r->cond, &r->mu, deadline);
         }
 }
@@ -199,10 +251,7 @@ static void mblock_put_locked(struct shoal_reader *r, struct mblock *mb)
                 /* A block that never became valid is worthless: reuse it first. */
                 if (!any_valid(mb)) {
                         hash_remove(r, mb);
-                        mb->lru_prev = &r->lru;
-                        mb->lru_next = r->lru.lru_next;
-                        r->lru.lru_next->lru_prev = mb;
-                        r->lru.lru_next = mb;
+                        lru_push_head(r, mb);
                 } else {
                         lru_push_tail(r, mb);
                 }
@@ -314,6 +363,9 @@ static int fill(struct shoal_reader *r, struct mblock *mb, const struct shoal_ob
 static int ensure_range(struct shoal_reader *r, struct mblock *mb, const struct shoal_object *obj,
                         uint32_t index, uint32_t off, uint32_t len, bool allow_remote)
 {
+        /* MB->len is fixed while it is referenced, so this check holds for the whole fill. */
+        if (!shoal_range_valid(mb->len, off, len))
+                return -EINVAL;
         int rc = 0;
         pthread_mutex_lock(&r->mu);
         while (!range_valid(mb, off, len)) {
@@ -322,7 +374,9 @@ static int ensure_range(struct shoal_reader *r, struct mblock *mb, const struct 
                         continue;
                 }
                 uint32_t moff, mlen;
-                missing_range(mb, off, len, &moff, &mlen);
+                rc = shoal_reader_missing_range(mb->valid, mb->len, off, len, &moff, &mlen);
+                if (rc)
+                        break; /* cannot happen after the checks above; never spin on it */
                 bool whole = !any_valid(mb);
                 mb->filling = true;
                 pthread_mutex_unlock(&r->mu);
@@ -378,8 +432,8 @@ static void *prefetch_main(void *arg)
                 struct shoal_block_id id;
                 shoal_block_id_derive(r->cfg.vol, obj->key, obj->version, index, &id);
                 /* Readahead never waits for a buffer: it only uses spare ones. */
-                struct mblock *mb = len ? mblock_get_locked(r, &id, len, false) : NULL;
-                if (!mb)
+                struct mblock *mb;
+                if (mblock_get_locked(r, &id, len, false, &mb))
                         continue;
                 pthread_mutex_unlock(&r->mu);
                 /* Store calls hold process-wide locks (libcurl, OpenSSL): not across a fork of a
@@ -500,6 +554,11 @@ struct shoal_cache *shoal_reader_cache(struct shoal_reader *r)
         return r->cfg.cache;
 }
 
+struct shoal_store *shoal_reader_store(struct shoal_reader *r)
+{
+        return r->cfg.store;
+}
+
 static void readahead(struct shoal_reader *r, const struct shoal_object *obj, uint64_t off,
                       size_t len, struct shoal_stream *s)
 {
@@ -553,11 +612,12 @@ static long read_range(struct shoal_reader *r, const struct shoal_object *obj, u
                 shoal_block_id_derive(r->cfg.vol, obj->key, obj->version, index, &id);
 
                 pthread_mutex_lock(&r->mu);
-                struct mblock *mb = mblock_get_locked(r, &id, blen, !(pins && *npins > 0));
-                bool hit = mb && range_valid(mb, aoff, alen);
+                struct mblock *mb;
+                int grc = mblock_get_locked(r, &id, blen, !(pins && *npins > 0), &mb);
+                bool hit = !grc && range_valid(mb, aoff, alen);
                 pthread_mutex_unlock(&r->mu);
-                if (!mb)
-                        return done ? (long)done : -EBUSY;
+                if (grc)
+                        return done ? (long)done : grc;
                 int rc = hit ? 0 : ensure_range(r, mb, obj, index, aoff, alen, true);
                 if (!rc && hit) {
                         shoal_metric_inc(SHOAL_M_buffer_hits);
@@ -618,12 +678,13 @@ int shoal_reader_hold_block(struct shoal_reader *r, const struct shoal_object *o
         struct shoal_block_id id;
         shoal_block_id_derive(r->cfg.vol, obj->key, obj->version, index, &id);
         pthread_mutex_lock(&r->mu);
-        struct mblock *mb = mblock_get_locked(r, &id, len, true);
-        bool was_valid = mb && range_valid(mb, 0, len);
+        struct mblock *mb;
+        int rc = mblock_get_locked(r, &id, len, true, &mb);
+        bool was_valid = !rc && range_valid(mb, 0, len);
         pthread_mutex_unlock(&r->mu);
-        if (!mb)
-                return -EBUSY;
-        int rc = ensure_range(r, mb, obj, index, 0, len, false);
+        if (rc)
+                return rc;
+        rc = ensure_range(r, mb, obj, index, 0, len, false);
         if (rc) {
                 pthread_mutex_lock(&r->mu);
                 mblock_put_locked(r, mb);
@@ -637,7 +698,7 @@ int shoal_reader_hold_block(struct shoal_reader *r, const struct shoal_object *o
             !shoal_cache_contains(r->cfg.cache, &id))
                 shoal_cache_insert(r->cfg.cache, &id, mb->buf, len);
         hb->data = mb->buf;
-        hb->len = len;
+        hb->len = mb->len;
         hb->id = id;
         hb->ref = mb;
         return 0;

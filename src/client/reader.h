@@ -84,8 +84,10 @@ struct shoal_held_block {
 
 /* On an owner: makes block INDEX of OBJ valid in memory — from the disk cache, else from the
  * store (one download however many ask; the block is then inserted into the disk cache) — and
- * holds it. Returns 0, -ENOENT/-ESTALE for a missing or changed object, -EIO when the store
- * failed, -EBUSY when no buffer came free in time. */
+ * holds it. OBJ must be the caller's own knowledge of the object (a stat), never a peer's claim:
+ * its size fixes the block's length. Returns 0, -ENOENT/-ESTALE for a missing or changed object
+ * (-ESTALE also when the block is held with another length), -EINVAL for an index past the end,
+ * -EIO when the store failed, -EBUSY when no buffer came free in time. */
 int shoal_reader_hold_block(struct shoal_reader *r, const struct shoal_object *obj, uint32_t index,
                             struct shoal_held_block *hb);
 void shoal_reader_release(struct shoal_reader *r, struct shoal_held_block *hb);
@@ -95,6 +97,8 @@ void shoal_reader_set_group(struct shoal_reader *r, struct shoal_group *g);
 
 /* The disk cache this reader uses (may be NULL). */
 struct shoal_cache *shoal_reader_cache(struct shoal_reader *r);
+/* The object store this reader fills from. */
+struct shoal_store *shoal_reader_store(struct shoal_reader *r);
 
 /* Base and length of the mapping all block buffers are carved from (registered once for RDMA, so
  * that payloads land directly in block buffers). */

@@ -261,12 +261,14 @@ static int refresh(struct shoal_group *g, struct shoal_member *list, size_t n)
 static void note_error(struct shoal_group *g, const char *what, int err)
 {
         uint64_t now = shoal_now_ns();
+        /* Atomic: shoal_group_registry_failures reads it from other threads. */
+        unsigned n = __atomic_add_fetch(&g->n_errors, 1, __ATOMIC_RELAXED);
 
-        if (g->n_errors++ == 0 || now - g->error_logged_ns >= ERROR_LOG_INTERVAL_NS) {
+        if (n == 1 || now - g->error_logged_ns >= ERROR_LOG_INTERVAL_NS) {
                 log_warn("group",
                          "registry %s for group \"%s\" failed: %s (%u times in a row; the last "
                          "view is kept)",
-                         what, g->group, strerror(-err), g->n_errors);
+                         what, g->group, strerror(-err), n);
                 g->error_logged_ns = now;
         }
 }
@@ -299,10 +301,11 @@ static void tick(struct shoal_group *g)
                 note_error(g, "list", ret);
                 return;
         }
-        if (g->n_errors) {
+        unsigned failures = __atomic_load_n(&g->n_errors, __ATOMIC_RELAXED);
+        if (failures) {
                 log_info("group", "registry for group \"%s\" is reachable again after %u failures",
-                         g->group, g->n_errors);
-                g->n_errors = 0;
+                         g->group, failures);
+                __atomic_store_n(&g->n_errors, 0, __ATOMIC_RELAXED);
         }
         ret = refresh(g, list, n);
         if (ret < 0)
@@ -480,6 +483,8 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
                 snprintf(err, errlen, "group: out of memory");
                 goto out_leave;
         }
+        /* Read before the agent runs: it replaces (and frees) the view under g->lock. */
+        size_t live = g->view->n;
         ret = pthread_create(&g->thread, NULL, agent_main, g);
         if (ret) {
                 snprintf(err, errlen, "group: cannot start the agent thread: %s", strerror(ret));
@@ -492,7 +497,7 @@ struct shoal_group *shoal_group_start(const struct shoal_group_config *cfg, char
                  " ms, timeout %" PRIu64 " ms, %zu live members",
                  g->group, g->self.id, g->self.tcp_addr[0] ? g->self.tcp_addr : "no address",
                  g->self.weight, g->self.role == SHOAL_ROLE_CONSUMER ? ", consumer" : "",
-                 ns_to_ms(g->heartbeat_ns), ns_to_ms(g->timeout_ns), g->view->n);
+                 ns_to_ms(g->heartbeat_ns), ns_to_ms(g->timeout_ns), live);
         return g;
 
 out_leave:

@@ -1,6 +1,7 @@
 #include "metrics/http.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -24,12 +26,18 @@
 #define RING         (SHOAL_METRICS_WINDOW_S + 1)
 #define GET_MAX_BODY (16u << 20)
 
+struct http_client;
+
 struct shoal_metrics_http {
         int lfd;
         int wake_fd;
         pthread_t thread;
         char addr[80];
         char *labels;
+        /* Names a request's Host may carry besides IP literals and localhost. */
+        char hosts[SHOAL_METRICS_HTTP_MAX_HOSTS][256];
+        unsigned n_hosts;
+        struct http_client *clients; /* SHOAL_METRICS_HTTP_MAX_CLIENTS */
         /* Owned by the server thread once it runs. */
         struct shoal_metrics_snap ring[RING];
         unsigned ring_head, ring_len; /* head: the next slot to write */
@@ -209,8 +217,31 @@ static const struct shoal_metrics_snap *ring_window_start(const struct shoal_met
         return best ? best : &h->ring[oldest];
 }
 
-static void respond(int fd, uint64_t deadline, int code, const char *reason, const char *ctype,
-                    const char *body, size_t blen, bool head_only, const char *extra)
+/* One connection of the endpoint: its request head is read, then its whole answer (head and
+ * body, rendered at once) written, both without blocking, before its deadline. */
+struct http_client {
+        int fd; /* -1: a free place */
+        uint64_t deadline;
+        size_t in_len;
+        char in[SHOAL_METRICS_HTTP_MAX_REQ + 1];
+        char *out; /* the answer, once the head was read */
+        size_t out_len, out_sent;
+};
+
+static void client_close(struct http_client *c)
+{
+        /* Half-close first so a client still sending its head sees a clean end rather than a
+         * reset that could discard our answer. */
+        shutdown(c->fd, SHUT_WR);
+        close(c->fd);
+        c->fd = -1;
+        free(c->out);
+        c->out = NULL;
+}
+
+/* Makes C's answer: a status line, the headers, and BODY (not sent for HEAD). */
+static void answer(struct http_client *c, int code, const char *reason, const char *ctype,
+                   const char *body, size_t blen, bool head_only, const char *extra)
 {
         char hdr[512];
         int n = snprintf(hdr, sizeof(hdr),
@@ -218,85 +249,125 @@ static void respond(int fd, uint64_t deadline, int code, const char *reason, con
                          "Connection: close\r\n\r\n",
                          code, reason, ctype, blen, extra ? extra : "");
         if (n < 0 || (size_t)n >= sizeof(hdr))
-                return;
-        if (send_all_deadline(fd, hdr, (size_t)n, deadline))
-                return;
-        if (!head_only && blen)
-                send_all_deadline(fd, body, blen, deadline);
-}
-
-static void respond_text(int fd, uint64_t deadline, int code, const char *reason, const char *msg,
-                         const char *extra)
-{
-        respond(fd, deadline, code, reason, "text/plain; charset=utf-8", msg, strlen(msg), false,
-                extra);
-}
-
-/* Reads the request head (up to the blank line) into BUF. Returns its length, or -errno
- * (-EMSGSIZE: larger than the buffer). The body of a GET is never read. */
-static ssize_t read_head(int fd, char *buf, size_t cap, uint64_t deadline)
-{
-        size_t got = 0;
-        for (;;) {
-                ssize_t n = recv(fd, buf + got, cap - 1 - got, MSG_DONTWAIT);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0 && errno == EAGAIN) {
-                        int rc = wait_fd(fd, POLLIN, deadline);
-                        if (rc)
-                                return rc;
-                        continue;
-                }
-                if (n < 0)
-                        return -errno;
-                if (n == 0)
-                        return -ECONNRESET;
-                got += (size_t)n;
-                buf[got] = '\0';
-                if (strstr(buf, "\r\n\r\n") || strstr(buf, "\n\n"))
-                        return (ssize_t)got;
-                if (got >= cap - 1)
-                        return -EMSGSIZE;
-        }
-}
-
-static void serve_one(struct shoal_metrics_http *h, int fd)
-{
-        char req[SHOAL_METRICS_HTTP_MAX_REQ + 1];
-        uint64_t deadline = shoal_now_ns() + SHOAL_METRICS_HTTP_TIMEOUT_MS * NS_PER_MS;
-        ssize_t n = read_head(fd, req, sizeof(req), deadline);
-        if (n == -EMSGSIZE) {
-                respond_text(fd, deadline, 431, "Request Header Fields Too Large",
-                             "request head too large\n", NULL);
+                n = 0;
+        size_t send_body = head_only ? 0 : blen;
+        c->out = malloc((size_t)n + send_body + 1);
+        if (!c->out) {
+                c->out_len = 0; /* closed without an answer: out of memory */
                 return;
         }
-        if (n < 0)
-                return;
+        memcpy(c->out, hdr, (size_t)n);
+        if (send_body)
+                memcpy(c->out + n, body, send_body);
+        c->out_len = (size_t)n + send_body;
+        c->out_sent = 0;
+}
 
+static void answer_text(struct http_client *c, int code, const char *reason, const char *msg,
+                        const char *extra)
+{
+        answer(c, code, reason, "text/plain; charset=utf-8", msg, strlen(msg), false, extra);
+}
+
+/* The value of header NAME in the request head REQ (NUL-terminated), trimmed, into OUT. Returns
+ * 1 when present once, 0 when absent, -1 when present twice or too long. */
+static int header_value(const char *req, const char *name, char *out, size_t outlen)
+{
+        size_t nl = strlen(name);
+        int found = 0;
+        const char *p = strchr(req, '\n'); /* skip the request line */
+        while (p && p[1] && p[1] != '\r' && p[1] != '\n') {
+                const char *line = p + 1;
+                p = strchr(line, '\n');
+                if (strncasecmp(line, name, nl) || line[nl] != ':')
+                        continue;
+                if (found++)
+                        return -1;
+                const char *v = line + nl + 1, *end = p ? p : line + strlen(line);
+                while (v < end && (*v == ' ' || *v == '\t'))
+                        v++;
+                while (end > v && (end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
+                        end--;
+                if ((size_t)(end - v) >= outlen)
+                        return -1;
+                memcpy(out, v, (size_t)(end - v));
+                out[end - v] = '\0';
+        }
+        return found;
+}
+
+/* Whether a request may be answered for Host HOST ("name[:port]", "[v6][:port]"): an IP
+ * literal, "localhost", this machine's name, or a name the operator allowed. A browser that a
+ * hostile page made resolve its own name to this address (DNS rebinding) sends that name, and
+ * is refused: the endpoint has no credentials of its own to protect it. */
+static bool host_allowed(const struct shoal_metrics_http *h, const char *host)
+{
+        char name[256];
+        const char *end;
+        if (host[0] == '[') {
+                end = strchr(host, ']');
+                if (!end || (end[1] && end[1] != ':') || (size_t)(end - host - 1) >= sizeof(name))
+                        return false;
+                memcpy(name, host + 1, (size_t)(end - host - 1));
+                name[end - host - 1] = '\0';
+                struct in6_addr a6;
+                return inet_pton(AF_INET6, name, &a6) == 1;
+        }
+        end = strchr(host, ':');
+        size_t len = end ? (size_t)(end - host) : strlen(host);
+        if (!len || len >= sizeof(name) || (end && strchr(end + 1, ':')))
+                return false;
+        memcpy(name, host, len);
+        name[len] = '\0';
+        if (len > 1 && name[len - 1] == '.')
+                name[--len] = '\0'; /* "localhost." is "localhost" */
+        struct in_addr a4;
+        if (inet_pton(AF_INET, name, &a4) == 1 || !strcasecmp(name, "localhost"))
+                return true;
+        for (unsigned i = 0; i < h->n_hosts; i++)
+                if (!strcasecmp(name, h->hosts[i]))
+                        return true;
+        return false;
+}
+
+/* The request head of C is complete: decide the answer. */
+static void handle_request(struct shoal_metrics_http *h, struct http_client *c)
+{
         /* Request line: METHOD SP TARGET SP HTTP/1.x */
-        char method[8], target[256], version[16];
-        if (sscanf(req, "%7[A-Z] %255[^ \r\n] %15[^ \r\n]", method, target, version) != 3 ||
+        char method[8], target[256], version[16], host[300];
+        if (sscanf(c->in, "%7[A-Z] %255[^ \r\n] %15[^ \r\n]", method, target, version) != 3 ||
             strncmp(version, "HTTP/1.", 7)) {
-                respond_text(fd, deadline, 400, "Bad Request", "malformed request line\n", NULL);
+                answer_text(c, 400, "Bad Request", "malformed request line\n", NULL);
+                return;
+        }
+        int hv = header_value(c->in, "Host", host, sizeof(host));
+        if (hv < 0) {
+                answer_text(c, 400, "Bad Request", "malformed Host header\n", NULL);
+                return;
+        }
+        if (hv > 0 && !host_allowed(h, host)) {
+                answer_text(c, 403, "Forbidden",
+                            "Host must be an IP address, localhost, this machine's name or one "
+                            "in SHOAL_METRICS_HOSTS\n",
+                            NULL);
                 return;
         }
         bool head = !strcmp(method, "HEAD");
         if (!head && strcmp(method, "GET")) {
-                respond_text(fd, deadline, 405, "Method Not Allowed", "only GET and HEAD\n",
-                             "Allow: GET, HEAD\r\n");
+                answer_text(c, 405, "Method Not Allowed", "only GET and HEAD\n",
+                            "Allow: GET, HEAD\r\n");
                 return;
         }
         bool stats = !strcmp(target, "/stats") || !strcmp(target, "/metrics?format=stats");
         bool prom = !stats && (!strcmp(target, "/metrics") || !strncmp(target, "/metrics?", 9));
         if (!stats && !prom) {
-                respond_text(fd, deadline, 404, "Not Found",
-                             "shoal metrics: GET /metrics (Prometheus) or /stats\n", NULL);
+                answer_text(c, 404, "Not Found",
+                            "shoal metrics: GET /metrics (Prometheus) or /stats\n", NULL);
                 return;
         }
-
         struct shoal_metrics_snap cur;
         if (shoal_metrics_snap_take(&cur)) {
-                respond_text(fd, deadline, 503, "Service Unavailable", "out of memory\n", NULL);
+                answer_text(c, 503, "Service Unavailable", "out of memory\n", NULL);
                 return;
         }
         const struct shoal_metrics_snap *prev = ring_window_start(h, cur.taken_ns);
@@ -304,18 +375,98 @@ static void serve_one(struct shoal_metrics_http *h, int fd)
                            : shoal_metrics_render_prometheus(&cur, prev, h->labels);
         shoal_metrics_snap_free(&cur);
         if (!body) {
-                respond_text(fd, deadline, 503, "Service Unavailable", "out of memory\n", NULL);
+                answer_text(c, 503, "Service Unavailable", "out of memory\n", NULL);
                 return;
         }
-        respond(fd, deadline, 200, "OK",
-                stats ? "text/plain; charset=utf-8" : "text/plain; version=0.0.4; charset=utf-8",
-                body, strlen(body), head, NULL);
+        answer(c, 200, "OK",
+               stats ? "text/plain; charset=utf-8" : "text/plain; version=0.0.4; charset=utf-8",
+               body, strlen(body), head, NULL);
         free(body);
 }
 
+/* C is readable: takes what arrived; once the head is complete (or too large), the answer. */
+static void client_read(struct shoal_metrics_http *h, struct http_client *c)
+{
+        size_t cap = sizeof(c->in) - 1;
+        ssize_t n = recv(c->fd, c->in + c->in_len, cap - c->in_len, MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                return;
+        if (n <= 0) {
+                client_close(c);
+                return;
+        }
+        c->in_len += (size_t)n;
+        c->in[c->in_len] = '\0';
+        if (strstr(c->in, "\r\n\r\n") || strstr(c->in, "\n\n"))
+                handle_request(h, c);
+        else if (c->in_len == cap)
+                answer_text(c, 431, "Request Header Fields Too Large", "request head too large\n",
+                            NULL);
+        else
+                return;
+        if (!c->out)
+                client_close(c);
+}
+
+/* C is writable: sends what the socket takes; closes once the answer is out. */
+static void client_write(struct http_client *c)
+{
+        ssize_t n = send(c->fd, c->out + c->out_sent, c->out_len - c->out_sent,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                return;
+        if (n < 0) {
+                client_close(c);
+                return;
+        }
+        c->out_sent += (size_t)n;
+        if (c->out_sent == c->out_len)
+                client_close(c);
+}
+
+/* A place for a new connection: a free one, else the one closest to its deadline (a slow client
+ * gives way to a new one rather than locking the endpoint). */
+static struct http_client *client_slot(struct shoal_metrics_http *h)
+{
+        struct http_client *oldest = NULL;
+        for (unsigned i = 0; i < SHOAL_METRICS_HTTP_MAX_CLIENTS; i++) {
+                struct http_client *c = &h->clients[i];
+                if (c->fd < 0)
+                        return c;
+                if (!oldest || c->deadline < oldest->deadline)
+                        oldest = c;
+        }
+        log_ratelimited(SHOAL_LOG_INFO, "metrics",
+                        "%u clients at once: closing the slowest for a new one",
+                        SHOAL_METRICS_HTTP_MAX_CLIENTS);
+        client_close(oldest);
+        return oldest;
+}
+
+static void accept_clients(struct shoal_metrics_http *h)
+{
+        for (;;) {
+                int fd = accept4(h->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                if (fd < 0) {
+                        if (errno == EMFILE || errno == ENFILE)
+                                log_ratelimited(SHOAL_LOG_WARN, "metrics", "accept failed: %s",
+                                                strerror(errno));
+                        return;
+                }
+                struct http_client *c = client_slot(h);
+                c->fd = fd;
+                c->in_len = 0;
+                c->deadline = shoal_now_ns() + SHOAL_METRICS_HTTP_TIMEOUT_MS * NS_PER_MS;
+        }
+}
+
+/* The endpoint's thread: the window ring's tick and every connection, in one poll loop; no
+ * connection is ever waited on. */
 static void *http_main(void *arg)
 {
         struct shoal_metrics_http *h = arg;
+        struct pollfd p[2 + SHOAL_METRICS_HTTP_MAX_CLIENTS];
+        struct http_client *who[2 + SHOAL_METRICS_HTTP_MAX_CLIENTS];
         uint64_t next_tick = shoal_now_ns();
 
         for (;;) {
@@ -323,41 +474,106 @@ static void *http_main(void *arg)
                 if (now >= next_tick) {
                         ring_tick(h);
                         next_tick += NS_PER_S;
-                        /* After a stall (a slow client, a suspended process) tick from now on
-                         * rather than catching up with a burst of identical snapshots. */
+                        /* After a stall (a suspended process) tick from now on rather than
+                         * catching up with a burst of identical snapshots. */
                         if (next_tick <= now)
                                 next_tick = now + NS_PER_S;
                 }
-                struct pollfd p[2] = {{.fd = h->lfd, .events = POLLIN},
-                                      {.fd = h->wake_fd, .events = POLLIN}};
-                int ms = (int)((next_tick - SHOAL_MIN(now, next_tick) + NS_PER_MS - 1) / NS_PER_MS);
-                int n = poll(p, 2, ms);
-                if (n < 0 && errno != EINTR) {
+                uint64_t wake = next_tick;
+                nfds_t n = 0;
+                p[n++] = (struct pollfd){.fd = h->wake_fd, .events = POLLIN};
+                p[n++] = (struct pollfd){.fd = h->lfd, .events = POLLIN};
+                for (unsigned i = 0; i < SHOAL_METRICS_HTTP_MAX_CLIENTS; i++) {
+                        struct http_client *c = &h->clients[i];
+                        if (c->fd < 0)
+                                continue;
+                        if (now >= c->deadline) {
+                                client_close(c);
+                                continue;
+                        }
+                        wake = SHOAL_MIN(wake, c->deadline);
+                        who[n] = c;
+                        p[n++] = (struct pollfd){.fd = c->fd, .events = c->out ? POLLOUT : POLLIN};
+                }
+                int ms = (int)((wake - SHOAL_MIN(now, wake) + NS_PER_MS - 1) / NS_PER_MS);
+                int rc = poll(p, n, ms);
+                if (rc < 0 && errno != EINTR) {
                         log_ratelimited(SHOAL_LOG_WARN, "metrics", "poll failed: %s",
                                         strerror(errno));
                         shoal_sleep_ns(100 * NS_PER_MS);
                         continue;
                 }
-                if (n <= 0)
+                if (rc <= 0)
                         continue;
-                if (p[1].revents)
+                if (p[0].revents)
                         break;
-                if (!(p[0].revents & POLLIN))
-                        continue;
-                int fd = accept4(h->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-                if (fd < 0) {
-                        if (errno == EMFILE || errno == ENFILE)
-                                log_ratelimited(SHOAL_LOG_WARN, "metrics", "accept failed: %s",
-                                                strerror(errno));
-                        continue;
+                for (nfds_t i = 2; i < n; i++) {
+                        struct http_client *c = who[i];
+                        if (!p[i].revents || c->fd < 0)
+                                continue;
+                        if (c->out)
+                                client_write(c);
+                        else
+                                client_read(h, c);
                 }
-                serve_one(h, fd);
-                /* Half-close first so a client still sending its head sees a clean end rather
-                 * than a reset that could discard our answer. */
-                shutdown(fd, SHUT_WR);
-                close(fd);
+                if (p[1].revents & POLLIN)
+                        accept_clients(h);
         }
+        for (unsigned i = 0; i < SHOAL_METRICS_HTTP_MAX_CLIENTS; i++)
+                if (h->clients[i].fd >= 0)
+                        client_close(&h->clients[i]);
         return NULL;
+}
+
+static bool host_name_valid(const char *n, size_t len)
+{
+        if (!len || len >= 256)
+                return false;
+        for (size_t i = 0; i < len; i++)
+                if (!isalnum((unsigned char)n[i]) && n[i] != '-' && n[i] != '.' && n[i] != '_')
+                        return false;
+        return true;
+}
+
+static void host_add(struct shoal_metrics_http *h, const char *n, size_t len)
+{
+        if (h->n_hosts < SHOAL_METRICS_HTTP_MAX_HOSTS && host_name_valid(n, len)) {
+                memcpy(h->hosts[h->n_hosts], n, len);
+                h->hosts[h->n_hosts++][len] = '\0';
+        }
+}
+
+/* The names a Host header may carry besides IP literals and localhost: this machine's name, the
+ * name --metrics was given (if a name), and SHOAL_METRICS_HOSTS (comma-separated). */
+static int hosts_init(struct shoal_metrics_http *h, const char *addr, char *err, size_t errlen)
+{
+        char name[256];
+        uint16_t port;
+        if (!gethostname(name, sizeof(name) - 1)) {
+                name[sizeof(name) - 1] = '\0';
+                host_add(h, name, strlen(name));
+        }
+        if (addr && !shoal_metrics_addr_parse(addr, name, sizeof(name), &port))
+                host_add(h, name, strlen(name));
+        const char *env = getenv("SHOAL_METRICS_HOSTS");
+        for (const char *p = env; p && *p;) {
+                const char *end = strchr(p, ',');
+                size_t len = end ? (size_t)(end - p) : strlen(p);
+                while (len && (*p == ' ' || *p == '\t'))
+                        p++, len--;
+                while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+                        len--;
+                if (len && !host_name_valid(p, len)) {
+                        snprintf(err, errlen,
+                                 "invalid SHOAL_METRICS_HOSTS: '%.*s' is not a host name",
+                                 (int)SHOAL_MIN(len, 64), p);
+                        return -EINVAL;
+                }
+                if (len)
+                        host_add(h, p, len);
+                p = end ? end + 1 : NULL;
+        }
+        return 0;
 }
 
 struct shoal_metrics_http *shoal_metrics_http_start(const struct shoal_metrics_http_config *cfg,
@@ -379,10 +595,15 @@ struct shoal_metrics_http *shoal_metrics_http_start(const struct shoal_metrics_h
         if (cfg->volume)
                 label_append(labels, sizeof(labels), &ll, "volume", cfg->volume);
         h->labels = strdup(labels);
-        if (!h->labels) {
+        h->clients = calloc(SHOAL_METRICS_HTTP_MAX_CLIENTS, sizeof(*h->clients));
+        if (!h->labels || !h->clients) {
                 snprintf(err, errlen, "out of memory");
-                goto out_free;
+                goto out_labels;
         }
+        for (unsigned i = 0; i < SHOAL_METRICS_HTTP_MAX_CLIENTS; i++)
+                h->clients[i].fd = -1;
+        if (hosts_init(h, cfg->addr, err, errlen))
+                goto out_labels;
 
         if (cfg->addr) {
                 if (shoal_metrics_addr_parse(cfg->addr, host, sizeof(host), &port)) {
@@ -433,8 +654,8 @@ out_wake:
 out_close:
         close(h->lfd);
 out_labels:
+        free(h->clients);
         free(h->labels);
-out_free:
         free(h);
         return NULL;
 }
@@ -457,6 +678,7 @@ void shoal_metrics_http_stop(struct shoal_metrics_http *h)
         close(h->lfd);
         for (unsigned i = 0; i < RING; i++)
                 shoal_metrics_snap_free(&h->ring[i]);
+        free(h->clients);
         free(h->labels);
         free(h);
 }

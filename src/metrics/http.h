@@ -9,22 +9,31 @@
  * the process is younger than that). The window therefore does not depend on who scrapes or how
  * often, and two scrapers never shorten each other's window.
  *
- * Bounds: one connection at a time, a request head of at most SHOAL_METRICS_HTTP_MAX_REQ bytes,
- * SHOAL_METRICS_HTTP_TIMEOUT_MS to read it and as long to write the answer, then the connection
- * is closed (Connection: close). The data path is never touched: rendering only reads the
- * per-thread counters. */
+ * Bounds: up to SHOAL_METRICS_HTTP_MAX_CLIENTS connections at once, served together by one
+ * thread that never waits on any of them (a slow client delays no other; when all places are
+ * taken the one closest to its deadline gives way); a request head of at most
+ * SHOAL_METRICS_HTTP_MAX_REQ bytes; SHOAL_METRICS_HTTP_TIMEOUT_MS from accept to the last byte of
+ * the answer, then the connection is closed (Connection: close). The data path is never touched:
+ * rendering only reads the per-thread counters.
+ *
+ * DNS rebinding: a request's Host must be an IP literal, "localhost", this machine's name, the
+ * name --metrics was given, or one listed in SHOAL_METRICS_HOSTS (comma-separated); any other is
+ * answered 403, so a web page that makes a browser resolve its own name to this address cannot
+ * read the metrics. A request without Host (HTTP/1.0) is answered. */
 #ifndef SHOAL_METRICS_HTTP_H
 #define SHOAL_METRICS_HTTP_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHOAL_METRICS_DEFAULT_HOST    "127.0.0.1"
-#define SHOAL_METRICS_DEFAULT_PORT    9567
-#define SHOAL_METRICS_PORT_TRIES      100 /* default address: 9567..9666, first free one */
-#define SHOAL_METRICS_WINDOW_S        15
-#define SHOAL_METRICS_HTTP_MAX_REQ    8192
-#define SHOAL_METRICS_HTTP_TIMEOUT_MS 2000
+#define SHOAL_METRICS_DEFAULT_HOST     "127.0.0.1"
+#define SHOAL_METRICS_DEFAULT_PORT     9567
+#define SHOAL_METRICS_PORT_TRIES       100 /* default address: 9567..9666, first free one */
+#define SHOAL_METRICS_WINDOW_S         15
+#define SHOAL_METRICS_HTTP_MAX_REQ     8192
+#define SHOAL_METRICS_HTTP_TIMEOUT_MS  2000
+#define SHOAL_METRICS_HTTP_MAX_CLIENTS 32
+#define SHOAL_METRICS_HTTP_MAX_HOSTS   16
 
 struct shoal_metrics_http_config {
         const char *addr;        /* HOST:PORT (port 0: chosen by the system); NULL: default */
@@ -37,7 +46,8 @@ struct shoal_metrics_http;
 
 /* Binds the address (an explicit one exactly; the default 127.0.0.1:9567 or the next free port of
  * SHOAL_METRICS_PORT_TRIES), logs "prometheus metrics listening on IP:PORT" and starts the thread.
- * Returns the server, or NULL with one line in ERR. The config's strings are copied. */
+ * Returns the server, or NULL with one line in ERR (also for an invalid SHOAL_METRICS_HOSTS).
+ * The config's strings are copied. */
 struct shoal_metrics_http *shoal_metrics_http_start(const struct shoal_metrics_http_config *cfg,
                                                     char *err, size_t errlen);
 /* The bound address as "IP:PORT"; valid until stop. */

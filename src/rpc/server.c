@@ -23,12 +23,14 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -43,17 +45,24 @@
 #include "metrics/metrics.h"
 #include "rpc/handshake.h"
 #include "rpc/wire.h"
+#include "store/sizes.h"
 
 #define MAX_LOOPS           8
 #define SERVICE_POOL        1
 #define SERVICE_IORPC       2
-#define HANDSHAKE_NS        (5ULL * 1000000000ULL)
+#define HANDSHAKE_NS        (3ULL * 1000000000ULL) /* short: an honest handshake is two RTTs */
 #define FRAME_STALL_NS      (10ULL * 1000000000ULL)
 #define SEND_STALL_NS       (30ULL * 1000000000ULL)
 #define MAX_CONNS           10000
-#define IORPC_CONN_INFLIGHT 1024
+#define IORPC_CONN_INFLIGHT 1024 /* advertised: ids a requester may have outstanding */
+#define CONN_ACTIVE_MAX     64   /* IORPC requests read and not yet answered, per connection */
+#define CONN_CORRUPT_MAX    2    /* CORRUPT notices being checked, per connection */
+#define CORRUPT_ACTIVE_MAX  4    /* ... and in the whole server (more are dropped) */
+#define SRC_BUCKETS         256
+#define READ_BUDGET         32 /* frames handled per connection per loop round */
 #define DIO_BUFFERS         64
 #define IN_MAX              (SHOAL_WIRE_HDR_LEN + 4096)
+#define SIZES_MAX           16384 /* object sizes remembered (no expiry: a version's size is fixed) */
 
 struct srv_loop;
 struct conn;
@@ -115,8 +124,9 @@ struct srv_req {
         uint64_t pay_sent;
         uint64_t pay_piped; /* SRC_SPLICE: bytes moved from the file into the pipe */
         uint64_t t_write;
-        bool counted; /* holds a server-wide processing slot */
-        int svc;      /* SVC_M_POOL or SVC_M_IORPC (RDMA requests are IORPC) */
+        bool counted;      /* holds a server-wide processing slot */
+        bool corrupt_slot; /* counted in corrupt_active */
+        int svc;           /* SVC_M_POOL or SVC_M_IORPC (RDMA requests are IORPC) */
         struct srv_req *next;
         /* RDMA requests (c == NULL): answered through this callback instead of a connection */
         shoal_server_answer_fn ext_fn;
@@ -135,6 +145,8 @@ struct conn {
                 C_READY
         } state;
         bool closed;
+        bool closing;       /* conn_close_later: closed once the loop's batch of events is done */
+        bool gone;          /* closed, for worker threads (atomic) */
         int refs;           /* the loop's own reference + one per request outside the loop */
         struct shoal_hs hs; /* the handshake, until state is C_READY */
         uint8_t in[IN_MAX];
@@ -147,6 +159,9 @@ struct conn {
         uint64_t *ids;        /* in-flight ids, for the duplicate check */
         struct srv_req *sendq, *sendq_tail; /* answers ready, in completion order */
         uint64_t last_progress;
+        struct src_count *preauth;      /* not authenticated yet: its source's count */
+        struct conn *pa_prev, *pa_next; /* the loop's unauthenticated, oldest first */
+        struct shoal_loop_task close_task;
         int pipe[2];       /* splice mode: one answer is written at a time, so one pipe */
         size_t pipe_bytes; /* bytes sitting in the pipe */
         struct conn *prev, *next;
@@ -166,6 +181,16 @@ struct srv_loop {
         bool accept_paused;
         uint64_t accept_resume;
         struct conn *conns;
+        struct conn *pa_head, *pa_tail; /* unauthenticated connections, oldest first */
+        unsigned npreauth;
+        struct src_count *src[SRC_BUCKETS]; /* unauthenticated connections per source */
+};
+
+/* Unauthenticated connections from one source address, on one loop. */
+struct src_count {
+        struct src_count *next;
+        uint32_t ip;
+        unsigned n;
 };
 
 struct shoal_server {
@@ -177,7 +202,9 @@ struct shoal_server {
         unsigned nloops;
         struct shoal_workers *disk, *fill;
         struct shoal_bufpool *dio;
+        struct shoal_store_sizes *sizes; /* object sizes the member learned itself [S4] */
         char tcp_addr[64], iorpc_addr[64];
+        pthread_mutex_t info_mu; /* the RDMA addresses, set after the loops started */
         char rdma_addr[4][64];
         unsigned n_rdma;
         struct shoal_group *_Atomic group;
@@ -187,6 +214,11 @@ struct shoal_server {
         unsigned svc_queued[SVC_M__COUNT], svc_queued_max[SVC_M__COUNT];
         struct srv_req *waitq, *waitq_tail;
         unsigned nconns;
+        /* Admission [S2], derived from RLIMIT_NOFILE at start (limits_derive). */
+        unsigned conn_cap;             /* connections */
+        unsigned loop_preauth_cap;     /* ... not yet authenticated, on each loop */
+        unsigned loop_preauth_per_src; /* ... from one source address, on each loop */
+        unsigned corrupt_active;       /* atomic: CORRUPT notices being checked */
         bool iorpc_on;
         int iorpc_mode; /* effective mode (splice may have fallen back to dio) */
         long pipe_max;  /* fs.pipe-max-size */
@@ -196,6 +228,7 @@ static void conn_close(struct conn *c);
 static void conn_kick_write(struct conn *c);
 static void conn_update_events(struct conn *c);
 static void req_dispatch(struct srv_req *r);
+static void preauth_leave(struct conn *c);
 
 /* ---- requests ---------------------------------------------------------------------------- */
 
@@ -274,6 +307,8 @@ static void slot_release(struct srv_req *r)
 static void req_free(struct srv_req *r)
 {
         req_release_resources(r);
+        if (r->corrupt_slot)
+                __atomic_fetch_sub(&r->s->corrupt_active, 1, __ATOMIC_RELAXED);
         if (r->counted)
                 slot_release(r);
         free(r);
@@ -378,25 +413,68 @@ static void req_finish(struct srv_req *r)
         shoal_loop_post(r->c->lp->loop, &r->done);
 }
 
+/* Whether R's connection has closed: its queued work is then dropped before it starts. Read on
+ * worker threads, so the flag is atomic; a close racing with this check only costs one piece of
+ * work whose answer is dropped on the loop. */
+static bool req_orphaned(const struct srv_req *r)
+{
+        return r->c && __atomic_load_n(&r->c->gone, __ATOMIC_ACQUIRE);
+}
+
+static void req_refuse(struct srv_req *r, uint32_t status, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+static void req_refuse(struct srv_req *r, uint32_t status, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->reason, sizeof(r->reason), fmt, ap);
+        va_end(ap);
+        r->status = status;
+}
+
+/* The block length R claims (the wire decoder checked that the index lies inside the claimed
+ * object and the range inside this length). Only ever compared with what the member knows. */
+static uint32_t req_claimed_len(const struct srv_req *r)
+{
+        return shoal_block_len(r->obj.size, r->s->cfg.vol->block_size, r->index);
+}
+
+/* Fill worker: the object's size from the store (a stat shared by all who ask, remembered for the
+ * version), checked against the claim, then the block through the reader's single-flight fill
+ * with this member's own idea of the object [S4]. */
 static void fill_work(struct shoal_work *w)
 {
         struct srv_req *r = (struct srv_req *)w;
-        int rc = shoal_reader_hold_block(r->s->cfg.reader, &r->obj, r->index, &r->hb);
+        struct shoal_server *s = r->s;
+        if (req_orphaned(r)) {
+                req_finish(r);
+                return;
+        }
+        uint64_t size;
+        int rc = shoal_store_sizes_get(s->sizes, r->obj.key, r->obj.version, &size);
+        if (!rc && size != r->obj.size) {
+                req_refuse(r, SHOAL_ST_BAD_REQUEST, "%.60s is %llu bytes, not %llu", r->obj.key,
+                           (unsigned long long)size, (unsigned long long)r->obj.size);
+                req_finish(r);
+                return;
+        }
+        if (!rc)
+                rc = shoal_reader_hold_block(s->cfg.reader, &r->obj, r->index, &r->hb);
         shoal_metric_inc(SHOAL_M_remotecache_serve_miss);
         if (rc) {
-                r->status = rc == -ENOENT   ? SHOAL_ST_NOT_FOUND
-                            : rc == -ESTALE ? SHOAL_ST_STALE
-                            : rc == -EBUSY  ? SHOAL_ST_BUSY
-                                            : SHOAL_ST_STORE_ERROR;
-                snprintf(r->reason, sizeof(r->reason), "fill %.60s block %u: %s", r->obj.key,
-                         r->index, strerror(-rc));
-        } else if (r->s->cfg.cache &&
-                   !shoal_cache_open_block(r->s->cfg.cache, &r->hb.id, r->hb.len, &r->cb)) {
+                req_refuse(r,
+                           rc == -ENOENT   ? SHOAL_ST_NOT_FOUND
+                           : rc == -ESTALE ? SHOAL_ST_STALE
+                           : rc == -EBUSY  ? SHOAL_ST_BUSY
+                                           : SHOAL_ST_STORE_ERROR,
+                           "fill %.60s block %u: %s", r->obj.key, r->index, strerror(-rc));
+        } else if (s->cfg.cache &&
+                   !shoal_cache_open_block(s->cfg.cache, &r->hb.id, r->hb.len, &r->cb)) {
                 /* The fill put the block into the cache: answer from the file and give the
                  * in-memory block back at once, so slow readers do not pin fill buffers. */
                 r->cb_open = true;
                 r->src = SRC_FILE;
-                shoal_reader_release(r->s->cfg.reader, &r->hb);
+                shoal_reader_release(s->cfg.reader, &r->hb);
         } else {
                 r->src = SRC_HELD; /* not cacheable (full disk, no cache): send from memory */
         }
@@ -415,68 +493,128 @@ static bool is_owner(struct shoal_server *s, const struct shoal_block_id *id)
         return mine;
 }
 
+/* Disk worker: a requester saw a bad checksum. The member checks its own file against its own
+ * header, chunk by chunk into a small buffer of its own (never a pool buffer: a disk worker must
+ * not wait), and the cache removes it only if a chunk fails. The notice's claimed length only
+ * decides whether the notice is about this file at all. */
+static void corrupt_work(struct srv_req *r, const struct shoal_block_id *id)
+{
+        struct shoal_server *s = r->s;
+        char *chunk = NULL;
+        uint64_t known;
+        if (!s->cfg.cache || shoal_cache_open_block(s->cfg.cache, id, 0, &r->cb))
+                goto out;
+        r->cb_open = true;
+        if (r->cb.len != req_claimed_len(r) ||
+            (!shoal_store_sizes_peek(s->sizes, r->obj.key, r->obj.version, &known) &&
+             known != r->obj.size)) {
+                log_ratelimited(SHOAL_LOG_INFO, "server",
+                                "corrupt notice for %.60s/%u from %s names another length: ignored",
+                                r->obj.key, r->index, r->c ? r->c->peer : "rdma");
+                goto out;
+        }
+        chunk = malloc(SHOAL_CHUNK_SIZE);
+        for (uint32_t off = 0; chunk && off < r->cb.len; off += SHOAL_CHUNK_SIZE) {
+                uint32_t n = SHOAL_MIN(SHOAL_CHUNK_SIZE, r->cb.len - off);
+                int rc = shoal_cache_block_read(s->cfg.cache, &r->cb, off, n, chunk,
+                                                SHOAL_CACHE_READ_BUFFERED);
+                if (rc == -EBADMSG)
+                        log_warn("server", "block %.60s/%u reported corrupt by %s: removed",
+                                 r->obj.key, r->index, r->c ? r->c->peer : "rdma");
+                if (rc)
+                        break;
+        }
+        free(chunk);
+out:
+        req_release_resources(r);
+        req_finish(r);
+}
+
+/* Disk worker: R's block is cached as R->cb (open, its length from its own header). Serves it
+ * when the claim agrees with what the member knows, else refuses. Returns false when R is to be
+ * treated as a miss instead (the file is released): a claim that the member knows to be right
+ * while the file holds another length, or one it cannot judge without the store while R may fill
+ * — the fill workers then ask the store, and the reader's fill replaces a file the store proves
+ * wrong. A requester's claim alone never removes a file. */
+static bool hit_work(struct srv_req *r)
+{
+        struct shoal_server *s = r->s;
+        uint64_t known;
+        bool size_known = !shoal_store_sizes_peek(s->sizes, r->obj.key, r->obj.version, &known);
+        if (size_known && known != r->obj.size) {
+                req_refuse(r, SHOAL_ST_BAD_REQUEST, "%.60s is %llu bytes, not %llu", r->obj.key,
+                           (unsigned long long)known, (unsigned long long)r->obj.size);
+                req_release_resources(r);
+                req_finish(r);
+                return true;
+        }
+        if (r->cb.len != req_claimed_len(r) || !shoal_range_valid(r->cb.len, r->off, r->len)) {
+                /* The claim is right (size known) and the file is not, or nobody knows yet:
+                 * either way the file stays unless the store proves it wrong (fill path). */
+                req_release_resources(r);
+                if (size_known || (r->flags & SHOAL_WF_FILL))
+                        return false;
+                req_refuse(r, SHOAL_ST_BAD_REQUEST, "block %u of %.60s is %u bytes, not %u",
+                           r->index, r->obj.key, r->cb.len, req_claimed_len(r));
+                req_finish(r);
+                return true;
+        }
+        int mode = r->c && r->c->service == SERVICE_POOL
+                           ? (s->cfg.cache_try_dio ? SHOAL_IORPC_DIO : -1)
+                           : s->iorpc_mode;
+        if (mode == SHOAL_IORPC_DIO || mode == SHOAL_IORPC_PAGECACHE) {
+                /* Never wait for a buffer here: answers waiting for slow readers hold them, and a
+                 * blocked disk worker would stall every connection. Without one, answer by
+                 * sendfile; the requester checks the same chunk CRCs either way. */
+                r->buf = shoal_bufpool_get(s->dio, 0);
+                if (r->buf && !shoal_cache_block_read(s->cfg.cache, &r->cb, r->off, r->len, r->buf,
+                                                      mode == SHOAL_IORPC_PAGECACHE
+                                                              ? SHOAL_CACHE_READ_BUFFERED
+                                                              : SHOAL_CACHE_READ_DIRECT)) {
+                        /* The answer needs only the header's CRCs now: give the fds back. */
+                        shoal_cache_block_close(s->cfg.cache, &r->cb);
+                        r->cb_open = false;
+                        r->src = SRC_BUF;
+                        req_finish(r);
+                        return true;
+                }
+                if (r->buf) { /* the read failed (the file was removed if corrupt): a miss */
+                        req_release_resources(r);
+                        return false;
+                }
+                mode = -1;
+        }
+        /* Zero-copy: sendfile or splice from the cache file; the requester checks the chunk CRCs
+         * from the verified header. */
+        shoal_metric_inc(SHOAL_M_blockcache_hits);
+        shoal_metric_add(SHOAL_M_blockcache_hit_bytes, r->len);
+        r->src = mode == SHOAL_IORPC_SPLICE ? SRC_SPLICE : SRC_FILE;
+        req_finish(r);
+        return true;
+}
+
 /* Disk worker: answer from the cache, or pass a miss to the fill workers. */
 static void disk_work(struct shoal_work *w)
 {
         struct srv_req *r = (struct srv_req *)w;
         struct shoal_server *s = r->s;
         struct shoal_block_id id;
-        shoal_block_id_derive(s->cfg.vol, r->obj.key, r->obj.version, r->index, &id);
-        uint32_t blen = shoal_block_len(r->obj.size, s->cfg.vol->block_size, r->index);
-
-        if (r->type == SHOAL_MSG_CORRUPT) {
-                /* A requester saw a bad checksum: verify the whole block ourselves; a corrupt
-                 * file is removed by the cache as it is read. */
-                if (!shoal_cache_open_block(s->cfg.cache, &id, blen, &r->cb)) {
-                        r->cb_open = true;
-                        r->buf = shoal_bufpool_get(s->dio, 5ULL * 1000000000ULL);
-                        if (r->buf && shoal_cache_block_read(s->cfg.cache, &r->cb, 0, blen, r->buf,
-                                                             SHOAL_CACHE_READ_BUFFERED))
-                                log_warn("server", "block %s/%u reported corrupt by %s: removed",
-                                         r->obj.key, r->index, r->c ? r->c->peer : "rdma");
-                }
+        /* A CORRUPT notice is checked even when its sender has gone (a requester reports and
+         * then drops the connection that gave it a bad answer): the check is for the member's
+         * own cache, and corrupt_active bounds it. */
+        if (r->type != SHOAL_MSG_CORRUPT && req_orphaned(r)) {
                 req_finish(r);
                 return;
         }
-
-        int rc = s->cfg.cache ? shoal_cache_open_block(s->cfg.cache, &id, blen, &r->cb) : -ENOENT;
-        if (!rc) {
+        shoal_block_id_derive(s->cfg.vol, r->obj.key, r->obj.version, r->index, &id);
+        if (r->type == SHOAL_MSG_CORRUPT) {
+                corrupt_work(r, &id);
+                return;
+        }
+        if (s->cfg.cache && !shoal_cache_open_block(s->cfg.cache, &id, 0, &r->cb)) {
                 r->cb_open = true;
-                int mode = r->c && r->c->service == SERVICE_POOL
-                                   ? (s->cfg.cache_try_dio ? SHOAL_IORPC_DIO : -1)
-                                   : s->iorpc_mode;
-                if (mode < 0 || mode == SHOAL_IORPC_SPLICE) {
-                        /* Zero-copy: sendfile or splice from the cache file; the requester
-                         * checks the chunk CRCs from the verified header. */
-                        shoal_metric_inc(SHOAL_M_blockcache_hits);
-                        shoal_metric_add(SHOAL_M_blockcache_hit_bytes, r->len);
-                        r->src = mode < 0 ? SRC_FILE : SRC_SPLICE;
-                        req_finish(r);
+                if (hit_work(r))
                         return;
-                }
-                /* Never wait for a buffer here: answers waiting for slow readers hold them, and a
-                 * blocked disk worker would stall every connection. Without one, answer by
-                 * sendfile; the requester checks the same chunk CRCs either way. */
-                r->buf = shoal_bufpool_get(s->dio, 0);
-                if (!r->buf) {
-                        shoal_metric_inc(SHOAL_M_blockcache_hits);
-                        shoal_metric_add(SHOAL_M_blockcache_hit_bytes, r->len);
-                        r->src = SRC_FILE;
-                        req_finish(r);
-                        return;
-                }
-                if (r->buf) {
-                        rc = shoal_cache_block_read(s->cfg.cache, &r->cb, r->off, r->len, r->buf,
-                                                    mode == SHOAL_IORPC_PAGECACHE
-                                                            ? SHOAL_CACHE_READ_BUFFERED
-                                                            : SHOAL_CACHE_READ_DIRECT);
-                        if (!rc) {
-                                r->src = SRC_BUF;
-                                req_finish(r);
-                                return;
-                        }
-                }
-                req_release_resources(r);
         }
         /* A miss: only the owner fills from the store, so that a member with a stale view does
          * not download blocks another member owns. */
@@ -643,19 +781,30 @@ static unsigned conn_max_inflight(const struct conn *c)
         return c->service == SERVICE_POOL ? 1 : IORPC_CONN_INFLIGHT;
 }
 
-/* Stops reading while the connection is at its request limit: the peer's excess waits in the
- * socket buffers (backpressure, not memory, and not a refusal). */
+/* Requests read from the connection and not yet fully answered. A request holds its answer (a
+ * cache-file fd, a buffer) until the peer has read it, so this also bounds what a peer that
+ * never reads can hold; the peer may have more outstanding (conn_max_inflight), which wait in
+ * the socket buffers. */
+static unsigned conn_active_max(const struct conn *c)
+{
+        return c->service == SERVICE_POOL ? 1 : CONN_ACTIVE_MAX;
+}
+
+/* Stops reading while the connection is at its limits: the peer's excess waits in the socket
+ * buffers (backpressure, not memory, and not a refusal). */
 static bool conn_can_read(const struct conn *c)
 {
-        return c->nreq < conn_max_inflight(c) && c->inflight < conn_max_inflight(c) + 8 &&
-               c->ncorrupt < 16;
+        return c->nreq < conn_active_max(c) && c->inflight < conn_active_max(c) + 8 &&
+               c->ncorrupt < CONN_CORRUPT_MAX;
 }
 
 static void conn_update_events(struct conn *c)
 {
         if (c->closed)
                 return;
-        uint32_t ev = conn_can_read(c) ? EPOLLIN | EPOLLRDHUP : 0;
+        /* RDHUP always: a peer that closed must be noticed even while its requests are not
+         * being read, so that its queued work is dropped before it starts. */
+        uint32_t ev = EPOLLRDHUP | (conn_can_read(c) ? EPOLLIN : 0);
         if (c->sendq)
                 ev |= EPOLLOUT;
         shoal_loop_mod(c->lp->loop, &c->io, ev);
@@ -783,111 +932,155 @@ static bool conn_handshake_frame(struct conn *c, const struct shoal_wire_hdr *h,
         return true;
 }
 
-/* Handles one complete, CRC-checked frame. Returns false when the connection was closed. */
-static bool conn_frame(struct conn *c, const struct shoal_wire_hdr *h, const uint8_t *body)
+/* Decodes and checks the body of a READ or CORRUPT (TCP and RDMA alike) and makes the request,
+ * counted in the series of SVC (SVC_M_POOL or SVC_M_IORPC). RDMA: it arrived on an RDMA
+ * connection (which needs SHOAL_WF_RDMA_TARGET; TCP refuses it). Returns the request, or NULL
+ * with the ERROR status and reason in *STATUS and WHY. */
+static struct srv_req *req_from_read(struct shoal_server *s, int svc, uint8_t type, uint64_t id,
+                                     uint16_t flags, const uint8_t *body, size_t body_len,
+                                     bool rdma, uint32_t *status, char *why, size_t whylen)
 {
-        struct shoal_server *s = c->lp->s;
-        if (c->state != C_READY)
-                return conn_handshake_frame(c, h, body);
-
-        switch (h->type) {
-        case SHOAL_MSG_READ:
-        case SHOAL_MSG_CORRUPT: {
-                bool is_read = h->type == SHOAL_MSG_READ;
-                for (unsigned i = 0; is_read && i < c->inflight; i++) {
-                        if (c->ids[i] == h->id) {
-                                log_ratelimited(SHOAL_LOG_WARN, "server",
-                                                "peer %s reused in-flight id %llu: closing",
-                                                c->peer, (unsigned long long)h->id);
-                                conn_close(c);
-                                return false;
-                        }
-                }
-                int svc = c->service == SERVICE_POOL ? SVC_M_POOL : SVC_M_IORPC;
-                uint64_t t0 = shoal_now_ns();
-                struct shoal_wire_read rd;
-                int rc = shoal_wire_read_decode(body, h->body_len, &rd);
-                shoal_metric_observe(svc_metrics[svc].decode, shoal_now_ns() - t0);
-                if (rc) {
-                        if (is_read)
-                                conn_send_error(c, h->id, SHOAL_ST_BAD_REQUEST,
-                                                "malformed read request");
-                        return true;
-                }
-                if (rd.block_size != s->cfg.vol->block_size) {
-                        char why[128];
-                        snprintf(why, sizeof(why), "block size %u, this member has %u",
-                                 rd.block_size, s->cfg.vol->block_size);
-                        if (is_read)
-                                conn_send_error(c, h->id, SHOAL_ST_VOLUME, why);
-                        return true;
-                }
-                if ((h->flags & SHOAL_WF_RDMA_TARGET)) {
-                        if (is_read)
-                                conn_send_error(c, h->id, SHOAL_ST_BAD_REQUEST,
-                                                "RDMA target on a TCP connection");
-                        return true;
-                }
-                struct srv_req *r = calloc(1, sizeof(*r));
-                if (!r) {
-                        conn_send_error(c, h->id, SHOAL_ST_BUSY, "out of memory");
-                        return true;
-                }
-                r->s = s;
-                r->c = c;
-                r->svc = svc;
-                r->id = h->id;
-                r->type = h->type;
-                r->flags = h->flags;
-                r->t_start = t0;
-                memcpy(r->obj.key, rd.key, rd.key_len);
-                r->obj.key[rd.key_len] = '\0';
-                memcpy(r->obj.version, rd.version, rd.version_len);
-                r->obj.version[rd.version_len] = '\0';
-                r->obj.size = rd.obj_size;
-                r->index = rd.block_index;
-                r->off = rd.offset;
-                r->len = rd.length;
-                r->done.fn = req_done_on_loop;
-                r->done.arg = r;
-                if (is_read) {
-                        c->ids[c->inflight++] = h->id;
-                        c->nreq++;
-                } else {
-                        c->ncorrupt++;
-                }
-                req_dispatch(r);
-                return true;
+        uint64_t t0 = shoal_now_ns();
+        struct shoal_wire_read rd;
+        int rc = shoal_wire_read_decode(body, body_len, &rd);
+        shoal_metric_observe(svc_metrics[svc].decode, shoal_now_ns() - t0);
+        if (rc) {
+                *status = SHOAL_ST_BAD_REQUEST;
+                snprintf(why, whylen, "malformed read request");
+                return NULL;
         }
-        case SHOAL_MSG_PING:
-                conn_send_ctrl(c, SHOAL_MSG_PONG, 0, 0, h->id, body, h->body_len);
-                return true;
-        case SHOAL_MSG_INFO: {
-                if (!s->iorpc_on) {
-                        /* [R2]: a member with IORPC disabled tells clients so; they stay on the
-                         * TCP pool. */
-                        conn_send_error(c, h->id, SHOAL_ST_RPC_DISABLED, "rpc disabled");
-                        return true;
-                }
-                struct shoal_wire_info info;
-                memset(&info, 0, sizeof(info));
-                shoal_strlcpy(info.tcp_addr, s->tcp_addr, sizeof(info.tcp_addr));
-                shoal_strlcpy(info.iorpc_addr, s->iorpc_addr, sizeof(info.iorpc_addr));
-                info.n_rdma = (uint8_t)s->n_rdma;
-                for (unsigned i = 0; i < s->n_rdma; i++)
-                        shoal_strlcpy(info.rdma_addr[i], s->rdma_addr[i],
-                                      sizeof(info.rdma_addr[i]));
-                info.block_size = s->cfg.vol->block_size;
-                shoal_strlcpy(info.volume_url, s->cfg.vol->url, sizeof(info.volume_url));
-                uint8_t b[2048];
-                int n = shoal_wire_info_encode(b, sizeof(b), &info);
-                if (n < 0) {
+        if (rd.block_size != s->cfg.vol->block_size) {
+                *status = SHOAL_ST_VOLUME;
+                snprintf(why, whylen, "block size %u, this member has %u", rd.block_size,
+                         s->cfg.vol->block_size);
+                return NULL;
+        }
+        if (!rdma && (flags & SHOAL_WF_RDMA_TARGET)) {
+                *status = SHOAL_ST_BAD_REQUEST;
+                snprintf(why, whylen, "RDMA target on a TCP connection");
+                return NULL;
+        }
+        struct srv_req *r = calloc(1, sizeof(*r));
+        if (!r) {
+                *status = SHOAL_ST_BUSY;
+                snprintf(why, whylen, "out of memory");
+                return NULL;
+        }
+        r->s = s;
+        r->svc = svc;
+        r->id = id;
+        r->type = type;
+        r->flags = flags;
+        r->t_start = t0;
+        memcpy(r->obj.key, rd.key, rd.key_len);
+        r->obj.key[rd.key_len] = '\0';
+        memcpy(r->obj.version, rd.version, rd.version_len);
+        r->obj.version[rd.version_len] = '\0';
+        r->obj.size = rd.obj_size;
+        r->index = rd.block_index;
+        r->off = rd.offset;
+        r->len = rd.length;
+        return r;
+}
+
+/* READ (an answer is owed) or CORRUPT (a notice, never answered). */
+static bool conn_on_read(struct conn *c, const struct shoal_wire_hdr *h, const uint8_t *body)
+{
+        bool is_read = h->type == SHOAL_MSG_READ;
+        for (unsigned i = 0; is_read && i < c->inflight; i++) {
+                if (c->ids[i] == h->id) {
+                        log_ratelimited(SHOAL_LOG_WARN, "server",
+                                        "peer %s reused in-flight id %llu: closing", c->peer,
+                                        (unsigned long long)h->id);
                         conn_close(c);
                         return false;
                 }
-                conn_send_ctrl(c, SHOAL_MSG_INFO_RESP, 0, 0, h->id, b, (size_t)n);
+        }
+        uint32_t status;
+        char why[128];
+        int svc = c->service == SERVICE_POOL ? SVC_M_POOL : SVC_M_IORPC;
+        struct srv_req *r = req_from_read(c->lp->s, svc, h->type, h->id, h->flags, body,
+                                          h->body_len, false, &status, why, sizeof(why));
+        if (!r) {
+                if (is_read) /* a CORRUPT notice is never answered */
+                        conn_send_error(c, h->id, status, why);
                 return true;
         }
+        r->c = c;
+        r->done.fn = req_done_on_loop;
+        r->done.arg = r;
+        if (is_read) {
+                c->ids[c->inflight++] = h->id;
+                c->nreq++;
+        } else {
+                /* A check reads a whole block: a flood of notices must not take the disk
+                 * workers from reads. The requester already fell back; a corrupt file is
+                 * reported again by the next one who reads it. */
+                struct shoal_server *s = c->lp->s;
+                if (__atomic_fetch_add(&s->corrupt_active, 1, __ATOMIC_RELAXED) >=
+                    CORRUPT_ACTIVE_MAX) {
+                        __atomic_fetch_sub(&s->corrupt_active, 1, __ATOMIC_RELAXED);
+                        log_ratelimited(SHOAL_LOG_INFO, "server",
+                                        "%u corrupt notices being checked: dropping one from %s",
+                                        CORRUPT_ACTIVE_MAX, c->peer);
+                        free(r);
+                        return true;
+                }
+                r->corrupt_slot = true;
+                c->ncorrupt++;
+        }
+        req_dispatch(r);
+        return true;
+}
+
+static bool conn_on_info(struct conn *c, const struct shoal_wire_hdr *h)
+{
+        struct shoal_server *s = c->lp->s;
+        if (!s->iorpc_on) {
+                /* [R2]: a member with IORPC disabled tells clients so; they stay on the TCP
+                 * pool. */
+                conn_send_error(c, h->id, SHOAL_ST_RPC_DISABLED, "rpc disabled");
+                return true;
+        }
+        struct shoal_wire_info info;
+        memset(&info, 0, sizeof(info));
+        shoal_strlcpy(info.tcp_addr, s->tcp_addr, sizeof(info.tcp_addr));
+        shoal_strlcpy(info.iorpc_addr, s->iorpc_addr, sizeof(info.iorpc_addr));
+        pthread_mutex_lock(&s->info_mu);
+        info.n_rdma = (uint8_t)s->n_rdma;
+        for (unsigned i = 0; i < s->n_rdma; i++)
+                shoal_strlcpy(info.rdma_addr[i], s->rdma_addr[i], sizeof(info.rdma_addr[i]));
+        pthread_mutex_unlock(&s->info_mu);
+        info.block_size = s->cfg.vol->block_size;
+        shoal_strlcpy(info.volume_url, s->cfg.vol->url, sizeof(info.volume_url));
+        uint8_t b[2048];
+        int n = shoal_wire_info_encode(b, sizeof(b), &info);
+        if (n < 0) {
+                conn_close(c);
+                return false;
+        }
+        conn_send_ctrl(c, SHOAL_MSG_INFO_RESP, 0, 0, h->id, b, (size_t)n);
+        return true;
+}
+
+/* Handles one complete, CRC-checked frame. Returns false when the connection was closed. */
+static bool conn_frame(struct conn *c, const struct shoal_wire_hdr *h, const uint8_t *body)
+{
+        if (c->state != C_READY) {
+                bool open = conn_handshake_frame(c, h, body);
+                if (open && c->state == C_READY)
+                        preauth_leave(c);
+                return open;
+        }
+        switch (h->type) {
+        case SHOAL_MSG_READ:
+        case SHOAL_MSG_CORRUPT:
+                return conn_on_read(c, h, body);
+        case SHOAL_MSG_PING:
+                conn_send_ctrl(c, SHOAL_MSG_PONG, 0, 0, h->id, body, h->body_len);
+                return true;
+        case SHOAL_MSG_INFO:
+                return conn_on_info(c, h);
         case SHOAL_MSG_GOAWAY:
                 conn_close(c);
                 return false;
@@ -900,9 +1093,13 @@ static bool conn_frame(struct conn *c, const struct shoal_wire_hdr *h, const uin
         }
 }
 
+/* Reads and handles frames until the socket is empty, the connection is at its limits, or
+ * READ_BUDGET frames were handled: a peer that keeps sending (frames that cost nothing to drop,
+ * such as surplus CORRUPT notices) must not keep the loop from its other connections; the loop
+ * is level-triggered, so the rest is read on its next round. */
 static void conn_read(struct conn *c)
 {
-        for (;;) {
+        for (unsigned handled = 0; handled < READ_BUDGET;) {
                 size_t want;
                 struct shoal_wire_hdr h;
                 if (c->in_len < SHOAL_WIRE_HDR_LEN) {
@@ -934,6 +1131,7 @@ static void conn_read(struct conn *c)
                         c->frame_start = 0;
                         if (!conn_frame(c, &h, c->in + SHOAL_WIRE_HDR_LEN))
                                 return;
+                        handled++;
                         continue;
                 }
                 if (c->state == C_READY && !conn_can_read(c)) {
@@ -959,8 +1157,14 @@ static void conn_read(struct conn *c)
 static void conn_event(void *arg, uint32_t events)
 {
         struct conn *c = arg;
+        if (c->closing)
+                return; /* evicted: closed after this batch (conn_close_later) */
         c->refs++;
         if (events & (EPOLLERR | EPOLLHUP)) {
+                conn_close(c);
+        } else if ((events & EPOLLRDHUP) && !conn_can_read(c)) {
+                /* The peer ended its stream, which closes the connection when read (its answers
+                 * are never sent): do it now, so that its queued work does not start. */
                 conn_close(c);
         } else {
                 if ((events & EPOLLOUT) && !c->closed)
@@ -978,6 +1182,7 @@ static void conn_close(struct conn *c)
         if (c->closed)
                 return;
         c->closed = true;
+        __atomic_store_n(&c->gone, true, __ATOMIC_RELEASE);
         struct srv_loop *lp = c->lp;
         shoal_loop_del(lp->loop, &c->io);
         close(c->io.fd);
@@ -999,9 +1204,193 @@ static void conn_close(struct conn *c)
                 lp->conns = c->next;
         if (c->next)
                 c->next->prev = c->prev;
+        preauth_leave(c);
         __atomic_fetch_sub(&lp->s->nconns, 1, __ATOMIC_RELAXED);
         shoal_metric_gauge_add(SHOAL_M_remotecache_connections, -1);
         conn_put(c); /* the loop's reference; workers may still hold theirs */
+}
+
+/* ---- admission [S2] ------------------------------------------------------------------------ */
+
+static struct src_count **src_slot(struct srv_loop *lp, uint32_t ip)
+{
+        struct src_count **pp = &lp->src[(ip * 0x9e3779b1u) >> 24]; /* SRC_BUCKETS = 2^8 */
+        while (*pp && (*pp)->ip != ip)
+                pp = &(*pp)->next;
+        return pp;
+}
+
+/* The count of unauthenticated connections from IP on LP, created at 0 if absent (NULL: no
+ * memory). Callers give an unused one back with src_drop_if_unused. */
+static struct src_count *src_get(struct srv_loop *lp, uint32_t ip)
+{
+        struct src_count **pp = src_slot(lp, ip);
+        if (!*pp) {
+                *pp = calloc(1, sizeof(**pp));
+                if (*pp)
+                        (*pp)->ip = ip;
+        }
+        return *pp;
+}
+
+static void src_drop_if_unused(struct srv_loop *lp, struct src_count *sc)
+{
+        if (sc->n)
+                return;
+        struct src_count **pp = src_slot(lp, sc->ip);
+        *pp = sc->next;
+        free(sc);
+}
+
+static void conn_close_task(void *arg)
+{
+        struct conn *c = arg;
+        conn_close(c);
+        conn_put(c);
+}
+
+/* Closes C from the handler of another connection's event. C may have an event of its own later
+ * in the same batch of the loop, whose handler must not find it freed: it stops counting at once
+ * and is closed (and freed) by a task that runs after the batch. */
+static void conn_close_later(struct conn *c)
+{
+        if (c->closing || c->closed)
+                return;
+        c->closing = true;
+        preauth_leave(c);
+        c->refs++;
+        c->close_task.fn = conn_close_task;
+        c->close_task.arg = c;
+        shoal_loop_post(c->lp->loop, &c->close_task);
+}
+
+/* C joins its loop's unauthenticated connections (newest last), counted for its source SC. */
+static void preauth_enter(struct conn *c, struct src_count *sc)
+{
+        struct srv_loop *lp = c->lp;
+        c->preauth = sc;
+        sc->n++;
+        lp->npreauth++;
+        c->pa_prev = lp->pa_tail;
+        c->pa_next = NULL;
+        if (lp->pa_tail)
+                lp->pa_tail->pa_next = c;
+        else
+                lp->pa_head = c;
+        lp->pa_tail = c;
+}
+
+/* C authenticated or closed: it no longer counts against the pre-auth limits. */
+static void preauth_leave(struct conn *c)
+{
+        struct srv_loop *lp = c->lp;
+        struct src_count *sc = c->preauth;
+        if (!sc)
+                return;
+        c->preauth = NULL;
+        if (c->pa_prev)
+                c->pa_prev->pa_next = c->pa_next;
+        else
+                lp->pa_head = c->pa_next;
+        if (c->pa_next)
+                c->pa_next->pa_prev = c->pa_prev;
+        else
+                lp->pa_tail = c->pa_prev;
+        c->pa_prev = c->pa_next = NULL;
+        lp->npreauth--;
+        sc->n--;
+        src_drop_if_unused(lp, sc);
+}
+
+/* The oldest unauthenticated connection of the source that has the most of them on LP. */
+static struct conn *preauth_victim(struct srv_loop *lp)
+{
+        struct conn *v = NULL;
+        for (struct conn *c = lp->pa_head; c; c = c->pa_next)
+                if (!v || c->preauth->n > v->preauth->n)
+                        v = c;
+        return v;
+}
+
+/* Whether a new connection from IP may be admitted on LP; on success *OUT is its source's count.
+ * Unauthenticated connections are limited per source address and in all. At the limit, room is
+ * made by closing the oldest unauthenticated connection of the heaviest source, but only when
+ * that source would still hold more than the newcomer's: a flood from a few addresses cannot
+ * push out an honest peer's handshake (it would need about as many addresses as there are
+ * places), and a newcomer never displaces a source lighter than its own. Everything is per loop
+ * (SO_REUSEPORT spreads accepts over the loops), so no lock is taken. */
+static bool admit(struct srv_loop *lp, uint32_t ip, const char *who, struct src_count **out)
+{
+        struct shoal_server *s = lp->s;
+        struct src_count *sc = src_get(lp, ip);
+        if (!sc)
+                return false;
+        if (sc->n >= s->loop_preauth_per_src) {
+                log_ratelimited(SHOAL_LOG_WARN, "server",
+                                "refusing %s: %u connections from it are not authenticated yet",
+                                who, sc->n);
+                return false;
+        }
+        if (__atomic_load_n(&s->nconns, __ATOMIC_RELAXED) >= s->conn_cap ||
+            lp->npreauth >= s->loop_preauth_cap) {
+                struct conn *v = preauth_victim(lp);
+                if (!v || v->preauth->n <= sc->n + 1) {
+                        log_ratelimited(SHOAL_LOG_WARN, "server",
+                                        "refusing %s: %u connections, %u on this loop not "
+                                        "authenticated",
+                                        who, __atomic_load_n(&s->nconns, __ATOMIC_RELAXED),
+                                        lp->npreauth);
+                        src_drop_if_unused(lp, sc);
+                        return false;
+                }
+                log_ratelimited(SHOAL_LOG_WARN, "server",
+                                "closing unauthenticated %s (%u from its address) to admit %s",
+                                v->peer, v->preauth->n, who);
+                conn_close_later(v);
+        }
+        *out = sc;
+        return true;
+}
+
+/* Limits from the process's open-file limit, so that connections can never take the fds the
+ * member needs for its own work: a fixed base (stdio, log, registry, metrics, each loop's epoll,
+ * eventfd and listeners), a quarter of the rest for the store's connections and the reader's own
+ * cache files (a mount in the same process), then half for requests in process (each holds at
+ * most 3: a cache file and its O_DIRECT twin, or a store read and a cache insert) and half for
+ * connections (3 each with a splice pipe). The soft limit is raised to the hard one first. */
+static void limits_derive(struct shoal_server *s, unsigned nloops)
+{
+        struct rlimit rl;
+        uint64_t lim = 1024;
+        if (!getrlimit(RLIMIT_NOFILE, &rl)) {
+                rlim_t want = rl.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_max;
+                if (want > ((rlim_t)1 << 20))
+                        want = (rlim_t)1 << 20;
+                if (rl.rlim_cur < want) {
+                        struct rlimit up = {.rlim_cur = want, .rlim_max = rl.rlim_max};
+                        if (!setrlimit(RLIMIT_NOFILE, &up))
+                                rl.rlim_cur = want;
+                }
+                lim = rl.rlim_cur == RLIM_INFINITY ? (uint64_t)1 << 20 : (uint64_t)rl.rlim_cur;
+        }
+        uint64_t base = 64 + 4ULL * nloops;
+        uint64_t avail = lim > base ? lim - base : 0;
+        uint64_t other = SHOAL_MAX(avail / 4, 32);
+        uint64_t rest = avail > other ? avail - other : 0;
+        uint64_t per_conn = s->iorpc_mode == SHOAL_IORPC_SPLICE ? 3 : 1;
+        uint64_t slots = SHOAL_MAX(rest / 2 / 3, 8);
+        uint64_t conns = SHOAL_MAX(rest / 2 / per_conn, 8);
+        s->cfg.max_inflight = (unsigned)SHOAL_MIN(slots, (uint64_t)s->cfg.max_inflight);
+        s->conn_cap = (unsigned)SHOAL_MIN(conns, (uint64_t)MAX_CONNS);
+        unsigned preauth = SHOAL_MAX(s->conn_cap / 2, 4u);
+        unsigned per_src = SHOAL_MIN(SHOAL_MAX(preauth / 4, 16u), 256u);
+        s->loop_preauth_cap = SHOAL_MAX(preauth / nloops, 4u);
+        s->loop_preauth_per_src = SHOAL_MAX(per_src / nloops, 2u);
+        log_info("server",
+                 "open files: %llu; up to %u connections (%u unauthenticated, %u per address, "
+                 "on each of %u loops), %u requests in process",
+                 (unsigned long long)lim, s->conn_cap, s->loop_preauth_cap, s->loop_preauth_per_src,
+                 nloops, s->cfg.max_inflight);
 }
 
 /* ---- accepting ---------------------------------------------------------------------------- */
@@ -1034,13 +1423,18 @@ static void accept_event(void *arg, uint32_t events)
                         }
                         return;
                 }
-                if (__atomic_load_n(&srv->nconns, __ATOMIC_RELAXED) >= MAX_CONNS) {
+                char ip[INET_ADDRSTRLEN], who[64];
+                inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip));
+                snprintf(who, sizeof(who), "%s:%u", ip, ntohs(sa.sin_port));
+                struct src_count *sc;
+                if (!admit(lp, sa.sin_addr.s_addr, who, &sc)) {
                         close(fd);
                         continue;
                 }
                 struct conn *c = calloc(1, sizeof(*c));
-                uint64_t *ids = calloc(IORPC_CONN_INFLIGHT + 16, sizeof(uint64_t));
+                uint64_t *ids = calloc(CONN_ACTIVE_MAX + 16, sizeof(uint64_t));
                 if (!c || !ids) {
+                        src_drop_if_unused(lp, sc);
                         free(c);
                         free(ids);
                         close(fd);
@@ -1059,21 +1453,22 @@ static void accept_event(void *arg, uint32_t events)
                 c->state = C_HELLO;
                 c->deadline = shoal_now_ns() + HANDSHAKE_NS;
                 c->last_progress = shoal_now_ns();
-                char ip[INET_ADDRSTRLEN];
-                inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip));
-                snprintf(c->peer, sizeof(c->peer), "%s:%u", ip, ntohs(sa.sin_port));
+                shoal_strlcpy(c->peer, who, sizeof(c->peer));
                 if (conn_handshake_start(c, fd)) {
+                        src_drop_if_unused(lp, sc);
                         close(fd);
                         free(ids);
                         free(c);
                         continue;
                 }
                 if (shoal_loop_add(lp->loop, &c->io, EPOLLIN | EPOLLRDHUP)) {
+                        src_drop_if_unused(lp, sc);
                         close(fd);
                         free(ids);
                         free(c);
                         continue;
                 }
+                preauth_enter(c, sc);
                 c->next = lp->conns;
                 if (lp->conns)
                         lp->conns->prev = c;
@@ -1219,6 +1614,7 @@ struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, c
         if (threads > MAX_LOOPS)
                 threads = MAX_LOOPS;
         pthread_mutex_init(&s->cap_mu, NULL);
+        pthread_mutex_init(&s->info_mu, NULL);
         s->iorpc_on = cfg->iorpc_mode != SHOAL_IORPC_DISABLE;
         s->iorpc_mode = cfg->iorpc_mode;
         s->pipe_max = read_pipe_max();
@@ -1229,10 +1625,12 @@ struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, c
                          s->pipe_max);
                 s->iorpc_mode = SHOAL_IORPC_DIO;
         }
+        limits_derive(s, threads);
         s->disk = shoal_workers_create(16, "disk");
         s->fill = shoal_workers_create(64, "fill");
         s->dio = shoal_bufpool_create(cfg->vol->block_size, DIO_BUFFERS);
-        if (!s->disk || !s->fill || !s->dio) {
+        s->sizes = shoal_store_sizes_create(shoal_reader_store(cfg->reader), SIZES_MAX);
+        if (!s->disk || !s->fill || !s->dio || !s->sizes) {
                 snprintf(err, errlen, "cannot start server workers");
                 goto out_fail;
         }
@@ -1302,7 +1700,9 @@ out_fail:
         shoal_workers_destroy(s->disk);
         shoal_workers_destroy(s->fill);
         shoal_bufpool_destroy(s->dio);
+        shoal_store_sizes_destroy(s->sizes);
         pthread_mutex_destroy(&s->cap_mu);
+        pthread_mutex_destroy(&s->info_mu);
         shoal_hs_key_clear(&s->key);
         free(s);
         return NULL;
@@ -1373,7 +1773,9 @@ void shoal_server_stop(struct shoal_server *s)
                 shoal_loop_destroy(lp->loop);
         }
         shoal_bufpool_destroy(s->dio);
+        shoal_store_sizes_destroy(s->sizes);
         pthread_mutex_destroy(&s->cap_mu);
+        pthread_mutex_destroy(&s->info_mu);
         shoal_hs_key_clear(&s->key);
         free(s);
 }
@@ -1423,41 +1825,12 @@ int shoal_server_submit_rdma(struct shoal_server *s, uint64_t id, uint16_t flags
                              const uint8_t *body, size_t body_len, shoal_server_answer_fn fn,
                              void *arg, uint32_t *status, char *why, size_t whylen)
 {
-        uint64_t t0 = shoal_now_ns();
-        struct shoal_wire_read rd;
-        int rc = shoal_wire_read_decode(body, body_len, &rd);
-        shoal_metric_observe(SHOAL_M_mount_iorpc_decodeBodyDur, shoal_now_ns() - t0); /* RDMA */
-        if (rc) {
-                *status = SHOAL_ST_BAD_REQUEST;
-                snprintf(why, whylen, "malformed read request");
-                return -EPROTO;
-        }
-        if (rd.block_size != s->cfg.vol->block_size) {
-                *status = SHOAL_ST_VOLUME;
-                snprintf(why, whylen, "block size %u, this member has %u", rd.block_size,
-                         s->cfg.vol->block_size);
-                return -EXDEV;
-        }
-        struct srv_req *r = calloc(1, sizeof(*r));
-        if (!r) {
-                *status = SHOAL_ST_BUSY;
-                snprintf(why, whylen, "out of memory");
-                return -ENOMEM;
-        }
-        r->s = s;
-        r->svc = SVC_M_IORPC;
-        r->id = id;
-        r->type = SHOAL_MSG_READ;
-        r->flags = flags;
-        r->t_start = t0;
-        memcpy(r->obj.key, rd.key, rd.key_len);
-        r->obj.key[rd.key_len] = '\0';
-        memcpy(r->obj.version, rd.version, rd.version_len);
-        r->obj.version[rd.version_len] = '\0';
-        r->obj.size = rd.obj_size;
-        r->index = rd.block_index;
-        r->off = rd.offset;
-        r->len = rd.length;
+        struct srv_req *r = req_from_read(s, SVC_M_IORPC, SHOAL_MSG_READ, id, flags, body, body_len,
+                                          true, status, why, whylen);
+        if (!r)
+                return *status == SHOAL_ST_VOLUME ? -EXDEV
+                       : *status == SHOAL_ST_BUSY ? -ENOMEM
+                                                  : -EPROTO;
         r->ext_fn = fn;
         r->ext_arg = arg;
         req_dispatch(r);
@@ -1487,7 +1860,11 @@ void shoal_server_dio_put(struct shoal_server *s, void *buf)
 
 void shoal_server_set_rdma_addrs(struct shoal_server *s, char addrs[][64], unsigned n)
 {
+        /* The loops already run (the RDMA server needs the started server's buffers), and an
+         * INFO may be answered at any time: publish under the lock the INFO handler takes. */
+        pthread_mutex_lock(&s->info_mu);
         s->n_rdma = n > 4 ? 4 : n;
         for (unsigned i = 0; i < s->n_rdma; i++)
                 shoal_strlcpy(s->rdma_addr[i], addrs[i], sizeof(s->rdma_addr[i]));
+        pthread_mutex_unlock(&s->info_mu);
 }

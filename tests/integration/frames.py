@@ -7,6 +7,23 @@
   frames.py flood-hold HOST:PORT N KEY VERSION SIZE BLOCKSIZE LENGTH GO_FILE
                                          the same with reads of LENGTH bytes, but no answer is
                                          read until GO_FILE exists ("sent N, holding" once sent)
+  frames.py hold PORT,PORT... FIRST_SRC NSRC PER_SRC STOPFILE
+                                         keep NSRC*PER_SRC silent connections open to 127.0.0.1
+                                         from NSRC source addresses starting at FIRST_SRC,
+                                         reopening those the server closes, until STOPFILE exists
+  frames.py pipeclose HOST:PORT STOREDIR PREFIX NOBJ CONNS PER_CONN
+                                         for objects PREFIX0..PREFIX{NOBJ-1} (one block each):
+                                         CONNS connections at a time each pipeline PER_CONN reads
+                                         with FILL and close at once, never reading an answer
+  frames.py hog HOST:PORT STOREDIR KEY N STOPFILE
+                                         N whole-block reads of KEY, answers never read
+  frames.py corrupt HOST:PORT STOREDIR KEY CONNS SECONDS
+                                         CORRUPT notices (true claims) for every block of KEY
+                                         from CONNS connections for SECONDS; prints how many
+  frames.py claim HOST:PORT SERVICE read|fill|corrupt KEY VERSION SIZE INDEX OFF LEN
+                                         one READ (fill: with FILL) or CORRUPT claiming object
+                                         size SIZE; prints "resp N", "error STATUS REASON",
+                                         "closed" or "sent" (CORRUPT has no answer)
   frames.py auth HOST:PORT SERVICE SECRET_FILE WRONG_SECRET_FILE DEADLINE_S
                                          the handshake against a member with a secret: the right
                                          secret works; a replay, a wrong secret, a proof made for
@@ -389,7 +406,173 @@ def run_flood(addr, n, key, version, size, bs, length=65536, go_file=None):
     return 0 if answered == n and errors == 0 else 1
 
 
+def run_hold(ports, first_src, nsrc, per_src, stopfile):
+    import ipaddress, select
+    ports = [int(p) for p in ports.split(",")]
+    base = int(ipaddress.IPv4Address(first_src))
+    want = [(str(ipaddress.IPv4Address(base + i)), j) for i in range(int(nsrc)) for j in range(int(per_src))]
+    socks = {}
+    opened = reopened = failed = 0
+    deadline = time.monotonic() + 300
+    while not os.path.exists(stopfile) and time.monotonic() < deadline:
+        # Reap what the server closed (readable with EOF or an error: we never send anything).
+        if socks:
+            r, _, _ = select.select(list(socks.values()), [], [], 0)
+            for sk in r:
+                try:
+                    gone = sk.recv(1) == b""
+                except OSError:
+                    gone = True
+                if gone:
+                    key = next(k for k, v in socks.items() if v is sk)
+                    del socks[key]
+                    sk.close()
+        for key in want:
+            if key in socks:
+                continue
+            src, j = key
+            try:
+                sk = socket.create_connection(("127.0.0.1", ports[j % len(ports)]), timeout=1,
+                                              source_address=(src, 0))
+                socks[key] = sk
+                reopened += opened >= len(want)
+                opened += 1
+            except OSError:
+                failed += 1
+        print("holding %d" % len(socks), flush=True)
+        time.sleep(0.5)
+    print("opened %d (%d reopened), failed %d, holding %d at the end" %
+          (opened, reopened, failed, len(socks)), flush=True)
+    for sk in socks.values():
+        sk.close()
+    return 0
+
+
+def file_version(path):
+    """The version store_file.c gives a file: size and mtime."""
+    st = os.stat(path)
+    return "%x-%x.%09d" % (st.st_size, int(st.st_mtime), st.st_mtime_ns % 1000000000)
+
+
+def block_bodies(storedir, key, bs=4 << 20):
+    """A READ body per block of KEY asking for the whole block, with the object's true size."""
+    path = os.path.join(storedir, key)
+    size, ver = os.stat(path).st_size, file_version(path)
+    return [read_body(key.encode(), ver.encode(), size, bs, idx, 0, min(bs, size - idx * bs))
+            for idx in range((size + bs - 1) // bs)]
+
+
+def run_pipeclose(addr, storedir, prefix, nobj, conns, per_conn):
+    nobj, conns, per_conn = int(nobj), int(conns), int(per_conn)
+    # Every frame first, so that each connection closes right after its reads are sent.
+    blobs = []
+    for first in range(0, nobj, per_conn):
+        blobs.append(b"".join(
+            frame(READ, block_bodies(storedir, "%s%d" % (prefix, k))[0], id_=100 + k - first,
+                  flags=FILL) for k in range(first, min(nobj, first + per_conn))))
+    for r in range(0, len(blobs), conns):
+        socks = []
+        for blob in blobs[r:r + conns]:
+            s = connect(addr)
+            s.settimeout(20)  # the member may be busy with the fills of the last round
+            handshake(s)
+            socks.append((s, blob))
+        for s, blob in socks:
+            s.sendall(blob)
+            s.close()
+    print("pipelined %d reads and closed" % nobj)
+    return 0
+
+
+def run_hog(addr, storedir, key, n, stopfile):
+    s = connect(addr)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    handshake(s)
+    bodies = block_bodies(storedir, key)
+    s.sendall(b"".join(frame(READ, bodies[i % len(bodies)], id_=1000 + i, flags=FILL)
+                       for i in range(int(n))))
+    print("hogging", flush=True)
+    while not os.path.exists(stopfile):
+        time.sleep(0.1)
+    s.close()
+    return 0
+
+
+def run_corrupt(addr, storedir, key, conns, seconds):
+    import select
+    notices = [frame(CORRUPT, b, id_=5000 + i) for i, b in enumerate(block_bodies(storedir, key))]
+    socks = []
+    for _ in range(int(conns)):
+        s = connect(addr)
+        handshake(s)
+        s.setblocking(False)
+        socks.append(s)
+    blob = b"".join(notices)
+    sent = 0
+    end = time.monotonic() + float(seconds)
+    pending = {s: b"" for s in socks}
+    while time.monotonic() < end:
+        _, w, _ = select.select([], socks, [], 0.1)
+        for s in w:
+            if not pending[s]:
+                pending[s] = blob
+                sent += len(notices)
+            try:
+                n = s.send(pending[s])
+                pending[s] = pending[s][n:]
+            except BlockingIOError:
+                pass
+    for s in socks:
+        s.close()
+    print("sent %d corrupt notices" % sent)
+    return 0
+
+
+def run_claim(addr, service, kind, key, version, size, index, off, length):
+    service, size, index, off, length = int(service), int(size), int(index), int(off), int(length)
+    s = connect(addr)
+    s.settimeout(30)
+    handshake(s, service)
+    body = read_body(key.encode(), version.encode(), size, 4 << 20, index, off, length)
+    if kind == "corrupt":
+        s.sendall(frame(CORRUPT, body, id_=9))
+        # A PING after it: the answer shows the notice was read (its check runs on its own).
+        s.sendall(frame(PING, b"p", id_=10))
+        typ, _, _, _, _ = read_frame(s)
+        print("sent" if typ == PONG else "unexpected type %d" % typ)
+        s.close()
+        return 0
+    s.sendall(frame(READ, body, id_=9, flags=FILL if kind == "fill" else 0))
+    try:
+        typ, status, _, rbody, payload = read_frame(s)
+    except socket.timeout:
+        print("hang")
+        return 0
+    except (ConnectionError, OSError):
+        print("closed")
+        return 0
+    if typ == READ_RESP:
+        # TCP carries the payload after the body; take it all before closing.
+        print("resp %d" % len(payload))
+    elif typ == ERROR:
+        print("error %d %s" % (status, rbody.decode(errors="replace")))
+    else:
+        print("unexpected type %d" % typ)
+    s.close()
+    return 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 8 and sys.argv[1] == "pipeclose":
+        sys.exit(run_pipeclose(*sys.argv[2:]))
+    if len(sys.argv) == 7 and sys.argv[1] == "hog":
+        sys.exit(run_hog(*sys.argv[2:]))
+    if len(sys.argv) == 7 and sys.argv[1] == "corrupt":
+        sys.exit(run_corrupt(*sys.argv[2:]))
+    if len(sys.argv) == 7 and sys.argv[1] == "hold":
+        sys.exit(run_hold(*sys.argv[2:]))
+    if len(sys.argv) == 11 and sys.argv[1] == "claim":
+        sys.exit(run_claim(*sys.argv[2:]))
     if len(sys.argv) >= 3 and sys.argv[1] == "hostile":
         sys.exit(run_hostile(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 2))
     if len(sys.argv) == 3 and sys.argv[1] == "stall":

@@ -328,8 +328,19 @@ static void test_wrong_expect_len(void **state)
         struct shoal_cache_block b;
 
         insert_block(f, c, 3, 100 * KiB, &id);
-        assert_int_equal(shoal_cache_open_block(c, &id, 100 * KiB + 1, &b), -EBADMSG);
-        assert_false(shoal_cache_contains(c, &id));
+        uint64_t bad = counter(SHOAL_M_blockcache_checksum_errors);
+        /* Another length is the caller's claim, not damage: refused, and the file is kept. */
+        assert_int_equal(shoal_cache_open_block(c, &id, 100 * KiB + 1, &b), -ERANGE);
+        assert_int_equal(b.fd, -1);
+        assert_true(shoal_cache_contains(c, &id));
+        assert_int_equal(shoal_cache_open_block(c, &id, 64 * KiB, &b), -ERANGE);
+        assert_true(shoal_cache_contains(c, &id));
+        assert_int_equal(shoal_cache_open_block(c, &id, 0, &b), 0);
+        assert_int_equal(b.len, 100 * KiB);
+        shoal_cache_block_close(c, &b);
+        assert_int_equal(shoal_cache_open_block(c, &id, 100 * KiB, &b), 0);
+        shoal_cache_block_close(c, &b);
+        assert_int_equal(counter(SHOAL_M_blockcache_checksum_errors), bad);
         shoal_cache_close(c);
 }
 
@@ -1163,6 +1174,10 @@ static void test_format_roundtrip(void **state)
                                                           SHOAL_MIN(lens[k], SHOAL_CHUNK_SIZE)));
                 assert_int_equal(shoal_cache_hdr_decode(hdr, n, &other, 0, &hlen, &dlen, crcs),
                                  -EBADMSG);
+                assert_int_equal(shoal_cache_hdr_decode(hdr, n, &id,
+                                                        lens[k] - 1 + (lens[k] == 1) * 2, &hlen,
+                                                        &dlen, crcs),
+                                 -ERANGE);
                 assert_int_equal(shoal_cache_hdr_decode(hdr, n - 1, &id, 0, &hlen, &dlen, crcs),
                                  -EBADMSG);
                 /* Little-endian on disk, whatever the host. */

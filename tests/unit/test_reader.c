@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 
 #include "cache/cache.h"
 #include "client/reader.h"
+#include "client/reader_internal.h"
 #include "common/util.h"
 #include "store/store.h"
 
@@ -120,6 +122,135 @@ static void test_partial_fill_from_cache(void **state)
         env_free(e);
 }
 
+#define CHUNK SHOAL_CHUNK_SIZE
+
+static void mark(uint64_t *valid, uint32_t first, uint32_t end)
+{
+        for (uint32_t c = first; c < end; c++)
+                valid[c / 64] |= 1ULL << (c % 64);
+}
+
+/* Every edge of the missing-range arithmetic: nothing it returns is empty, wraps or runs past the
+ * block, whatever the bitmap says. */
+static void test_missing_range_edges(void **state)
+{
+        (void)state;
+        uint64_t valid[SHOAL_READER_VALID_WORDS] = {0};
+        uint32_t moff = 7, mlen = 7;
+        const uint32_t M4 = 4u << 20;
+
+        /* Length 0, an empty block, a block past the largest, an unaligned start. */
+        assert_int_equal(shoal_reader_missing_range(valid, M4, 0, 0, &moff, &mlen), -EINVAL);
+        assert_int_equal(shoal_reader_missing_range(valid, M4, CHUNK, 0, &moff, &mlen), -EINVAL);
+        assert_int_equal(shoal_reader_missing_range(valid, 0, 0, CHUNK, &moff, &mlen), -EINVAL);
+        assert_int_equal(shoal_reader_missing_range(valid, SHOAL_BLOCK_SIZE_MAX + CHUNK, 0, CHUNK,
+                                                    &moff, &mlen),
+                         -EINVAL);
+        assert_int_equal(shoal_reader_missing_range(valid, M4, 100, CHUNK, &moff, &mlen), -EINVAL);
+        /* Past the end: a range of a longer block than this one (the short-claim attack), a
+         * range ending mid-chunk before the block's end, a start past the end, and offsets
+         * whose sum wraps 32 bits. */
+        assert_int_equal(shoal_reader_missing_range(valid, CHUNK, 0, M4, &moff, &mlen), -EINVAL);
+        assert_int_equal(shoal_reader_missing_range(valid, 100000, 0, 131072, &moff, &mlen),
+                         -EINVAL);
+        assert_int_equal(shoal_reader_missing_range(valid, M4, 0, 100, &moff, &mlen), -EINVAL);
+        assert_int_equal(shoal_reader_missing_range(valid, M4, M4, CHUNK, &moff, &mlen), -EINVAL);
+        assert_int_equal(
+                shoal_reader_missing_range(valid, M4, UINT32_MAX - CHUNK + 1, CHUNK, &moff, &mlen),
+                -EINVAL);
+        assert_int_equal(shoal_reader_missing_range(valid, M4, CHUNK, UINT32_MAX, &moff, &mlen),
+                         -EINVAL);
+        assert_int_equal(moff, 7); /* nothing written on a refusal */
+        assert_int_equal(mlen, 7);
+
+        /* Chunk boundary: a one-chunk block, nothing valid. */
+        assert_int_equal(shoal_reader_missing_range(valid, CHUNK, 0, CHUNK, &moff, &mlen), 0);
+        assert_int_equal(moff, 0);
+        assert_int_equal(mlen, CHUNK);
+        /* A block ending mid-chunk, its first chunk valid: only the short last chunk. */
+        mark(valid, 0, 1);
+        assert_int_equal(shoal_reader_missing_range(valid, 100000, 0, 100000, &moff, &mlen), 0);
+        assert_int_equal(moff, CHUNK);
+        assert_int_equal(mlen, 100000 - CHUNK);
+        /* Every chunk of it valid: nothing missing, and it says so rather than a 0-byte fill. */
+        mark(valid, 1, 2);
+        assert_int_equal(shoal_reader_missing_range(valid, 100000, 0, 100000, &moff, &mlen),
+                         -ENODATA);
+        assert_int_equal(
+                shoal_reader_missing_range(valid, 100000, CHUNK, 100000 - CHUNK, &moff, &mlen),
+                -ENODATA);
+        /* Holes: the first run only, never across valid chunks (others may be reading them),
+         * clipped to the asked range. */
+        memset(valid, 0, sizeof(valid));
+        mark(valid, 0, 64);
+        valid[0] &= ~(1ULL << 5 | 1ULL << 9 | 1ULL << 10);
+        assert_int_equal(shoal_reader_missing_range(valid, M4, 0, M4, &moff, &mlen), 0);
+        assert_int_equal(moff, 5 * CHUNK);
+        assert_int_equal(mlen, CHUNK);
+        assert_int_equal(
+                shoal_reader_missing_range(valid, M4, 6 * CHUNK, M4 - 6 * CHUNK, &moff, &mlen), 0);
+        assert_int_equal(moff, 9 * CHUNK);
+        assert_int_equal(mlen, 2 * CHUNK);
+        assert_int_equal(shoal_reader_missing_range(valid, M4, 6 * CHUNK, 2 * CHUNK, &moff, &mlen),
+                         -ENODATA);
+        assert_int_equal(shoal_reader_missing_range(valid, M4, 6 * CHUNK, 4 * CHUNK, &moff, &mlen),
+                         0);
+        assert_int_equal(moff, 9 * CHUNK);
+        assert_int_equal(mlen, CHUNK); /* clipped to the asked range */
+        /* The last chunk of the largest block. */
+        memset(valid, 0, sizeof(valid));
+        mark(valid, 0, SHOAL_MAX_CHUNKS - 1);
+        assert_int_equal(shoal_reader_missing_range(valid, SHOAL_BLOCK_SIZE_MAX, 0,
+                                                    SHOAL_BLOCK_SIZE_MAX, &moff, &mlen),
+                         0);
+        assert_int_equal(moff, SHOAL_BLOCK_SIZE_MAX - CHUNK);
+        assert_int_equal(mlen, CHUNK);
+}
+
+/* A block is never handed out with a length other than the one asked: a holder with another
+ * idea of the object gets -ESTALE (never a short buffer, never a spin), an unreferenced block of
+ * another length is dropped, and reads with the true size stay exact. */
+static void test_block_length_mismatch(void **state)
+{
+        (void)state;
+        struct env *e = env_new(4u << 20);
+        struct shoal_reader *r = reader_new(e, 8u << 20, 0);
+        struct shoal_object shortobj = e->obj;
+        struct shoal_held_block hb, hb2;
+
+        /* Index 0 as a 64 KiB block (a claim ending on a chunk boundary) and index 1 as one
+         * ending mid-chunk, held while the true size asks. */
+        shortobj.size = CHUNK;
+        assert_int_equal(shoal_reader_hold_block(r, &shortobj, 0, &hb), 0);
+        assert_int_equal(hb.len, CHUNK);
+        assert_memory_equal(hb.data, e->data, CHUNK);
+        assert_int_equal(shoal_reader_hold_block(r, &e->obj, 0, &hb2), -ESTALE);
+        unsigned char *buf = malloc(OBJ_SIZE);
+        assert_int_equal(shoal_reader_read(r, &e->obj, 0, 3 * CHUNK, buf, NULL), -ESTALE);
+        shoal_reader_release(r, &hb);
+        /* Unreferenced now: the true size takes the block over and reads it whole. */
+        assert_int_equal(shoal_reader_hold_block(r, &e->obj, 0, &hb2), 0);
+        assert_int_equal(hb2.len, 4u << 20);
+        assert_memory_equal(hb2.data, e->data, 4u << 20);
+        shoal_reader_release(r, &hb2);
+
+        shortobj.size = (4u << 20) + 100000;
+        assert_int_equal(shoal_reader_hold_block(r, &shortobj, 1, &hb), 0);
+        assert_int_equal(hb.len, 100000);
+        assert_int_equal(shoal_reader_hold_block(r, &e->obj, 1, &hb2), -ESTALE);
+        shoal_reader_release(r, &hb);
+        check_range(r, e, 0, OBJ_SIZE, NULL);
+
+        /* Past the end, and a length the store does not have (a longer claim): errors. */
+        assert_int_equal(shoal_reader_hold_block(r, &e->obj, 3, &hb), -EINVAL);
+        shortobj.size = OBJ_SIZE + (8u << 20);
+        assert_int_not_equal(shoal_reader_hold_block(r, &shortobj, 2, &hb), 0);
+        check_range(r, e, 0, OBJ_SIZE, NULL);
+        free(buf);
+        shoal_reader_destroy(r);
+        env_free(e);
+}
+
 static void test_random_ranges(void **state)
 {
         (void)state;
@@ -213,6 +344,8 @@ int main(void)
 {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_partial_fill_from_cache),
+                cmocka_unit_test(test_missing_range_edges),
+                cmocka_unit_test(test_block_length_mismatch),
                 cmocka_unit_test(test_random_ranges),
                 cmocka_unit_test(test_sequential_readahead),
                 cmocka_unit_test(test_concurrent),
