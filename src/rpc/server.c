@@ -6,11 +6,14 @@
  * request back to the connection's loop, which writes the answer. A request is one struct srv_req
  * moving through explicit states; answers leave in completion order.
  *
- * Both services speak the same frames (rpc/wire.h). The TCP pool allows one request in flight per
- * connection and answers a cache hit with sendfile(2) from the cache file (or O_DIRECT + send with
- * --cache-try-dio); IORPC multiplexes up to max_inflight requests per connection and reads by
- * --iorpc-mode. At most max_inflight requests are processed at once in the whole server; the rest
- * wait in a FIFO for a slot [R4].
+ * Both services speak the same frames (rpc/wire.h) and share one request path. The TCP pool
+ * allows one request in flight per connection, IORPC multiplexes up to max_inflight. A cache hit
+ * never passes through user memory on TCP and is never checksummed here (the requester verifies
+ * every chunk against the CRCs of the file's verified header, which the answer carries): the pool
+ * and --iorpc-mode pagecache answer with sendfile(2) from the page cache, dio (and the pool's
+ * --cache-try-dio) with an O_DIRECT splice from the disk into a pipe, splice with a page-cache
+ * splice into a pipe; the pipe then goes to the socket (hit_prepare). At most max_inflight
+ * requests are processed at once in the whole server; the rest wait in a FIFO for a slot [R4].
  *
  * Metrics keep the seeds' meanings [V2]: a request's stages (decode, process, write body) and
  * its slot (inflight, queued) are counted under mount_iorpc_* when it came over IORPC (TCP or
@@ -44,6 +47,7 @@
 #include "group/group.h"
 #include "metrics/metrics.h"
 #include "rpc/handshake.h"
+#include "rpc/pipes.h"
 #include "rpc/wire.h"
 #include "store/sizes.h"
 
@@ -61,6 +65,8 @@
 #define SRC_BUCKETS         256
 #define READ_BUDGET         32 /* frames handled per connection per loop round */
 #define DIO_BUFFERS         64
+#define PIPES               64 /* answers in pipes at once: 2 fds each */
+#define PIPE_CAP_MAX        (8u << 20)
 #define IN_MAX              (SHOAL_WIRE_HDR_LEN + 4096)
 #define SIZES_MAX           16384 /* object sizes remembered (no expiry: a version's size is fixed) */
 
@@ -93,10 +99,10 @@ static const struct svc_metrics svc_metrics[SVC_M__COUNT] = {
 
 enum req_src {
         SRC_NONE,
-        SRC_FILE,   /* sendfile from an open cache block */
-        SRC_BUF,    /* from a server buffer (dio / pagecache read) */
-        SRC_HELD,   /* from a block held in the reader (miss fill) */
-        SRC_SPLICE, /* cache file -> pipe -> socket (--iorpc-mode splice) */
+        SRC_FILE, /* sendfile from an open cache block */
+        SRC_BUF,  /* from a server buffer (dio / pagecache read) */
+        SRC_HELD, /* from a block held in the reader (miss fill) */
+        SRC_PIPE, /* from a pipe the disk worker filled (dio, splice), then the file */
 };
 
 struct srv_req {
@@ -122,7 +128,8 @@ struct srv_req {
         uint8_t out[SHOAL_WIRE_HDR_LEN + 4 * SHOAL_MAX_CHUNKS + 64];
         size_t out_len, out_sent;
         uint64_t pay_sent;
-        uint64_t pay_piped; /* SRC_SPLICE: bytes moved from the file into the pipe */
+        struct shoal_pipe *pipe; /* SRC_PIPE: the payload, or its first part */
+        uint64_t pay_piped;      /* SRC_PIPE: bytes moved from the file into the pipe */
         uint64_t t_write;
         bool counted;      /* holds a server-wide processing slot */
         bool corrupt_slot; /* counted in corrupt_active */
@@ -162,8 +169,6 @@ struct conn {
         struct src_count *preauth;      /* not authenticated yet: its source's count */
         struct conn *pa_prev, *pa_next; /* the loop's unauthenticated, oldest first */
         struct shoal_loop_task close_task;
-        int pipe[2];       /* splice mode: one answer is written at a time, so one pipe */
-        size_t pipe_bytes; /* bytes sitting in the pipe */
         struct conn *prev, *next;
 };
 
@@ -202,6 +207,7 @@ struct shoal_server {
         unsigned nloops;
         struct shoal_workers *disk, *fill;
         struct shoal_bufpool *dio;
+        struct shoal_pipes *pipes;       /* zero-copy answers (dio, splice) */
         struct shoal_store_sizes *sizes; /* object sizes the member learned itself [S4] */
         char tcp_addr[64], iorpc_addr[64];
         pthread_mutex_t info_mu; /* the RDMA addresses, set after the loops started */
@@ -252,6 +258,10 @@ static void req_release_resources(struct srv_req *r)
         }
         if (r->hb.ref)
                 shoal_reader_release(r->s->cfg.reader, &r->hb);
+        if (r->pipe) {
+                shoal_pipes_put(r->s->pipes, r->pipe);
+                r->pipe = NULL;
+        }
 }
 
 /* Slot bookkeeping of one service's gauges; under cap_mu. */
@@ -530,6 +540,102 @@ out:
         req_finish(r);
 }
 
+/* How R's service reads a hit: the TCP pool by sendfile (or O_DIRECT with --cache-try-dio),
+ * IORPC by its mode. */
+static int hit_mode(const struct srv_req *r)
+{
+        struct shoal_server *s = r->s;
+        if (r->c && r->c->service == SERVICE_POOL)
+                return s->cfg.cache_try_dio ? SHOAL_IORPC_DIO : SHOAL_IORPC_PAGECACHE;
+        return s->iorpc_mode;
+}
+
+/* The answer no longer needs R's cache file (its CRCs stay in R->cb): the fds go back. */
+static void hit_close_file(struct srv_req *r)
+{
+        shoal_cache_block_close(r->s->cfg.cache, &r->cb);
+        r->cb_open = false;
+}
+
+/* Moves R's range (or as much as a pipe holds, for the page cache) into a pool pipe: O_DIRECT
+ * goes from the disk straight into the pipe's pages, so neither mode copies the payload through
+ * user space or fills the page cache for dio. Unverified: the requester checks every chunk
+ * against the header's CRCs, which the answer carries. Returns 0 (R->src is SRC_PIPE), -EAGAIN
+ * when no pipe fits (nothing happened), or the cache's error (-EBADMSG, -EIO). */
+static int hit_fill_pipe(struct srv_req *r, enum shoal_cache_read_mode how)
+{
+        struct shoal_server *s = r->s;
+        size_t want = how == SHOAL_CACHE_READ_DIRECT ? r->len : SHOAL_MIN(r->len, SHOAL_CHUNK_SIZE);
+        struct shoal_pipe *p = shoal_pipes_get(s->pipes, want);
+        if (!p)
+                return -EAGAIN;
+        /* A chunk-aligned part that fits: the pipe's capacity rounded down to chunks. */
+        uint32_t first =
+                (uint32_t)SHOAL_MIN((size_t)r->len, p->cap / SHOAL_CHUNK_SIZE * SHOAL_CHUNK_SIZE);
+        int rc = shoal_cache_block_splice(s->cfg.cache, &r->cb, r->off, first, p->wr, how);
+        if (rc) {
+                p->bytes = 1; /* unknown: closed, not reused */
+                shoal_pipes_put(s->pipes, p);
+                return rc == -EBADMSG || rc == -EIO ? rc : -EAGAIN;
+        }
+        p->bytes = first;
+        r->pipe = p;
+        r->pay_piped = first;
+        r->src = SRC_PIPE;
+        if (first == r->len)
+                hit_close_file(r);
+        return 0;
+}
+
+/* Reads R's range into a dio buffer, unverified (as hit_fill_pipe). Never waits for a buffer:
+ * answers waiting for slow readers hold them, and a blocked disk worker would stall every
+ * connection. Returns 0 (R->src is SRC_BUF), -EAGAIN without a buffer, or the cache's error. */
+static int hit_read_buf(struct srv_req *r, enum shoal_cache_read_mode how)
+{
+        struct shoal_server *s = r->s;
+        r->buf = shoal_bufpool_get(s->dio, 0);
+        if (!r->buf)
+                return -EAGAIN;
+        int rc = shoal_cache_block_read_unverified(s->cfg.cache, &r->cb, r->off, r->len, r->buf,
+                                                   how);
+        if (rc)
+                return rc;
+        hit_close_file(r);
+        r->src = SRC_BUF;
+        return 0;
+}
+
+/* Disk worker: how R's hit is answered, cheapest first. The requester verifies the chunk CRCs
+ * of the file's verified header either way, so the member reads the data unverified and, where
+ * it can, without touching it: sendfile from the page cache (pagecache, the pool), a pipe filled
+ * by O_DIRECT (dio) or from the page cache (splice); a dio buffer when no pipe fits; sendfile
+ * when no buffer is free. RDMA answers need a registered buffer, which ext_finish fills. Returns
+ * false when the read failed (a miss). */
+static bool hit_prepare(struct srv_req *r)
+{
+        int mode = hit_mode(r), rc = -EAGAIN;
+        enum shoal_cache_read_mode how =
+                mode == SHOAL_IORPC_DIO ? SHOAL_CACHE_READ_DIRECT : SHOAL_CACHE_READ_BUFFERED;
+        if (!r->c)
+                rc = hit_read_buf(r, how);
+        else if (mode == SHOAL_IORPC_DIO || mode == SHOAL_IORPC_SPLICE)
+                rc = hit_fill_pipe(r, how);
+        if (rc == -EAGAIN && r->c && mode == SHOAL_IORPC_DIO)
+                rc = hit_read_buf(r, how);
+        if (rc == -EAGAIN) {
+                r->src = SRC_FILE; /* sendfile */
+                rc = 0;
+        }
+        if (rc)
+                return false;
+        if (r->src == SRC_FILE) {
+                /* reads into a buffer or a pipe counted theirs in the cache module */
+                shoal_metric_inc(SHOAL_M_blockcache_hits);
+                shoal_metric_add(SHOAL_M_blockcache_hit_bytes, r->len);
+        }
+        return true;
+}
+
 /* Disk worker: R's block is cached as R->cb (open, its length from its own header). Serves it
  * when the claim agrees with what the member knows, else refuses. Returns false when R is to be
  * treated as a miss instead (the file is released): a claim that the member knows to be right
@@ -559,36 +665,10 @@ static bool hit_work(struct srv_req *r)
                 req_finish(r);
                 return true;
         }
-        int mode = r->c && r->c->service == SERVICE_POOL
-                           ? (s->cfg.cache_try_dio ? SHOAL_IORPC_DIO : -1)
-                           : s->iorpc_mode;
-        if (mode == SHOAL_IORPC_DIO || mode == SHOAL_IORPC_PAGECACHE) {
-                /* Never wait for a buffer here: answers waiting for slow readers hold them, and a
-                 * blocked disk worker would stall every connection. Without one, answer by
-                 * sendfile; the requester checks the same chunk CRCs either way. */
-                r->buf = shoal_bufpool_get(s->dio, 0);
-                if (r->buf && !shoal_cache_block_read(s->cfg.cache, &r->cb, r->off, r->len, r->buf,
-                                                      mode == SHOAL_IORPC_PAGECACHE
-                                                              ? SHOAL_CACHE_READ_BUFFERED
-                                                              : SHOAL_CACHE_READ_DIRECT)) {
-                        /* The answer needs only the header's CRCs now: give the fds back. */
-                        shoal_cache_block_close(s->cfg.cache, &r->cb);
-                        r->cb_open = false;
-                        r->src = SRC_BUF;
-                        req_finish(r);
-                        return true;
-                }
-                if (r->buf) { /* the read failed (the file was removed if corrupt): a miss */
-                        req_release_resources(r);
-                        return false;
-                }
-                mode = -1;
+        if (!hit_prepare(r)) { /* the read failed (the file was removed if corrupt): a miss */
+                req_release_resources(r);
+                return false;
         }
-        /* Zero-copy: sendfile or splice from the cache file; the requester checks the chunk CRCs
-         * from the verified header. */
-        shoal_metric_inc(SHOAL_M_blockcache_hits);
-        shoal_metric_add(SHOAL_M_blockcache_hit_bytes, r->len);
-        r->src = mode == SHOAL_IORPC_SPLICE ? SRC_SPLICE : SRC_FILE;
         req_finish(r);
         return true;
 }
@@ -657,23 +737,17 @@ static void req_dispatch(struct srv_req *r)
 
 /* ---- writing ------------------------------------------------------------------------------ */
 
-/* Splice mode: moves file bytes into the connection's pipe when it is empty, then pipe bytes
- * into the socket. Returns bytes sent to the socket, -1 with errno (EAGAIN: wait for EPOLLOUT),
- * or -2 when the connection was closed. */
-static ssize_t splice_some(struct conn *c, struct srv_req *r, size_t left)
+/* SRC_PIPE: moves pipe bytes into the socket; when the pipe is empty and the answer is longer
+ * than a pipe (splice mode, page cache only), first refills it from the cache file. Returns bytes
+ * sent to the socket, -1 with errno (EAGAIN: wait for EPOLLOUT), or -2 when the connection was
+ * closed. */
+static ssize_t pipe_send(struct conn *c, struct srv_req *r, size_t left)
 {
-        if (c->pipe[0] < 0) {
-                if (pipe2(c->pipe, O_NONBLOCK | O_CLOEXEC)) {
-                        c->pipe[0] = c->pipe[1] = -1;
-                        conn_close(c);
-                        return -2;
-                }
-                fcntl(c->pipe[1], F_SETPIPE_SZ, (int)SHOAL_MIN(c->lp->s->pipe_max, 8L << 20));
-        }
+        struct shoal_pipe *p = r->pipe;
         uint64_t unpiped = r->len - r->pay_piped;
-        if (!c->pipe_bytes && unpiped) {
+        if (!p->bytes && unpiped) {
                 loff_t off = (loff_t)(r->cb.data_off + r->off + r->pay_piped);
-                ssize_t n = splice(r->cb.fd, &off, c->pipe[1], NULL, (size_t)unpiped,
+                ssize_t n = splice(r->cb.fd, &off, p->wr, NULL, (size_t)SHOAL_MIN(unpiped, p->cap),
                                    SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
                 if (n <= 0) {
                         log_warn("server", "splice from the cache file of %s/%u failed: %s",
@@ -681,13 +755,14 @@ static ssize_t splice_some(struct conn *c, struct srv_req *r, size_t left)
                         conn_close(c);
                         return -2;
                 }
-                c->pipe_bytes += (size_t)n;
+                p->bytes += (size_t)n;
                 r->pay_piped += (uint64_t)n;
         }
-        ssize_t n = splice(c->pipe[0], NULL, c->io.fd, NULL, SHOAL_MIN(c->pipe_bytes, left),
-                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        ssize_t n =
+                splice(p->rd, NULL, c->io.fd, NULL, SHOAL_MIN(p->bytes, left),
+                       SPLICE_F_MOVE | SPLICE_F_NONBLOCK | (left > p->bytes ? SPLICE_F_MORE : 0));
         if (n > 0)
-                c->pipe_bytes -= (size_t)n;
+                p->bytes -= (size_t)n;
         return n;
 }
 
@@ -722,8 +797,8 @@ static bool conn_write(struct conn *c)
                 if (r->pay_sent < pay) {
                         ssize_t n;
                         size_t left = (size_t)(pay - r->pay_sent);
-                        if (r->src == SRC_SPLICE) {
-                                n = splice_some(c, r, left);
+                        if (r->src == SRC_PIPE) {
+                                n = pipe_send(c, r, left);
                                 if (n == -2)
                                         return false;
                         } else if (r->src == SRC_FILE) {
@@ -1187,11 +1262,6 @@ static void conn_close(struct conn *c)
         shoal_loop_del(lp->loop, &c->io);
         close(c->io.fd);
         c->io.fd = -1;
-        if (c->pipe[0] >= 0) {
-                close(c->pipe[0]);
-                close(c->pipe[1]);
-                c->pipe[0] = c->pipe[1] = -1;
-        }
         while (c->sendq) {
                 struct srv_req *r = c->sendq;
                 c->sendq = r->next;
@@ -1354,10 +1424,11 @@ static bool admit(struct srv_loop *lp, uint32_t ip, const char *who, struct src_
 
 /* Limits from the process's open-file limit, so that connections can never take the fds the
  * member needs for its own work: a fixed base (stdio, log, registry, metrics, each loop's epoll,
- * eventfd and listeners), a quarter of the rest for the store's connections and the reader's own
- * cache files (a mount in the same process), then half for requests in process (each holds at
- * most 3: a cache file and its O_DIRECT twin, or a store read and a cache insert) and half for
- * connections (3 each with a splice pipe). The soft limit is raised to the hard one first. */
+ * eventfd and listeners, the pipe pool), a quarter of the rest for the store's connections and the
+ * reader's own cache files (a mount in the same process), then half for requests in process (each
+ * holds at most 3: a cache file and its O_DIRECT twin, or a store read and a cache insert) and half
+ * for connections (1 each; the zero-copy pipes are a pool of their own in the base). The soft limit
+ * is raised to the hard one first. */
 static void limits_derive(struct shoal_server *s, unsigned nloops)
 {
         struct rlimit rl;
@@ -1373,13 +1444,12 @@ static void limits_derive(struct shoal_server *s, unsigned nloops)
                 }
                 lim = rl.rlim_cur == RLIM_INFINITY ? (uint64_t)1 << 20 : (uint64_t)rl.rlim_cur;
         }
-        uint64_t base = 64 + 4ULL * nloops;
+        uint64_t base = 64 + 4ULL * nloops + 2ULL * PIPES;
         uint64_t avail = lim > base ? lim - base : 0;
         uint64_t other = SHOAL_MAX(avail / 4, 32);
         uint64_t rest = avail > other ? avail - other : 0;
-        uint64_t per_conn = s->iorpc_mode == SHOAL_IORPC_SPLICE ? 3 : 1;
         uint64_t slots = SHOAL_MAX(rest / 2 / 3, 8);
-        uint64_t conns = SHOAL_MAX(rest / 2 / per_conn, 8);
+        uint64_t conns = SHOAL_MAX(rest / 2, 8);
         s->cfg.max_inflight = (unsigned)SHOAL_MIN(slots, (uint64_t)s->cfg.max_inflight);
         s->conn_cap = (unsigned)SHOAL_MIN(conns, (uint64_t)MAX_CONNS);
         unsigned preauth = SHOAL_MAX(s->conn_cap / 2, 4u);
@@ -1443,7 +1513,6 @@ static void accept_event(void *arg, uint32_t events)
                 int one = 1;
                 setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
                 c->ids = ids;
-                c->pipe[0] = c->pipe[1] = -1;
                 c->io.fd = fd;
                 c->io.fn = conn_event;
                 c->io.arg = c;
@@ -1629,8 +1698,9 @@ struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, c
         s->disk = shoal_workers_create(16, "disk");
         s->fill = shoal_workers_create(64, "fill");
         s->dio = shoal_bufpool_create(cfg->vol->block_size, DIO_BUFFERS);
+        s->pipes = shoal_pipes_create(PIPES, SHOAL_MIN(cfg->vol->block_size, PIPE_CAP_MAX));
         s->sizes = shoal_store_sizes_create(shoal_reader_store(cfg->reader), SIZES_MAX);
-        if (!s->disk || !s->fill || !s->dio || !s->sizes) {
+        if (!s->disk || !s->fill || !s->dio || !s->pipes || !s->sizes) {
                 snprintf(err, errlen, "cannot start server workers");
                 goto out_fail;
         }
@@ -1700,6 +1770,7 @@ out_fail:
         shoal_workers_destroy(s->disk);
         shoal_workers_destroy(s->fill);
         shoal_bufpool_destroy(s->dio);
+        shoal_pipes_destroy(s->pipes);
         shoal_store_sizes_destroy(s->sizes);
         pthread_mutex_destroy(&s->cap_mu);
         pthread_mutex_destroy(&s->info_mu);
@@ -1773,6 +1844,7 @@ void shoal_server_stop(struct shoal_server *s)
                 shoal_loop_destroy(lp->loop);
         }
         shoal_bufpool_destroy(s->dio);
+        shoal_pipes_destroy(s->pipes);
         shoal_store_sizes_destroy(s->sizes);
         pthread_mutex_destroy(&s->cap_mu);
         pthread_mutex_destroy(&s->info_mu);
@@ -1798,10 +1870,11 @@ static void ext_finish(struct srv_req *r)
                         memcpy(r->buf, r->hb.data + r->off, r->len);
                         shoal_reader_release(s->cfg.reader, &r->hb);
                         r->src = SRC_BUF;
-                } else if (shoal_cache_block_read(s->cfg.cache, &r->cb, r->off, r->len, r->buf,
-                                                  s->iorpc_mode == SHOAL_IORPC_PAGECACHE
-                                                          ? SHOAL_CACHE_READ_BUFFERED
-                                                          : SHOAL_CACHE_READ_DIRECT)) {
+                } else if (shoal_cache_block_read_unverified(s->cfg.cache, &r->cb, r->off, r->len,
+                                                             r->buf,
+                                                             s->iorpc_mode == SHOAL_IORPC_PAGECACHE
+                                                                     ? SHOAL_CACHE_READ_BUFFERED
+                                                                     : SHOAL_CACHE_READ_DIRECT)) {
                         r->status = SHOAL_ST_INTERNAL;
                         snprintf(r->reason, sizeof(r->reason), "cache read of %.60s/%u failed",
                                  r->obj.key, r->index);
