@@ -78,6 +78,13 @@ struct shoal_cache_block {
 int shoal_cache_open_block(struct shoal_cache *c, const struct shoal_block_id *id,
                            uint32_t expect_len, struct shoal_cache_block *b);
 
+/* Like shoal_cache_open_block, for an event loop: without waiting for the disk. When the file's
+ * name is not in the kernel's lookup cache or its header not in the page cache, -EAGAIN (nothing
+ * changed but the block's recency). Counts no miss: after any failure the caller retries with
+ * shoal_cache_open_block on a thread that may wait, which counts it. */
+int shoal_cache_open_block_nowait(struct shoal_cache *c, const struct shoal_block_id *id,
+                                  uint32_t expect_len, struct shoal_cache_block *b);
+
 /* Reads the chunk-aligned range [OFF, OFF+LEN) of B into BUF and verifies each chunk's CRC
  * (shoal_range_valid must hold). With SHOAL_CACHE_READ_DIRECT, BUF must be 4096-aligned with
  * room for LEN rounded up to 4096. Returns 0; -EBADMSG on a checksum mismatch or short file (the

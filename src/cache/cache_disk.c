@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "cache/cache_format.h"
@@ -431,8 +432,10 @@ static int fanout_open(struct cache_dir *d, const struct shoal_block_id *id, boo
 static atomic_bool no_openat2;
 
 /* Opens the block file of ID in D with FLAGS. Returns an fd or -errno (-ELOOP, -ENOTDIR or
- * -EXDEV when a symlink stands in the way). */
-static int block_open_file(struct cache_dir *d, const struct shoal_block_id *id, int flags)
+ * -EXDEV when a symlink stands in the way). NOWAIT: only from the kernel's lookup cache, else
+ * -EAGAIN (and always without openat2). */
+static int block_open_file_how(struct cache_dir *d, const struct shoal_block_id *id, int flags,
+                               bool nowait)
 {
         char hex[SHOAL_BLOCK_ID_HEX], rel[8 + SHOAL_BLOCK_ID_HEX];
         shoal_block_id_hex(id, hex);
@@ -440,7 +443,8 @@ static int block_open_file(struct cache_dir *d, const struct shoal_block_id *id,
         if (!atomic_load_explicit(&no_openat2, memory_order_relaxed)) {
                 struct open_how how = {
                         .flags = (uint64_t)(flags | O_NOFOLLOW),
-                        .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH,
+                        .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH |
+                                   (nowait ? RESOLVE_CACHED : 0),
                 };
                 snprintf(rel, sizeof(rel), "%.2s/%.2s/%s", hex, hex + 2, hex);
                 long fd = syscall(SYS_openat2, d->blocks_fd, rel, &how, sizeof(how));
@@ -451,6 +455,8 @@ static int block_open_file(struct cache_dir *d, const struct shoal_block_id *id,
                         return -errno;
                 atomic_store(&no_openat2, true);
         }
+        if (nowait)
+                return -EAGAIN;
         int leaf = fanout_open(d, id, false);
         if (leaf < 0)
                 return leaf;
@@ -458,6 +464,11 @@ static int block_open_file(struct cache_dir *d, const struct shoal_block_id *id,
         int ret = fd < 0 ? -errno : fd;
         close(leaf);
         return ret;
+}
+
+static int block_open_file(struct cache_dir *d, const struct shoal_block_id *id, int flags)
+{
+        return block_open_file_how(d, id, flags, false);
 }
 
 static pthread_mutex_t *path_lock(struct shoal_cache *c, const struct shoal_block_id *id)
@@ -1051,8 +1062,21 @@ bool shoal_cache_enabled(const struct shoal_cache *c)
 
 /* ---- blocks ---- */
 
-int shoal_cache_open_block(struct shoal_cache *c, const struct shoal_block_id *id,
-                           uint32_t expect_len, struct shoal_cache_block *b)
+/* Reads LEN header bytes at OFF. NOWAIT: from the page cache only, else -EAGAIN. Returns the
+ * bytes read or -errno. */
+static long hdr_pread(int fd, void *buf, size_t len, uint64_t off, bool nowait)
+{
+        if (!nowait)
+                return shoal_pread_full(fd, buf, len, off);
+        struct iovec iov = {.iov_base = buf, .iov_len = len};
+        ssize_t n = preadv2(fd, &iov, 1, (off_t)off, RWF_NOWAIT);
+        if (n < 0)
+                return errno == EOPNOTSUPP ? -EAGAIN : -errno;
+        return (size_t)n < len ? -EAGAIN : n; /* the rest is not in the page cache */
+}
+
+static int open_block(struct shoal_cache *c, const struct shoal_block_id *id, uint32_t expect_len,
+                      struct shoal_cache_block *b, bool nowait)
 {
         unsigned char hdr[SHOAL_CACHE_HDR_MAX];
         uint32_t hlen, dlen;
@@ -1081,7 +1105,9 @@ int shoal_cache_open_block(struct shoal_cache *c, const struct shoal_block_id *i
         pthread_mutex_unlock(&c->lock);
 
         /* O_NONBLOCK: a FIFO planted under a block's name must not hang the open. */
-        fd = block_open_file(&c->dirs[di], id, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        fd = block_open_file_how(&c->dirs[di], id, O_RDONLY | O_CLOEXEC | O_NONBLOCK, nowait);
+        if (fd == -EAGAIN)
+                return -EAGAIN;
         if (fd == -ENOENT) {
                 block_forget(c, id, di, NULL);
                 ret = -ENOENT;
@@ -1108,8 +1134,10 @@ int shoal_cache_open_block(struct shoal_cache *c, const struct shoal_block_id *i
                 ret = -errno;
                 goto out_ioerr_close;
         }
-        n = shoal_pread_full(fd, hdr, (size_t)SHOAL_MIN((off_t)SHOAL_CACHE_HDR_ALIGN, st.st_size),
-                             0);
+        n = hdr_pread(fd, hdr, (size_t)SHOAL_MIN((off_t)SHOAL_CACHE_HDR_ALIGN, st.st_size), 0,
+                      nowait);
+        if (n == -EAGAIN)
+                goto out_again;
         if (n < 0) {
                 ret = (int)n;
                 goto out_ioerr_close;
@@ -1120,7 +1148,11 @@ int shoal_cache_open_block(struct shoal_cache *c, const struct shoal_block_id *i
                 goto out_corrupt;
         }
         if (hlen > (size_t)n) {
-                long m = shoal_pread_full(fd, hdr + n, hlen - (size_t)n, (uint64_t)n);
+                if (nowait && (uint64_t)st.st_size < hlen)
+                        goto out_again; /* short: judged by a read that may wait */
+                long m = hdr_pread(fd, hdr + n, hlen - (size_t)n, (uint64_t)n, nowait);
+                if (m == -EAGAIN)
+                        goto out_again;
                 if (m < 0) {
                         ret = (int)m;
                         goto out_ioerr_close;
@@ -1152,6 +1184,9 @@ int shoal_cache_open_block(struct shoal_cache *c, const struct shoal_block_id *i
         dir_io_ok(c, di);
         return 0;
 
+out_again:
+        close(fd);
+        return -EAGAIN;
 out_corrupt:
         close(fd);
         block_corrupt(c, id, di, &st, why);
@@ -1166,8 +1201,21 @@ out_ioerr:
                 ret = -EIO;
         }
 out_miss:
-        shoal_metric_inc(SHOAL_M_blockcache_miss);
+        if (!nowait) /* the caller's retry that may wait counts it */
+                shoal_metric_inc(SHOAL_M_blockcache_miss);
         return ret;
+}
+
+int shoal_cache_open_block(struct shoal_cache *c, const struct shoal_block_id *id,
+                           uint32_t expect_len, struct shoal_cache_block *b)
+{
+        return open_block(c, id, expect_len, b, false);
+}
+
+int shoal_cache_open_block_nowait(struct shoal_cache *c, const struct shoal_block_id *id,
+                                  uint32_t expect_len, struct shoal_cache_block *b)
+{
+        return open_block(c, id, expect_len, b, true);
 }
 
 bool shoal_cache_block_verify(const struct shoal_cache_block *b, uint32_t off, uint32_t len,

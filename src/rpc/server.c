@@ -133,6 +133,7 @@ struct srv_req {
         uint64_t t_write;
         bool counted;      /* holds a server-wide processing slot */
         bool corrupt_slot; /* counted in corrupt_active */
+        bool on_loop;      /* being answered on its loop, without a worker (req_try_on_loop) */
         int svc;           /* SVC_M_POOL or SVC_M_IORPC (RDMA requests are IORPC) */
         struct srv_req *next;
         /* RDMA requests (c == NULL): answered through this callback instead of a connection */
@@ -384,6 +385,20 @@ static void req_build_answer(struct srv_req *r)
         r->out_len = SHOAL_WIRE_HDR_LEN + (size_t)n;
 }
 
+/* Loop thread: R's answer joins its connection's queue (answers leave in completion order). */
+static void req_queue_answer(struct srv_req *r)
+{
+        struct conn *c = r->c;
+        req_build_answer(r);
+        shoal_metric_observe(svc_metrics[r->svc].process, shoal_now_ns() - r->t_start);
+        r->next = NULL;
+        if (c->sendq_tail)
+                c->sendq_tail->next = r;
+        else
+                c->sendq = r;
+        c->sendq_tail = r;
+}
+
 /* Loop thread: a request came back from the workers. */
 static void req_done_on_loop(void *arg)
 {
@@ -401,14 +416,7 @@ static void req_done_on_loop(void *arg)
                 conn_update_events(c);
                 return;
         }
-        req_build_answer(r);
-        shoal_metric_observe(svc_metrics[r->svc].process, shoal_now_ns() - r->t_start);
-        r->next = NULL;
-        if (c->sendq_tail)
-                c->sendq_tail->next = r;
-        else
-                c->sendq = r;
-        c->sendq_tail = r;
+        req_queue_answer(r);
         conn_kick_write(c);
 }
 
@@ -418,9 +426,13 @@ static void req_finish(struct srv_req *r)
 {
         if (!r->c) {
                 ext_finish(r);
-                return;
+        } else if (r->on_loop) {
+                /* Answered inside its connection's read handler, which sends after reading. */
+                conn_put(r->c);
+                req_queue_answer(r);
+        } else {
+                shoal_loop_post(r->c->lp->loop, &r->done);
         }
-        shoal_loop_post(r->c->lp->loop, &r->done);
 }
 
 /* Whether R's connection has closed: its queued work is then dropped before it starts. Read on
@@ -557,22 +569,22 @@ static void hit_close_file(struct srv_req *r)
         r->cb_open = false;
 }
 
-/* Moves R's range (or as much as a pipe holds, for the page cache) into a pool pipe: O_DIRECT
- * goes from the disk straight into the pipe's pages, so neither mode copies the payload through
- * user space or fills the page cache for dio. Unverified: the requester checks every chunk
- * against the header's CRCs, which the answer carries. Returns 0 (R->src is SRC_PIPE), -EAGAIN
- * when no pipe fits (nothing happened), or the cache's error (-EBADMSG, -EIO). */
-static int hit_fill_pipe(struct srv_req *r, enum shoal_cache_read_mode how)
+/* Moves R's range (or as much as a pipe holds) from the page cache into a pool pipe, by
+ * reference to the page-cache pages, unverified: the requester checks every chunk against the
+ * header's CRCs, which the answer carries. The loop sends the pipe and moves the rest, if any.
+ * Returns 0 (R->src is SRC_PIPE), -EAGAIN when no pipe is free (nothing happened), or the cache's
+ * error (-EBADMSG, -EIO). */
+static int hit_fill_pipe(struct srv_req *r)
 {
         struct shoal_server *s = r->s;
-        size_t want = how == SHOAL_CACHE_READ_DIRECT ? r->len : SHOAL_MIN(r->len, SHOAL_CHUNK_SIZE);
-        struct shoal_pipe *p = shoal_pipes_get(s->pipes, want);
+        struct shoal_pipe *p = shoal_pipes_get(s->pipes, SHOAL_MIN(r->len, SHOAL_CHUNK_SIZE));
         if (!p)
                 return -EAGAIN;
         /* A chunk-aligned part that fits: the pipe's capacity rounded down to chunks. */
         uint32_t first =
                 (uint32_t)SHOAL_MIN((size_t)r->len, p->cap / SHOAL_CHUNK_SIZE * SHOAL_CHUNK_SIZE);
-        int rc = shoal_cache_block_splice(s->cfg.cache, &r->cb, r->off, first, p->wr, how);
+        int rc = shoal_cache_block_splice(s->cfg.cache, &r->cb, r->off, first, p->wr,
+                                          SHOAL_CACHE_READ_BUFFERED);
         if (rc) {
                 p->bytes = 1; /* unknown: closed, not reused */
                 shoal_pipes_put(s->pipes, p);
@@ -608,20 +620,19 @@ static int hit_read_buf(struct srv_req *r, enum shoal_cache_read_mode how)
 /* Disk worker: how R's hit is answered, cheapest first. The requester verifies the chunk CRCs
  * of the file's verified header either way, so the member reads the data unverified and, where
  * it can, without touching it: sendfile from the page cache (pagecache, the pool), a pipe filled
- * by O_DIRECT (dio) or from the page cache (splice); a dio buffer when no pipe fits; sendfile
- * when no buffer is free. RDMA answers need a registered buffer, which ext_finish fills. Returns
- * false when the read failed (a miss). */
+ * from the page cache (splice), by reference to the page-cache pages both. dio reads by O_DIRECT
+ * into a dio buffer and sends from it: an O_DIRECT splice into a pipe avoids that copy but pays
+ * a page allocation per 4 KiB instead, which cost as much on loopback (docs/benchmarks.md).
+ * Without a pipe or a buffer free, sendfile. RDMA answers need a registered buffer (ext_finish
+ * fills one when this could not). Returns false when the read failed (a miss). */
 static bool hit_prepare(struct srv_req *r)
 {
         int mode = hit_mode(r), rc = -EAGAIN;
-        enum shoal_cache_read_mode how =
-                mode == SHOAL_IORPC_DIO ? SHOAL_CACHE_READ_DIRECT : SHOAL_CACHE_READ_BUFFERED;
-        if (!r->c)
-                rc = hit_read_buf(r, how);
-        else if (mode == SHOAL_IORPC_DIO || mode == SHOAL_IORPC_SPLICE)
-                rc = hit_fill_pipe(r, how);
-        if (rc == -EAGAIN && r->c && mode == SHOAL_IORPC_DIO)
-                rc = hit_read_buf(r, how);
+        if (mode == SHOAL_IORPC_SPLICE && r->c)
+                rc = hit_fill_pipe(r);
+        else if (mode == SHOAL_IORPC_DIO || !r->c)
+                rc = hit_read_buf(r, mode == SHOAL_IORPC_DIO ? SHOAL_CACHE_READ_DIRECT
+                                                             : SHOAL_CACHE_READ_BUFFERED);
         if (rc == -EAGAIN) {
                 r->src = SRC_FILE; /* sendfile */
                 rc = 0;
@@ -707,6 +718,31 @@ static void disk_work(struct shoal_work *w)
         shoal_workers_submit(s->fill, &r->work);
 }
 
+/* Loop thread: answers R's hit on the loop when nothing in it waits for the disk: a READ over TCP
+ * whose answer goes out by reference to the page cache (sendfile, a page-cache splice), from a
+ * file whose name and header the kernel has cached (shoal_cache_open_block_nowait). Two thread
+ * hand-offs per request (loop, disk worker, loop) cost more than the whole open. Returns true
+ * when R was answered (queued on its connection); false when a disk worker must take it: dio,
+ * RDMA, a miss, a CORRUPT notice, a file or header not in the kernel's caches. */
+static bool req_try_on_loop(struct srv_req *r)
+{
+        struct shoal_server *s = r->s;
+        int mode = hit_mode(r);
+        struct shoal_block_id id;
+        if (!r->c || r->type != SHOAL_MSG_READ || !s->cfg.cache ||
+            (mode != SHOAL_IORPC_PAGECACHE && mode != SHOAL_IORPC_SPLICE))
+                return false;
+        shoal_block_id_derive(s->cfg.vol, r->obj.key, r->obj.version, r->index, &id);
+        if (shoal_cache_open_block_nowait(s->cfg.cache, &id, 0, &r->cb))
+                return false;
+        r->cb_open = true;
+        r->on_loop = true;
+        if (hit_work(r))
+                return true;
+        r->on_loop = false; /* not a plain hit: the worker looks again and decides */
+        return false;
+}
+
 /* Loop thread: admit R under the server-wide processing cap, or queue it [R4]. */
 static void req_dispatch(struct srv_req *r)
 {
@@ -731,7 +767,7 @@ static void req_dispatch(struct srv_req *r)
                 svc_queue_add(s, r->svc, 1);
         }
         pthread_mutex_unlock(&s->cap_mu);
-        if (run)
+        if (run && !req_try_on_loop(r))
                 shoal_workers_submit(s->disk, &r->work);
 }
 
