@@ -282,6 +282,43 @@ static void test_insert_read_buffered(void **state)
         shoal_cache_close(c);
 }
 
+/* An event loop opens a block only when nothing waits for the disk: a header dropped from the
+ * page cache is -EAGAIN (no miss counted, the file kept), and the open that may wait brings it
+ * back; a block not cached is -ENOENT without counting either. */
+static void test_open_nowait(void **state)
+{
+        struct fx *f = *state;
+        struct shoal_cache *c = open_cache(f, f->base, 64 * (int64_t)SHOAL_MiB, 0);
+        struct shoal_block_id id, other;
+        struct shoal_cache_block b;
+        char path[PATH_MAX];
+        const uint32_t len = 2 * SHOAL_CHUNK_SIZE;
+
+        insert_block(f, c, 6, len, &id);
+        assert_int_equal(shoal_cache_block_path(c, &id, path, sizeof(path)), 0);
+        int fd = open(path, O_RDONLY);
+        assert_true(fd >= 0);
+        assert_int_equal(fdatasync(fd), 0); /* clean pages can be dropped */
+        assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+        uint64_t miss0 = counter(SHOAL_M_blockcache_miss);
+        int rc = shoal_cache_open_block_nowait(c, &id, 0, &b);
+        if (rc == 0) /* the kernel kept the pages after all (tmpfs): still sound */
+                shoal_cache_block_close(c, &b);
+        else
+                assert_int_equal(rc, -EAGAIN);
+        assert_int_equal(counter(SHOAL_M_blockcache_miss), miss0);
+        assert_int_equal(shoal_cache_open_block(c, &id, len, &b), 0);
+        shoal_cache_block_close(c, &b);
+        assert_int_equal(shoal_cache_open_block_nowait(c, &id, len, &b), 0);
+        assert_int_equal(b.len, len);
+        shoal_cache_block_close(c, &b);
+        block_id(f, 99, &other);
+        assert_int_equal(shoal_cache_open_block_nowait(c, &other, 0, &b), -ENOENT);
+        assert_int_equal(counter(SHOAL_M_blockcache_miss), miss0);
+        close(fd);
+        shoal_cache_close(c);
+}
+
 /* Drains LEN bytes from the pipe RD into OUT. */
 static void pipe_drain(int rd, unsigned char *out, size_t len)
 {
@@ -1296,6 +1333,7 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_largest_block, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_splice_unverified, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_open_nowait, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
