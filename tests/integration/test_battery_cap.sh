@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Battery: the server-wide in-flight cap [R4; RELIABILITY: overload]. 3000 reads of 1 MiB are
-# pipelined over three IORPC connections and none of their answers is read until the test has
-# looked at the member: with the answers stuck in socket buffers, the member must hold exactly
-# 2048 requests in process (mount_iorpc_inflight, and its high-water mark, exactly 2048) and the
-# rest waiting in its queue (mount_iorpc_queued > 0). A cap of 1, or of 4096, fails here. Then
-# every answer is read, all 3000 arrive without an error, the gauges return to 0, and a client
-# reads every object byte-exact through the member.
+# pipelined over sixty IORPC connections (50 each, under one connection's bound of 64) and none of
+# their answers is read until the test has looked at the member: with the answers stuck in socket
+# buffers, the member must hold exactly 2048 requests in process (mount_iorpc_inflight, and its
+# high-water mark, exactly 2048) and the rest waiting in its queue (mount_iorpc_queued > 0). A cap
+# of 1, or of 4096, fails here. Then every answer is read, all 3000 arrive without an error, the
+# gauges return to 0, and a client reads every object byte-exact through the member.
 . "$(dirname "$0")/lib.sh"
 export SHOAL_GROUP_TIMEOUT=10s SHOAL_GROUP_HEARTBEAT=200ms
 FRAMES="python3 $(dirname "$0")/frames.py"
