@@ -36,6 +36,7 @@
 #include <sys/resource.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "cache/cache.h"
@@ -812,6 +813,93 @@ static bool send_failed(struct conn *c)
         return false;
 }
 
+/* A memory answer (a dio buffer, a held block): what is left of its header and payload in one
+ * sendmsg. Returns what sendmsg returns. */
+static ssize_t send_mem(struct conn *c, const struct srv_req *r)
+{
+        const char *base = r->src == SRC_BUF ? r->buf : r->hb.data + r->off;
+        struct iovec iov[2];
+        int n = 0;
+        if (r->out_sent < r->out_len)
+                iov[n++] = (struct iovec){(void *)(r->out + r->out_sent), r->out_len - r->out_sent};
+        iov[n++] = (struct iovec){(void *)(base + r->pay_sent), (size_t)(r->len - r->pay_sent)};
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        return sendmsg(c->io.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* SRC_FILE: sendfile from the cache file. Returns bytes sent, -1 with errno, or -2 when C was
+ * closed (the file was truncated under us: the requester would wait for bytes that never
+ * come). */
+static ssize_t send_file(struct conn *c, const struct srv_req *r)
+{
+        off_t off = (off_t)(r->cb.data_off + r->off + r->pay_sent);
+        ssize_t n = sendfile(c->io.fd, r->cb.fd, &off, (size_t)(r->len - r->pay_sent));
+        if (n == 0) {
+                log_warn("server", "cache file of %s/%u truncated while sending to %s", r->obj.key,
+                         r->index, c->peer);
+                conn_close(c);
+                return -2;
+        }
+        return n;
+}
+
+/* Whether all of R's frame (header and body, then its payload on success) has gone. */
+static bool answer_sent(const struct srv_req *r)
+{
+        uint64_t pay = r->status == SHOAL_ST_OK ? r->len : 0;
+        return r->out_sent == r->out_len && r->pay_sent >= pay;
+}
+
+/* Sends the next part of R: the header (corked with MSG_MORE before a payload), then the payload
+ * by its source; a memory answer both at once. Returns bytes sent, -1 with errno, or -2 when C
+ * was closed. */
+static ssize_t answer_send(struct conn *c, struct srv_req *r)
+{
+        bool ok = r->status == SHOAL_ST_OK;
+        if (ok && (r->src == SRC_BUF || r->src == SRC_HELD))
+                return send_mem(c, r);
+        if (r->out_sent < r->out_len)
+                return send(c->io.fd, r->out + r->out_sent, r->out_len - r->out_sent,
+                            MSG_NOSIGNAL | MSG_DONTWAIT | (ok ? MSG_MORE : 0));
+        if (r->src == SRC_PIPE)
+                return pipe_send(c, r, (size_t)(r->len - r->pay_sent));
+        return send_file(c, r);
+}
+
+/* N bytes of R went: the header's first, then the payload's. */
+static void answer_advance(struct srv_req *r, size_t n)
+{
+        size_t h = SHOAL_MIN(n, r->out_len - r->out_sent);
+        r->out_sent += h;
+        r->pay_sent += n - h;
+}
+
+/* R, first in C's queue, has gone: counted, forgotten, freed. */
+static void answer_done(struct conn *c, struct srv_req *r)
+{
+        c->sendq = r->next;
+        if (!c->sendq)
+                c->sendq_tail = NULL;
+        uint64_t now = shoal_now_ns();
+        if (r->type == SHOAL_MSG_READ) {
+                /* Control frames (handshake, pong, info) are not requests served. */
+                shoal_metric_observe(svc_metrics[r->svc].write_body, now - r->t_write);
+                shoal_metric_observe(SHOAL_M_remotecache_serve_dur, now - r->t_start);
+                if (r->status == SHOAL_ST_OK) {
+                        shoal_metric_inc(SHOAL_M_remotecache_serve_requests);
+                        shoal_metric_add(SHOAL_M_remotecache_serve_bytes, r->len);
+                        shoal_metric_add(c->service == SERVICE_POOL
+                                                 ? SHOAL_M_remotecache_tcp_serve_bytes
+                                                 : SHOAL_M_remotecache_iorpc_serve_bytes,
+                                         r->len);
+                } else {
+                        shoal_metric_inc(SHOAL_M_remotecache_serve_errors);
+                }
+        }
+        conn_forget_id(c, r->id, r->type == SHOAL_MSG_READ);
+        req_free(r);
+}
+
 /* Sends as much of the queued answers as the socket takes. Returns false when C was closed. */
 static bool conn_write(struct conn *c)
 {
@@ -819,70 +907,17 @@ static bool conn_write(struct conn *c)
                 struct srv_req *r = c->sendq;
                 if (!r->t_write)
                         r->t_write = shoal_now_ns();
-                if (r->out_sent < r->out_len) {
-                        int more = r->status == SHOAL_ST_OK ? MSG_MORE : 0;
-                        ssize_t n = send(c->io.fd, r->out + r->out_sent, r->out_len - r->out_sent,
-                                         MSG_NOSIGNAL | MSG_DONTWAIT | more);
+                if (!answer_sent(r)) {
+                        ssize_t n = answer_send(c, r);
+                        if (n == -2)
+                                return false;
                         if (n < 0)
                                 return send_failed(c);
-                        r->out_sent += (size_t)n;
+                        answer_advance(r, (size_t)n);
                         c->last_progress = shoal_now_ns();
                         continue;
                 }
-                uint64_t pay = r->status == SHOAL_ST_OK ? r->len : 0;
-                if (r->pay_sent < pay) {
-                        ssize_t n;
-                        size_t left = (size_t)(pay - r->pay_sent);
-                        if (r->src == SRC_PIPE) {
-                                n = pipe_send(c, r, left);
-                                if (n == -2)
-                                        return false;
-                        } else if (r->src == SRC_FILE) {
-                                off_t off = (off_t)(r->cb.data_off + r->off + r->pay_sent);
-                                n = sendfile(c->io.fd, r->cb.fd, &off, left);
-                                if (n == 0) {
-                                        /* The cache file was truncated under us: the requester
-                                         * would wait for bytes that never come. */
-                                        log_warn("server",
-                                                 "cache file of %s/%u truncated while "
-                                                 "sending to %s",
-                                                 r->obj.key, r->index, c->peer);
-                                        conn_close(c);
-                                        return false;
-                                }
-                        } else {
-                                const char *base = r->src == SRC_BUF ? r->buf : r->hb.data + r->off;
-                                n = send(c->io.fd, base + r->pay_sent, left,
-                                         MSG_NOSIGNAL | MSG_DONTWAIT);
-                        }
-                        if (n < 0)
-                                return send_failed(c);
-                        r->pay_sent += (uint64_t)n;
-                        c->last_progress = shoal_now_ns();
-                        continue;
-                }
-                /* Answer complete. */
-                c->sendq = r->next;
-                if (!c->sendq)
-                        c->sendq_tail = NULL;
-                uint64_t now = shoal_now_ns();
-                if (r->type == SHOAL_MSG_READ) {
-                        /* Control frames (handshake, pong, info) are not requests served. */
-                        shoal_metric_observe(svc_metrics[r->svc].write_body, now - r->t_write);
-                        shoal_metric_observe(SHOAL_M_remotecache_serve_dur, now - r->t_start);
-                        if (r->status == SHOAL_ST_OK) {
-                                shoal_metric_inc(SHOAL_M_remotecache_serve_requests);
-                                shoal_metric_add(SHOAL_M_remotecache_serve_bytes, r->len);
-                                shoal_metric_add(c->service == SERVICE_POOL
-                                                         ? SHOAL_M_remotecache_tcp_serve_bytes
-                                                         : SHOAL_M_remotecache_iorpc_serve_bytes,
-                                                 r->len);
-                        } else {
-                                shoal_metric_inc(SHOAL_M_remotecache_serve_errors);
-                        }
-                }
-                conn_forget_id(c, r->id, r->type == SHOAL_MSG_READ);
-                req_free(r);
+                answer_done(c, r);
         }
         return true;
 }
