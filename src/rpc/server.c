@@ -1745,7 +1745,6 @@ struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, c
         s->cfg.member_id = s->member_id;
         if (!s->cfg.max_inflight)
                 s->cfg.max_inflight = 2048;
-        shoal_metric_gauge_set(SHOAL_M_remotecache_inflight_limit, s->cfg.max_inflight);
         unsigned threads = cfg->threads;
         if (!threads) {
                 long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1766,6 +1765,8 @@ struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, c
                 s->iorpc_mode = SHOAL_IORPC_DIO;
         }
         limits_derive(s, threads);
+        /* The cap in force: limits_derive may have lowered it to what the fds allow. */
+        shoal_metric_gauge_set(SHOAL_M_remotecache_inflight_limit, s->cfg.max_inflight);
         s->disk = shoal_workers_create(16, "disk");
         s->fill = shoal_workers_create(64, "fill");
         s->dio = shoal_bufpool_create(cfg->vol->block_size, DIO_BUFFERS);
