@@ -297,6 +297,18 @@ static int stage_need(struct iconn *ic, size_t n, bool idle)
         return 0;
 }
 
+/* Splits LEFT payload bytes into equal pieces of at most SHOAL_RPC_LOWAT_PIECE (the last one up
+ * to a few bytes shorter) and sets the low mark to the smallest: one setsockopt serves every
+ * piece of the payload. Returns the piece size. */
+static uint32_t rx_pieces(struct iconn *ic, uint32_t left)
+{
+        uint32_t n = (left + SHOAL_RPC_LOWAT_PIECE - 1) / SHOAL_RPC_LOWAT_PIECE;
+        uint32_t piece = (left + n - 1) / n;
+        uint32_t smallest = left - (n - 1) * piece;
+        rx_lowat(ic, smallest >= SHOAL_RPC_LOWAT_MIN ? (int)smallest : 1);
+        return piece;
+}
+
 /* Moves LEN payload bytes into DST (NULL: drop them): first what the staging buffer holds, then
  * straight from the socket in pieces, calling CHECK after each piece. Returns 0 or -errno. */
 static int rx_payload(struct iconn *ic, char *dst, uint32_t len, void (*check)(void *, uint32_t),
@@ -311,11 +323,12 @@ static int rx_payload(struct iconn *ic, char *dst, uint32_t len, void (*check)(v
                 check(arg, got);
         uint64_t last = shoal_now_ns();
         int rc = 0;
+        uint32_t piece = got < len ? rx_pieces(ic, len - got) : 0;
         while (got < len) {
-                uint32_t left = len - got;
-                uint32_t piece = SHOAL_MIN(left, (uint32_t)SHOAL_RPC_LOWAT_PIECE);
-                rx_lowat(ic, left >= SHOAL_RPC_LOWAT_MIN ? (int)piece : 1);
-                ssize_t n = rx_recv(ic, dst ? dst + got : sink, piece, MSG_WAITALL);
+                uint32_t want = SHOAL_MIN(len - got, piece);
+                if (ic->lowat > (int)want) /* only after a short receive: never above the want */
+                        rx_lowat(ic, want >= SHOAL_RPC_LOWAT_MIN ? (int)want : 1);
+                ssize_t n = rx_recv(ic, dst ? dst + got : sink, want, MSG_WAITALL);
                 if (n < 0) {
                         rc = (int)n;
                         break;
