@@ -1,7 +1,7 @@
 /* mcget: N connections, each looping `get KEY` against memcached for a duration, so memcached's
  * serving of large values can be compared with shoal's transports in one run.
  *   mcget HOST PORT KEY VALUE_BYTES CONNECTIONS SECONDS
- * Prints: bytes seconds gib_per_s client_cpu_s */
+ * Prints: bytes seconds gib_per_s client_cpu_s p50_ms p99_ms */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -19,6 +19,9 @@ static int port;
 static size_t vlen;
 static double seconds;
 static unsigned long long total;
+#define MAX_LAT (1 << 20)
+static double *lat;
+static unsigned long long nlat;
 
 static double now(void)
 {
@@ -59,6 +62,7 @@ static void *worker(void *arg)
         unsigned long long mine = 0;
         double end = now() + seconds;
         while (now() < end) {
+                double t0 = now();
                 if (send(fd, req, (size_t)rl, 0) != rl || recv_full(fd, buf, want)) {
                         fprintf(stderr, "mcget: short answer\n");
                         exit(1);
@@ -68,11 +72,20 @@ static void *worker(void *arg)
                         exit(1);
                 }
                 mine += vlen;
+                unsigned long long k = __atomic_fetch_add(&nlat, 1, __ATOMIC_RELAXED);
+                if (k < MAX_LAT)
+                        lat[k] = now() - t0;
         }
         __atomic_fetch_add(&total, mine, __ATOMIC_RELAXED);
         free(buf);
         close(fd);
         return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+        double x = *(const double *)a, y = *(const double *)b;
+        return x < y ? -1 : x > y;
 }
 
 int main(int argc, char **argv)
@@ -88,6 +101,7 @@ int main(int argc, char **argv)
         int n = atoi(argv[5]);
         seconds = atof(argv[6]);
         pthread_t *t = calloc((size_t)n, sizeof(*t));
+        lat = calloc(MAX_LAT, sizeof(*lat));
         double t0 = now();
         for (int i = 0; i < n; i++)
                 pthread_create(&t[i], NULL, worker, NULL);
@@ -98,6 +112,9 @@ int main(int argc, char **argv)
         getrusage(RUSAGE_SELF, &ru);
         double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
                      (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-        printf("%llu %.3f %.3f %.3f\n", total, dt, (double)total / dt / (1 << 30), cpu);
+        unsigned long long m = nlat < MAX_LAT ? nlat : MAX_LAT;
+        qsort(lat, m, sizeof(*lat), cmp_double);
+        printf("%llu %.3f %.3f %.3f %.2f %.2f\n", total, dt, (double)total / dt / (1 << 30), cpu,
+               m ? lat[m / 2] * 1e3 : 0.0, m ? lat[m * 99 / 100] * 1e3 : 0.0);
         return 0;
 }

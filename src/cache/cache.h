@@ -85,12 +85,37 @@ int shoal_cache_open_block(struct shoal_cache *c, const struct shoal_block_id *i
 int shoal_cache_open_block_again(struct shoal_cache *c, const struct shoal_block_id *id,
                                  uint32_t expect_len, struct shoal_cache_block *b);
 
+/* Like shoal_cache_open_block, for an event loop: without waiting for the disk. When the file's
+ * name is not in the kernel's lookup cache or its header not in the page cache, -EAGAIN (nothing
+ * changed but the block's recency). Counts no miss: after any failure the caller retries with
+ * shoal_cache_open_block on a thread that may wait, which counts it. */
+int shoal_cache_open_block_nowait(struct shoal_cache *c, const struct shoal_block_id *id,
+                                  uint32_t expect_len, struct shoal_cache_block *b);
+
 /* Reads the chunk-aligned range [OFF, OFF+LEN) of B into BUF and verifies each chunk's CRC
  * (shoal_range_valid must hold). With SHOAL_CACHE_READ_DIRECT, BUF must be 4096-aligned with
  * room for LEN rounded up to 4096. Returns 0; -EBADMSG on a checksum mismatch or short file (the
  * block is removed); -EIO on an I/O error. */
 int shoal_cache_block_read(struct shoal_cache *c, struct shoal_cache_block *b, uint32_t off,
                            uint32_t len, void *buf, enum shoal_cache_read_mode mode);
+
+/* Like shoal_cache_block_read, but without the chunk CRC pass: for a member answering a
+ * requester that verifies every chunk itself against the CRCs of B's verified header (sent with
+ * the answer), so that a second pass over the data on the member adds nothing. A short file is
+ * still -EBADMSG (removed), an I/O error -EIO. */
+int shoal_cache_block_read_unverified(struct shoal_cache *c, struct shoal_cache_block *b,
+                                      uint32_t off, uint32_t len, void *buf,
+                                      enum shoal_cache_read_mode mode);
+
+/* Moves the chunk-aligned range [OFF, OFF+LEN) of B into the pipe whose write end is PIPE_WR
+ * without copying it through user space, unverified (as shoal_cache_block_read_unverified). With
+ * SHOAL_CACHE_READ_DIRECT the 4096-aligned part goes by O_DIRECT straight from the disk into the
+ * pipe's own pages (the page cache is not filled) and a tail under 4096 bytes, or a file system
+ * without O_DIRECT, through the page cache. The pipe must have room for LEN bytes. Returns 0;
+ * -EAGAIN or -EPIPE when the pipe took less (nothing is said about the file); -EBADMSG for a
+ * short file (removed); -EIO on an I/O error. */
+int shoal_cache_block_splice(struct shoal_cache *c, struct shoal_cache_block *b, uint32_t off,
+                             uint32_t len, int pipe_wr, enum shoal_cache_read_mode mode);
 
 /* Verifies the chunk CRCs of [OFF, OFF+LEN) of data already read into BUF against B's header
  * (for callers that read the file themselves). Returns true when all match. */

@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "cache/cache_format.h"
@@ -431,8 +432,10 @@ static int fanout_open(struct cache_dir *d, const struct shoal_block_id *id, boo
 static atomic_bool no_openat2;
 
 /* Opens the block file of ID in D with FLAGS. Returns an fd or -errno (-ELOOP, -ENOTDIR or
- * -EXDEV when a symlink stands in the way). */
-static int block_open_file(struct cache_dir *d, const struct shoal_block_id *id, int flags)
+ * -EXDEV when a symlink stands in the way). NOWAIT: only from the kernel's lookup cache, else
+ * -EAGAIN (and always without openat2). */
+static int block_open_file_how(struct cache_dir *d, const struct shoal_block_id *id, int flags,
+                               bool nowait)
 {
         char hex[SHOAL_BLOCK_ID_HEX], rel[8 + SHOAL_BLOCK_ID_HEX];
         shoal_block_id_hex(id, hex);
@@ -440,7 +443,8 @@ static int block_open_file(struct cache_dir *d, const struct shoal_block_id *id,
         if (!atomic_load_explicit(&no_openat2, memory_order_relaxed)) {
                 struct open_how how = {
                         .flags = (uint64_t)(flags | O_NOFOLLOW),
-                        .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH,
+                        .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH |
+                                   (nowait ? RESOLVE_CACHED : 0),
                 };
                 snprintf(rel, sizeof(rel), "%.2s/%.2s/%s", hex, hex + 2, hex);
                 long fd = syscall(SYS_openat2, d->blocks_fd, rel, &how, sizeof(how));
@@ -451,6 +455,8 @@ static int block_open_file(struct cache_dir *d, const struct shoal_block_id *id,
                         return -errno;
                 atomic_store(&no_openat2, true);
         }
+        if (nowait)
+                return -EAGAIN;
         int leaf = fanout_open(d, id, false);
         if (leaf < 0)
                 return leaf;
@@ -458,6 +464,11 @@ static int block_open_file(struct cache_dir *d, const struct shoal_block_id *id,
         int ret = fd < 0 ? -errno : fd;
         close(leaf);
         return ret;
+}
+
+static int block_open_file(struct cache_dir *d, const struct shoal_block_id *id, int flags)
+{
+        return block_open_file_how(d, id, flags, false);
 }
 
 static pthread_mutex_t *path_lock(struct shoal_cache *c, const struct shoal_block_id *id)
@@ -1068,8 +1079,21 @@ bool shoal_cache_enabled(const struct shoal_cache *c)
 
 /* ---- blocks ---- */
 
+/* Reads LEN header bytes at OFF. NOWAIT: from the page cache only, else -EAGAIN. Returns the
+ * bytes read or -errno. */
+static long hdr_pread(int fd, void *buf, size_t len, uint64_t off, bool nowait)
+{
+        if (!nowait)
+                return shoal_pread_full(fd, buf, len, off);
+        struct iovec iov = {.iov_base = buf, .iov_len = len};
+        ssize_t n = preadv2(fd, &iov, 1, (off_t)off, RWF_NOWAIT);
+        if (n < 0)
+                return errno == EOPNOTSUPP ? -EAGAIN : -errno;
+        return (size_t)n < len ? -EAGAIN : n; /* the rest is not in the page cache */
+}
+
 static int open_block(struct shoal_cache *c, const struct shoal_block_id *id, uint32_t expect_len,
-                      struct shoal_cache_block *b, bool count_miss)
+                      struct shoal_cache_block *b, bool nowait, bool count_miss)
 {
         unsigned char hdr[SHOAL_CACHE_HDR_MAX];
         uint32_t hlen, dlen;
@@ -1098,7 +1122,9 @@ static int open_block(struct shoal_cache *c, const struct shoal_block_id *id, ui
         pthread_mutex_unlock(&c->lock);
 
         /* O_NONBLOCK: a FIFO planted under a block's name must not hang the open. */
-        fd = block_open_file(&c->dirs[di], id, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        fd = block_open_file_how(&c->dirs[di], id, O_RDONLY | O_CLOEXEC | O_NONBLOCK, nowait);
+        if (fd == -EAGAIN)
+                return -EAGAIN;
         if (fd == -ENOENT) {
                 block_forget(c, id, di, NULL);
                 ret = -ENOENT;
@@ -1125,8 +1151,10 @@ static int open_block(struct shoal_cache *c, const struct shoal_block_id *id, ui
                 ret = -errno;
                 goto out_ioerr_close;
         }
-        n = shoal_pread_full(fd, hdr, (size_t)SHOAL_MIN((off_t)SHOAL_CACHE_HDR_ALIGN, st.st_size),
-                             0);
+        n = hdr_pread(fd, hdr, (size_t)SHOAL_MIN((off_t)SHOAL_CACHE_HDR_ALIGN, st.st_size), 0,
+                      nowait);
+        if (n == -EAGAIN)
+                goto out_again;
         if (n < 0) {
                 ret = (int)n;
                 goto out_ioerr_close;
@@ -1137,7 +1165,11 @@ static int open_block(struct shoal_cache *c, const struct shoal_block_id *id, ui
                 goto out_corrupt;
         }
         if (hlen > (size_t)n) {
-                long m = shoal_pread_full(fd, hdr + n, hlen - (size_t)n, (uint64_t)n);
+                if (nowait && (uint64_t)st.st_size < hlen)
+                        goto out_again; /* short: judged by a read that may wait */
+                long m = hdr_pread(fd, hdr + n, hlen - (size_t)n, (uint64_t)n, nowait);
+                if (m == -EAGAIN)
+                        goto out_again;
                 if (m < 0) {
                         ret = (int)m;
                         goto out_ioerr_close;
@@ -1169,6 +1201,9 @@ static int open_block(struct shoal_cache *c, const struct shoal_block_id *id, ui
         dir_io_ok(c, di);
         return 0;
 
+out_again:
+        close(fd);
+        return -EAGAIN;
 out_corrupt:
         close(fd);
         block_corrupt(c, id, di, &st, why);
@@ -1183,7 +1218,7 @@ out_ioerr:
                 ret = -EIO;
         }
 out_miss:
-        if (count_miss)
+        if (count_miss && !nowait) /* a nowait caller's retry that may wait counts it */
                 shoal_metric_inc(SHOAL_M_blockcache_miss);
         return ret;
 }
@@ -1191,13 +1226,20 @@ out_miss:
 int shoal_cache_open_block(struct shoal_cache *c, const struct shoal_block_id *id,
                            uint32_t expect_len, struct shoal_cache_block *b)
 {
-        return open_block(c, id, expect_len, b, true);
+        return open_block(c, id, expect_len, b, false, true);
 }
 
+/* The same block opened again after a fill put it there: its miss was counted already. */
 int shoal_cache_open_block_again(struct shoal_cache *c, const struct shoal_block_id *id,
                                  uint32_t expect_len, struct shoal_cache_block *b)
 {
-        return open_block(c, id, expect_len, b, false);
+        return open_block(c, id, expect_len, b, false, false);
+}
+
+int shoal_cache_open_block_nowait(struct shoal_cache *c, const struct shoal_block_id *id,
+                                  uint32_t expect_len, struct shoal_cache_block *b)
+{
+        return open_block(c, id, expect_len, b, true, false);
 }
 
 bool shoal_cache_block_verify(const struct shoal_cache_block *b, uint32_t off, uint32_t len,
@@ -1264,32 +1306,120 @@ static long read_range(struct shoal_cache *c, struct shoal_cache_block *b, uint3
         return shoal_pread_full(b->fd, buf, len, pos);
 }
 
-int shoal_cache_block_read(struct shoal_cache *c, struct shoal_cache_block *b, uint32_t off,
-                           uint32_t len, void *buf, enum shoal_cache_read_mode mode)
+/* A read of B failed: an I/O error marks the dir, a short file is corrupt. Returns -EIO or
+ * -EBADMSG. */
+static int read_failed(struct shoal_cache *c, struct shoal_cache_block *b, long n, const char *why)
 {
-        uint64_t t0 = shoal_now_ns();
         unsigned di = (unsigned)b->dir;
-        long n;
-
-        if (!buf || b->fd < 0 || !shoal_range_valid(b->len, off, len))
-                return -EINVAL;
-        n = read_range(c, b, off, len, buf, mode);
         if (n < 0) {
                 shoal_metric_inc(SHOAL_M_blockcache_read_errors);
                 if (is_dir_failure((int)n))
                         dir_io_error(c, di, (int)n);
                 return -EIO;
         }
-        if (n < (long)len || !shoal_cache_block_verify(b, off, len, buf)) {
-                struct stat st;
-                bool known = fstat(b->fd, &st) == 0;
-                block_corrupt(c, &b->id, di, known ? &st : NULL,
-                              n < (long)len ? "short read" : "chunk checksum mismatch");
-                return -EBADMSG;
-        }
+        struct stat st;
+        bool known = fstat(b->fd, &st) == 0;
+        block_corrupt(c, &b->id, di, known ? &st : NULL, why);
+        return -EBADMSG;
+}
+
+static void read_done(uint32_t len, uint64_t t0)
+{
         shoal_metric_inc(SHOAL_M_blockcache_hits);
         shoal_metric_add(SHOAL_M_blockcache_hit_bytes, len);
         shoal_metric_observe(SHOAL_M_blockcache_read_dur, shoal_now_ns() - t0);
+}
+
+static int block_read(struct shoal_cache *c, struct shoal_cache_block *b, uint32_t off,
+                      uint32_t len, void *buf, enum shoal_cache_read_mode mode, bool verify)
+{
+        uint64_t t0 = shoal_now_ns();
+        long n;
+
+        if (!buf || b->fd < 0 || !shoal_range_valid(b->len, off, len))
+                return -EINVAL;
+        n = read_range(c, b, off, len, buf, mode);
+        if (n < (long)len)
+                return read_failed(c, b, n, "short read");
+        if (verify && !shoal_cache_block_verify(b, off, len, buf))
+                return read_failed(c, b, n, "chunk checksum mismatch");
+        read_done(len, t0);
+        return 0;
+}
+
+int shoal_cache_block_read(struct shoal_cache *c, struct shoal_cache_block *b, uint32_t off,
+                           uint32_t len, void *buf, enum shoal_cache_read_mode mode)
+{
+        return block_read(c, b, off, len, buf, mode, true);
+}
+
+int shoal_cache_block_read_unverified(struct shoal_cache *c, struct shoal_cache_block *b,
+                                      uint32_t off, uint32_t len, void *buf,
+                                      enum shoal_cache_read_mode mode)
+{
+        return block_read(c, b, off, len, buf, mode, false);
+}
+
+/* Splices LEN bytes of FD from POS into the pipe PIPE_WR. Returns the bytes moved (short only
+ * at the end of the file) or -errno. */
+static long splice_full(int fd, uint64_t pos, size_t len, int pipe_wr)
+{
+        size_t done = 0;
+        while (done < len) {
+                loff_t o = (loff_t)(pos + done);
+                ssize_t n = splice(fd, &o, pipe_wr, NULL, len - done, SPLICE_F_MOVE);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                if (n == 0)
+                        break;
+                done += (size_t)n;
+        }
+        return (long)done;
+}
+
+/* The O_DIRECT part of a splice: the 4096-aligned head of [OFF, OFF+LEN) from the direct fd,
+ * straight from the disk into the pipe's own pages. Returns the bytes moved (0: no O_DIRECT on
+ * this file, all goes through the page cache) or -errno. */
+static long splice_direct(struct shoal_cache *c, struct shoal_cache_block *b, uint32_t off,
+                          uint32_t len, int pipe_wr)
+{
+        size_t alen = len / DIO_ALIGN * DIO_ALIGN;
+        if (!alen)
+                return 0;
+        if (b->dfd == DFD_NONE)
+                b->dfd = open_direct(c, b);
+        if (b->dfd < 0)
+                return 0;
+        long n = splice_full(b->dfd, b->data_off + off, alen, pipe_wr);
+        if (n == -EINVAL && b->dfd >= 0) { /* refused at read (alignment rules of this fs) */
+                close(b->dfd);
+                b->dfd = DFD_UNSUPPORTED;
+                return 0;
+        }
+        return n;
+}
+
+int shoal_cache_block_splice(struct shoal_cache *c, struct shoal_cache_block *b, uint32_t off,
+                             uint32_t len, int pipe_wr, enum shoal_cache_read_mode mode)
+{
+        uint64_t t0 = shoal_now_ns();
+        long n = 0, m;
+
+        if (pipe_wr < 0 || b->fd < 0 || !shoal_range_valid(b->len, off, len))
+                return -EINVAL;
+        if (mode == SHOAL_CACHE_READ_DIRECT)
+                n = splice_direct(c, b, off, len, pipe_wr);
+        if (n >= 0 && (uint32_t)n < len) {
+                m = splice_full(b->fd, b->data_off + off + (uint64_t)n, len - (size_t)n, pipe_wr);
+                n = m < 0 ? m : n + m;
+        }
+        if (n == -EAGAIN || n == -EPIPE || n == -EBADF)
+                return (int)n; /* the pipe's fault (full, closed), not the file's */
+        if (n < (long)len)
+                return read_failed(c, b, n, "short read");
+        read_done(len, t0);
         return 0;
 }
 

@@ -159,6 +159,8 @@ static const struct opt_def opts[OPT__COUNT] = {
         [OPT_DURATION] = {"duration", 0, true, CMD_BENCH, "TIME", "how long to read (default 10s)"},
         [OPT_LINGER] = {"linger", 0, true, CMD_BENCH, "TIME",
                         "stay idle this long after reading, printing connections per member"},
+        [OPT_RAMP] = {"ramp", 0, true, CMD_BENCH, "TIME",
+                      "read this long before the timed part (IORPC connections grow with load)"},
         [OPT_WARM] = {"warm", 0, false, CMD_BENCH, NULL,
                       "read every block once first so that members have them cached"},
         [OPT_TIMEOUT] = {"timeout", 0, true, CMD_UMOUNT, "TIME",

@@ -68,6 +68,7 @@ enum shoal_opt {
         OPT_THREADS,
         OPT_DURATION,
         OPT_LINGER,
+        OPT_RAMP,
         OPT_WARM,
         OPT_TIMEOUT,
         OPT_TRANSPORTS,

@@ -71,7 +71,7 @@ struct opts {
         const char *group;
         const char *prefix;
         unsigned threads;
-        uint64_t duration, linger;
+        uint64_t duration, linger, ramp;
         bool warm;
 };
 
@@ -501,6 +501,15 @@ static int bench_one(struct shoal_node_config cfg, enum transport t, const struc
         if (o->warm && first)
                 printf("warm: %zu blocks read once, %llu errors\n", b.nblocks,
                        (unsigned long long)b.errors);
+        if (o->ramp) {
+                /* Untimed reading at full depth: IORPC grows its connections with the load, one
+                 * per grow period [R5], and the timed part should see the steady state. */
+                unsigned started;
+                b.deadline = shoal_now_ns() + o->ramp;
+                run_threads(&b, o->threads, false, ws, &started);
+                join_threads(ws, started);
+                print_conns(&b, "ramp done: ");
+        }
         if (timed_run(&b, o, ws, r))
                 goto out;
         print_result(r);
@@ -596,6 +605,8 @@ int shoal_cmd_bench(int argc, char **argv)
                                       cli.val[OPT_DURATION]);
         if (cli.val[OPT_LINGER] && shoal_parse_duration(cli.val[OPT_LINGER], &o.linger))
                 return shoal_cli_fail(&cli, "invalid --linger %s (e.g. 30s)", cli.val[OPT_LINGER]);
+        if (cli.val[OPT_RAMP] && shoal_parse_duration(cli.val[OPT_RAMP], &o.ramp))
+                return shoal_cli_fail(&cli, "invalid --ramp %s (e.g. 3s)", cli.val[OPT_RAMP]);
         o.warm = cli.val[OPT_WARM] != NULL;
         o.prefix = cli.val[OPT_PREFIX] ? cli.val[OPT_PREFIX] : "";
         struct shoal_node_config cfg;

@@ -76,6 +76,48 @@ int shoal_rpc_recv_all(int fd, void *buf, size_t len, uint64_t deadline)
         return 0;
 }
 
+/* Receives a payload of LEN bytes into BUF with few wake-ups. By default every segment that
+ * arrives wakes the receiver (and on loopback the sender pays for each wake-up in its own
+ * context); SO_RCVLOWAT tells the kernel to wake us only when a large piece is queued. The low
+ * mark is never above the bytes still owed, or the last piece would never wake us, and it is
+ * back at 1 on return, so that the next small frame header wakes us at once. */
+int shoal_rpc_recv_payload(int fd, void *buf, size_t len, uint64_t deadline)
+{
+        char *p = buf;
+        int lowat = 1, rc = 0;
+        while (len) {
+                int want = (int)SHOAL_MIN(len, (size_t)SHOAL_RPC_LOWAT_PIECE);
+                if (want != lowat && (want < lowat || len >= SHOAL_RPC_LOWAT_MIN)) {
+                        setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want));
+                        lowat = want;
+                }
+                ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+                if (n == 0) {
+                        rc = -ECONNRESET;
+                        break;
+                }
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno != EAGAIN) {
+                                rc = -ECONNRESET;
+                                break;
+                        }
+                        rc = shoal_rpc_wait_fd(fd, POLLIN, deadline);
+                        if (rc)
+                                break;
+                        continue;
+                }
+                p += n;
+                len -= (size_t)n;
+        }
+        if (lowat != 1) {
+                int one = 1;
+                setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &one, sizeof(one));
+        }
+        return rc;
+}
+
 /* Receives one frame's header and body (at most BODY_CAP bytes). Returns 0 or -errno. */
 int shoal_rpc_recv_frame(int fd, struct shoal_wire_hdr *h, uint8_t *hdr, uint8_t *body,
                          size_t body_cap, uint64_t deadline)
@@ -230,17 +272,38 @@ int shoal_rpc_status_errno(uint32_t st)
         }
 }
 
+int shoal_rpc_check_answer_id(const struct shoal_block_id *want, uint32_t off, uint32_t len,
+                              const struct shoal_wire_hdr *h,
+                              const struct shoal_wire_read_resp *resp)
+{
+        bool rdma = h->flags & SHOAL_WF_RDMA_WRITTEN;
+        if (h->type != SHOAL_MSG_READ_RESP || resp->offset != off || resp->length != len ||
+            h->payload_len != (rdma ? 0 : len) || !shoal_block_id_eq(&resp->block, want))
+                return -EPROTO;
+        return 0;
+}
+
 int shoal_rpc_check_answer(const struct shoal_volume *vol, const struct shoal_object *obj,
                            uint32_t index, uint32_t off, uint32_t len,
                            const struct shoal_wire_hdr *h, const struct shoal_wire_read_resp *resp)
 {
         struct shoal_block_id want;
         shoal_block_id_derive(vol, obj->key, obj->version, index, &want);
-        bool rdma = h->flags & SHOAL_WF_RDMA_WRITTEN;
-        if (h->type != SHOAL_MSG_READ_RESP || resp->offset != off || resp->length != len ||
-            h->payload_len != (rdma ? 0 : len) || !shoal_block_id_eq(&resp->block, &want))
-                return -EPROTO;
-        return 0;
+        return shoal_rpc_check_answer_id(&want, off, len, h, resp);
+}
+
+bool shoal_rpc_verify_chunks(const struct shoal_block_id *id, const void *data, uint32_t from,
+                             uint32_t to, const struct shoal_wire_read_resp *resp)
+{
+        uint32_t first = resp->offset / SHOAL_CHUNK_SIZE;
+        for (uint32_t at = from; at < to; at += SHOAL_CHUNK_SIZE) {
+                uint32_t clen = SHOAL_MIN(SHOAL_CHUNK_SIZE, to - at);
+                uint32_t i = at / SHOAL_CHUNK_SIZE;
+                if (i >= resp->n_crcs || shoal_chunk_crc(id, first + i, (const char *)data + at,
+                                                         clen) != shoal_wire_read_resp_crc(resp, i))
+                        return false;
+        }
+        return true;
 }
 
 int shoal_rpc_verify_payload(const struct shoal_volume *vol, const struct shoal_object *obj,

@@ -2,6 +2,7 @@
 #ifndef SHOAL_RPC_CLIENT_CONN_H
 #define SHOAL_RPC_CLIENT_CONN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -11,6 +12,13 @@
 
 #define SHOAL_SERVICE_POOL  1
 #define SHOAL_SERVICE_IORPC 2
+
+/* Payload receives ask the kernel to wake the receiver once per this many bytes (SO_RCVLOWAT):
+ * large enough that a 4 MiB answer costs a few wake-ups instead of one per segment, small enough
+ * that each piece is still in the CPU cache when its chunk CRCs are checked. Payload rests below
+ * SHOAL_RPC_LOWAT_MIN are not worth the extra system calls. */
+#define SHOAL_RPC_LOWAT_PIECE (256 * 1024)
+#define SHOAL_RPC_LOWAT_MIN   (64 * 1024)
 
 /* What the handshake told the requester about the member. */
 struct shoal_rpc_peer {
@@ -31,6 +39,9 @@ int shoal_rpc_connect(const char *addr, uint8_t service, const struct shoal_hs_k
 int shoal_rpc_wait_fd(int fd, short events, uint64_t deadline);
 int shoal_rpc_send_all(int fd, const void *buf, size_t len, uint64_t deadline);
 int shoal_rpc_recv_all(int fd, void *buf, size_t len, uint64_t deadline);
+/* Like shoal_rpc_recv_all for a large payload, woken about once per SHOAL_RPC_LOWAT_PIECE bytes
+ * instead of once per segment (SO_RCVLOWAT; back at 1 on return). */
+int shoal_rpc_recv_payload(int fd, void *buf, size_t len, uint64_t deadline);
 /* Receives one frame's header (into HDR and *H) and body (at most BODY_CAP bytes, CRC checked);
  * the payload, if any, is left in the socket. */
 int shoal_rpc_recv_frame(int fd, struct shoal_wire_hdr *h, uint8_t *hdr, uint8_t *body,
@@ -48,6 +59,15 @@ int shoal_rpc_status_errno(uint32_t status);
 int shoal_rpc_check_answer(const struct shoal_volume *vol, const struct shoal_object *obj,
                            uint32_t index, uint32_t off, uint32_t len,
                            const struct shoal_wire_hdr *h, const struct shoal_wire_read_resp *resp);
+/* shoal_rpc_check_answer with the block id the requester derived already. */
+int shoal_rpc_check_answer_id(const struct shoal_block_id *want, uint32_t off, uint32_t len,
+                              const struct shoal_wire_hdr *h,
+                              const struct shoal_wire_read_resp *resp);
+/* Checks the chunks of a payload received in pieces: DATA is the payload (byte 0 = RESP->offset
+ * of block ID) and [FROM, TO) the part to check, FROM chunk-aligned and TO chunk-aligned or the
+ * payload's end. True when every chunk CRC in it matches RESP's. */
+bool shoal_rpc_verify_chunks(const struct shoal_block_id *id, const void *data, uint32_t from,
+                             uint32_t to, const struct shoal_wire_read_resp *resp);
 /* Decodes the READ_RESP body of LEN bytes at BODY into *RESP (shoal_wire_read_resp_decode),
  * timing it in SERVICE's decode histogram: mount_iorpc_decodeBodyDur for IORPC (on TCP or RDMA),
  * remotecache_pool_decodeBodyDur for the TCP pool [V2]. Returns 0 or < 0 as the decoder does. */

@@ -1,10 +1,21 @@
 /* The IORPC client [R1, R3, R5]: many requests share a connection, matched by message id, and
- * answers come back in any order. Each connection has a receiver thread that reads an answer's
- * header, finds the waiting caller by id and receives the payload straight into that caller's
- * buffer; the caller verifies the chunk CRCs on its own thread, so checksum work spreads over the
- * callers. A caller that gives up (deadline) leaves its id in a short "abandoned" list so that a
- * late answer is drained instead of being taken for a protocol error; any other unknown or
- * mismatched answer resets the connection.
+ * answers come back in any order.
+ *
+ * The receive path is built for few wake-ups and one pass over the data while it is hot. Each
+ * connection has a receiver thread that reads the stream through a small staging buffer (a
+ * frame's header and body, often with the start of its payload, in one recv), finds the waiting
+ * caller by id, checks the answer against the request, and receives the payload straight into
+ * the caller's buffer in pieces of SHOAL_RPC_LOWAT_PIECE bytes with SO_RCVLOWAT set: one wake-up
+ * per piece instead of one per segment. Each piece's chunk CRCs are checked right after it
+ * landed, while it is still in this CPU's cache. The caller sleeps on a futex in its own waiter
+ * and is woken once, with the verdict; it never touches the payload. A caller that gives up
+ * (deadline) leaves its id in a short "abandoned" list so that a late answer is drained instead
+ * of being taken for a protocol error; any other unknown or mismatched answer resets the
+ * connection.
+ *
+ * Locks: cl->mu guards the peers and their connection lists (and is taken before an ic->mu);
+ * ic->mu guards one connection's waiters; ic->send_mu orders whole request frames on its socket.
+ * Connection references and the in-flight count are atomics, so a request takes cl->mu once.
  *
  * Connections per member scale with load: every grow period a member whose busiest connection
  * carries more than the grow thresholds gets one more connection; every shrink period a member
@@ -12,6 +23,8 @@
 #include "rpc/clients.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -19,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,24 +46,26 @@
 #define ABANDONED    256
 #define MAX_PEERS    1024
 #define STALL_NS     (10ULL * 1000000000ULL)
-#define RESP_MAX     (28 + 4 * SHOAL_MAX_CHUNKS)
+#define RX_POLL_MS   200 /* the receiver looks at stop and drain flags this often when idle */
+#define REQ_MAX      2048
+/* Staging holds any whole frame without its payload: the largest body is a READ_RESP naming the
+ * CRCs of a 64 MiB block (28 + 4 x 1024 bytes). */
+#define STAGE 16384
 
 enum waiter_state {
-        W_PENDING,
-        W_RECV,
-        W_DONE
+        W_PENDING, /* in the table; the caller may still give up */
+        W_RECV,    /* taken by the receiver, which is filling the caller's buffer */
+        W_DONE     /* RC is final; the receiver no longer touches the waiter */
 };
 
 struct waiter {
         uint64_t id;
         void *dst;
-        uint32_t len;
-        enum waiter_state state;
+        uint32_t off, len;
+        struct shoal_block_id want;
+        uint32_t state; /* futex word, enum waiter_state (atomic) */
         int rc;
-        struct shoal_wire_hdr h;
-        pthread_cond_t cond; /* signalled when state becomes W_DONE */
         struct waiter *next;
-        uint8_t body[RESP_MAX];
 };
 
 struct peer;
@@ -59,17 +75,23 @@ struct iconn {
         struct peer *peer;
         struct shoal_iorpc *cl;
         pthread_t rx;
-        pthread_mutex_t send_mu;
-        struct waiter *table[WAIT_BUCKETS]; /* under cl->mu */
-        unsigned inflight;                  /* under cl->mu */
+        pthread_mutex_t mu;      /* the waiter table, inflight, the abandoned ids */
+        pthread_mutex_t send_mu; /* one whole request frame at a time */
+        struct waiter *table[WAIT_BUCKETS];
+        unsigned inflight; /* written under mu, read atomically by pick */
         uint32_t max_inflight;
-        bool broken, draining;
-        int refs; /* under cl->mu: the peer list, the receiver, each request */
+        bool broken;   /* atomic; set under cl->mu */
+        bool draining; /* atomic; set under cl->mu */
+        int refs;      /* atomic: the peer list, the receiver, each request */
         uint64_t abandoned[ABANDONED];
         unsigned ab_next;
         uint64_t win_bytes, win_reqs;   /* since the last grow tick (atomics) */
         uint64_t long_bytes, long_reqs; /* since the last shrink tick */
         struct iconn *next;
+        /* the receiver's own */
+        int lowat;
+        size_t s_start, s_end;
+        uint8_t stage[STAGE];
 };
 
 struct peer {
@@ -85,11 +107,11 @@ struct shoal_iorpc {
         struct shoal_hs_key key;
         pthread_mutex_t mu;
         pthread_cond_t cond;          /* connection set-up and the scaler sleep here */
-        pthread_condattr_t cond_attr; /* CLOCK_MONOTONIC, for every waiter's condition */
+        pthread_condattr_t cond_attr; /* CLOCK_MONOTONIC */
         struct peer *peers;
         unsigned npeers;
         uint64_t next_id;
-        bool stop;
+        bool stop;    /* atomic; set under mu */
         unsigned nrx; /* receiver threads alive */
         pthread_t scaler;
         uint64_t last_shrink;
@@ -100,6 +122,28 @@ static void cond_wait_deadline(pthread_cond_t *c, pthread_mutex_t *mu, uint64_t 
         struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000ULL),
                               .tv_nsec = (long)(deadline % 1000000000ULL)};
         pthread_cond_timedwait(c, mu, &ts);
+}
+
+/* ---- waiters ------------------------------------------------------------------------------- */
+
+/* Sleeps until W's state is no longer SEEN or the monotonic time UNTIL (spurious returns are
+ * fine: callers loop). */
+static void waiter_sleep(struct waiter *w, uint32_t seen, uint64_t until)
+{
+        struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ULL),
+                              .tv_nsec = (long)(until % 1000000000ULL)};
+        syscall(SYS_futex, &w->state, FUTEX_WAIT_BITSET_PRIVATE, seen, &ts, NULL,
+                FUTEX_BITSET_MATCH_ANY);
+}
+
+/* Gives W its verdict RC and wakes its caller. W must be out of the table (or owned by the
+ * receiver); after the store the caller may return at once, so W is not touched again (waking a
+ * futex word that is gone is harmless: the kernel only uses the address as a key). */
+static void waiter_finish(struct waiter *w, int rc)
+{
+        w->rc = rc;
+        __atomic_store_n(&w->state, W_DONE, __ATOMIC_RELEASE);
+        syscall(SYS_futex, &w->state, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
 static struct waiter **bucket(struct iconn *ic, uint64_t id)
@@ -115,28 +159,37 @@ static struct waiter *waiter_find(struct iconn *ic, uint64_t id)
         return NULL;
 }
 
+/* ic->mu held. */
 static void waiter_unlink(struct iconn *ic, struct waiter *w)
 {
         for (struct waiter **pp = bucket(ic, w->id); *pp; pp = &(*pp)->next) {
                 if (*pp == w) {
                         *pp = w->next;
-                        ic->inflight--;
+                        __atomic_store_n(&ic->inflight, ic->inflight - 1, __ATOMIC_RELAXED);
                         return;
                 }
         }
 }
 
-/* Drops a reference; the last one closes. Called with cl->mu held. */
-static void iconn_put_locked(struct iconn *ic)
+/* ---- connections --------------------------------------------------------------------------- */
+
+static void iconn_put(struct iconn *ic)
 {
-        if (--ic->refs)
+        if (__atomic_sub_fetch(&ic->refs, 1, __ATOMIC_ACQ_REL))
                 return;
         close(ic->fd);
+        pthread_mutex_destroy(&ic->mu);
         pthread_mutex_destroy(&ic->send_mu);
         shoal_metric_gauge_add(SHOAL_M_remotecache_connections, -1);
         free(ic);
 }
 
+static bool flag_is(const bool *flag)
+{
+        return __atomic_load_n(flag, __ATOMIC_ACQUIRE);
+}
+
+/* cl->mu held. */
 static void peer_unlink_locked(struct iconn *ic)
 {
         struct peer *p = ic->peer;
@@ -144,36 +197,36 @@ static void peer_unlink_locked(struct iconn *ic)
                 if (*pp == ic) {
                         *pp = ic->next;
                         p->nconns--;
-                        iconn_put_locked(ic);
+                        iconn_put(ic);
                         return;
                 }
         }
 }
 
-/* Marks IC broken: every waiter fails (retryable), no new request picks it. cl->mu held. */
+/* Marks IC broken: every waiter still pending fails (retryable), no new request picks it. The
+ * one whose buffer the receiver is filling is finished by the receiver (its recv fails at once
+ * on the shut-down socket). cl->mu held. */
 static void iconn_break_locked(struct iconn *ic)
 {
-        if (ic->broken)
+        if (flag_is(&ic->broken))
                 return;
-        ic->broken = true;
+        __atomic_store_n(&ic->broken, true, __ATOMIC_RELEASE);
         shutdown(ic->fd, SHUT_RDWR);
-        /* Pending callers fail now; one whose buffer the receiver is filling stays until the
-         * receiver lets go of it (its recv fails at once on the shut-down socket). */
+        pthread_mutex_lock(&ic->mu);
         for (unsigned b = 0; b < WAIT_BUCKETS; b++) {
                 struct waiter **pp = &ic->table[b];
                 while (*pp) {
                         struct waiter *w = *pp;
-                        if (w->state == W_PENDING) {
-                                w->state = W_DONE;
-                                w->rc = -ECONNRESET;
-                                pthread_cond_signal(&w->cond);
+                        if (__atomic_load_n(&w->state, __ATOMIC_RELAXED) == W_PENDING) {
                                 *pp = w->next;
-                                ic->inflight--;
+                                __atomic_store_n(&ic->inflight, ic->inflight - 1, __ATOMIC_RELAXED);
+                                waiter_finish(w, -ECONNRESET);
                         } else {
                                 pp = &w->next;
                         }
                 }
         }
+        pthread_mutex_unlock(&ic->mu);
         pthread_cond_broadcast(&ic->cl->cond);
         peer_unlink_locked(ic);
 }
@@ -186,94 +239,249 @@ static bool was_abandoned(struct iconn *ic, uint64_t id)
         return false;
 }
 
-static int drain(int fd, uint32_t len)
+/* ---- the receiver -------------------------------------------------------------------------- */
+
+static bool rx_should_stop(struct iconn *ic)
 {
-        static _Thread_local char sink[65536];
-        while (len) {
-                uint32_t n = SHOAL_MIN(len, (uint32_t)sizeof(sink));
-                int rc = shoal_rpc_recv_all(fd, sink, n, shoal_now_ns() + STALL_NS);
-                if (rc)
-                        return rc;
-                len -= n;
+        return flag_is(&ic->cl->stop) || flag_is(&ic->broken) ||
+               (flag_is(&ic->draining) && !__atomic_load_n(&ic->inflight, __ATOMIC_ACQUIRE));
+}
+
+/* One recv on the blocking socket (it times out every RX_POLL_MS). Returns the bytes received,
+ * 0 on a timeout, or -ECONNRESET. */
+static ssize_t rx_recv(struct iconn *ic, void *buf, size_t len, int flags)
+{
+        ssize_t n = recv(ic->fd, buf, len, flags);
+        if (n > 0)
+                return n;
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                return 0;
+        return -ECONNRESET;
+}
+
+static void rx_lowat(struct iconn *ic, int want)
+{
+        if (want != ic->lowat && !setsockopt(ic->fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want)))
+                ic->lowat = want;
+}
+
+/* Makes at least N bytes available in the staging buffer. IDLE: between frames, where waiting
+ * is normal: returns -EAGAIN after a quiet poll period so that the caller can look at its flags.
+ * Inside a frame a peer that stalls for STALL_NS is dropped. Returns 0 or -errno. */
+static int stage_need(struct iconn *ic, size_t n, bool idle)
+{
+        uint64_t t0 = 0;
+        while (ic->s_end - ic->s_start < n) {
+                if (ic->s_start + n > STAGE) {
+                        memmove(ic->stage, ic->stage + ic->s_start, ic->s_end - ic->s_start);
+                        ic->s_end -= ic->s_start;
+                        ic->s_start = 0;
+                }
+                ssize_t got = rx_recv(ic, ic->stage + ic->s_end, STAGE - ic->s_end, 0);
+                if (got < 0)
+                        return (int)got;
+                if (got > 0) {
+                        ic->s_end += (size_t)got;
+                        continue;
+                }
+                if (rx_should_stop(ic))
+                        return -ECONNRESET;
+                if (idle && ic->s_end == ic->s_start)
+                        return -EAGAIN;
+                uint64_t now = shoal_now_ns();
+                if (!t0)
+                        t0 = now;
+                else if (now - t0 > STALL_NS)
+                        return -ETIMEDOUT;
         }
         return 0;
+}
+
+/* Splits LEFT payload bytes into equal pieces of at most SHOAL_RPC_LOWAT_PIECE (the last one up
+ * to a few bytes shorter) and sets the low mark to the smallest: one setsockopt serves every
+ * piece of the payload. Returns the piece size. */
+static uint32_t rx_pieces(struct iconn *ic, uint32_t left)
+{
+        uint32_t n = (left + SHOAL_RPC_LOWAT_PIECE - 1) / SHOAL_RPC_LOWAT_PIECE;
+        uint32_t piece = (left + n - 1) / n;
+        uint32_t smallest = left - (n - 1) * piece;
+        rx_lowat(ic, smallest >= SHOAL_RPC_LOWAT_MIN ? (int)smallest : 1);
+        return piece;
+}
+
+/* Moves LEN payload bytes into DST (NULL: drop them): first what the staging buffer holds, then
+ * straight from the socket in pieces, calling CHECK after each piece. Returns 0 or -errno. */
+static int rx_payload(struct iconn *ic, char *dst, uint32_t len, void (*check)(void *, uint32_t),
+                      void *arg)
+{
+        static _Thread_local char sink[SHOAL_RPC_LOWAT_PIECE];
+        uint32_t got = (uint32_t)SHOAL_MIN((size_t)len, ic->s_end - ic->s_start);
+        if (dst)
+                memcpy(dst, ic->stage + ic->s_start, got);
+        ic->s_start += got;
+        if (check)
+                check(arg, got);
+        uint64_t last = shoal_now_ns();
+        int rc = 0;
+        uint32_t piece = got < len ? rx_pieces(ic, len - got) : 0;
+        while (got < len) {
+                uint32_t want = SHOAL_MIN(len - got, piece);
+                if (ic->lowat > (int)want) /* only after a short receive: never above the want */
+                        rx_lowat(ic, want >= SHOAL_RPC_LOWAT_MIN ? (int)want : 1);
+                ssize_t n = rx_recv(ic, dst ? dst + got : sink, want, MSG_WAITALL);
+                if (n < 0) {
+                        rc = (int)n;
+                        break;
+                }
+                if (n == 0) {
+                        if (rx_should_stop(ic)) {
+                                rc = -ECONNRESET;
+                                break;
+                        }
+                        if (shoal_now_ns() - last > STALL_NS) {
+                                rc = -ETIMEDOUT;
+                                break;
+                        }
+                        continue;
+                }
+                got += (uint32_t)n;
+                last = shoal_now_ns();
+                if (check)
+                        check(arg, got);
+        }
+        rx_lowat(ic, 1);
+        return rc;
+}
+
+/* The chunk checks of one payload, piece by piece as it lands. */
+struct verify {
+        const struct waiter *w;
+        const struct shoal_wire_read_resp *resp;
+        uint32_t checked; /* payload bytes verified so far (chunk-aligned, or all) */
+        bool bad;
+};
+
+static void verify_upto(void *arg, uint32_t got)
+{
+        struct verify *v = arg;
+        uint32_t upto = got == v->w->len ? got : got / SHOAL_CHUNK_SIZE * SHOAL_CHUNK_SIZE;
+        if (upto <= v->checked)
+                return;
+        if (!v->bad && !shoal_rpc_verify_chunks(&v->w->want, v->w->dst, v->checked, upto, v->resp))
+                v->bad = true;
+        v->checked = upto;
+}
+
+/* An answer nobody waits for: dropped when its caller gave up on it, else the stream is not the
+ * one we think it is. Returns 0 or -errno. */
+static int rx_orphan(struct iconn *ic, const struct shoal_wire_hdr *h, bool abandoned)
+{
+        if (!abandoned) {
+                log_ratelimited(SHOAL_LOG_WARN, "iorpc",
+                                "answer with unknown id %llu from %s: resetting",
+                                (unsigned long long)h->id, ic->peer->addr);
+                return -EPROTO;
+        }
+        return h->payload_len ? rx_payload(ic, NULL, h->payload_len, NULL, NULL) : 0;
+}
+
+/* A READ_RESP whose header and body (BODY, checked) are in the staging buffer. */
+static int rx_read_resp(struct iconn *ic, const struct shoal_wire_hdr *h, const uint8_t *body)
+{
+        struct shoal_wire_read_resp resp;
+        if (shoal_rpc_decode_answer(SHOAL_SERVICE_IORPC, body, h->body_len, &resp))
+                return -EPROTO;
+        pthread_mutex_lock(&ic->mu);
+        struct waiter *w = waiter_find(ic, h->id);
+        if (!w) {
+                bool ab = was_abandoned(ic, h->id);
+                pthread_mutex_unlock(&ic->mu);
+                return rx_orphan(ic, h, ab);
+        }
+        waiter_unlink(ic, w);
+        if (h->payload_len != w->len ||
+            shoal_rpc_check_answer_id(&w->want, w->off, w->len, h, &resp)) {
+                pthread_mutex_unlock(&ic->mu);
+                waiter_finish(w, -EPROTO);
+                return -EPROTO;
+        }
+        /* The caller cannot leave while its buffer is being filled. */
+        __atomic_store_n(&w->state, W_RECV, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&ic->mu);
+        struct verify v = {.w = w, .resp = &resp};
+        int rc = rx_payload(ic, w->dst, w->len, verify_upto, &v);
+        __atomic_fetch_add(&ic->win_bytes, w->len, __ATOMIC_RELAXED);
+        waiter_finish(w, rc ? rc : v.bad ? -EBADMSG : 0);
+        return rc;
+}
+
+static int rx_error(struct iconn *ic, const struct shoal_wire_hdr *h)
+{
+        pthread_mutex_lock(&ic->mu);
+        struct waiter *w = waiter_find(ic, h->id);
+        bool ab = !w && was_abandoned(ic, h->id);
+        if (w)
+                waiter_unlink(ic, w);
+        pthread_mutex_unlock(&ic->mu);
+        if (!w)
+                return rx_orphan(ic, h, ab);
+        waiter_finish(w, shoal_rpc_status_errno(h->status));
+        return 0;
+}
+
+/* Receives and dispatches one frame. Returns 0, -EAGAIN (nothing arrived for a poll period) or
+ * another -errno: the connection is done. */
+static int rx_frame(struct iconn *ic)
+{
+        int rc = stage_need(ic, SHOAL_WIRE_HDR_LEN, true);
+        if (rc)
+                return rc;
+        struct shoal_wire_hdr h;
+        if (shoal_wire_hdr_decode(ic->stage + ic->s_start, &h) ||
+            h.body_len > STAGE - SHOAL_WIRE_HDR_LEN)
+                return -EPROTO;
+        if ((rc = stage_need(ic, SHOAL_WIRE_HDR_LEN + h.body_len, false)))
+                return rc;
+        const uint8_t *hdr = ic->stage + ic->s_start;
+        if (!shoal_wire_crc_ok(hdr, hdr + SHOAL_WIRE_HDR_LEN, h.body_len))
+                return -EPROTO;
+        /* The frame stays in the buffer until the next stage_need; only its payload follows. */
+        ic->s_start += SHOAL_WIRE_HDR_LEN + h.body_len;
+        switch (h.type) {
+        case SHOAL_MSG_READ_RESP:
+                return rx_read_resp(ic, &h, hdr + SHOAL_WIRE_HDR_LEN);
+        case SHOAL_MSG_ERROR:
+                return rx_error(ic, &h);
+        default:
+                log_ratelimited(SHOAL_LOG_WARN, "iorpc", "message type %u from %s: resetting",
+                                h.type, ic->peer->addr);
+                return -EPROTO;
+        }
 }
 
 static void *rx_main(void *arg)
 {
         struct iconn *ic = arg;
         struct shoal_iorpc *cl = ic->cl;
-        uint8_t hdr[SHOAL_WIRE_HDR_LEN];
-        static _Thread_local uint8_t body[RESP_MAX + 256];
         for (;;) {
-                pthread_mutex_lock(&cl->mu);
-                bool done = cl->stop || ic->broken || (ic->draining && !ic->inflight);
-                pthread_mutex_unlock(&cl->mu);
-                if (done)
+                if (rx_should_stop(ic))
                         break;
-                int rc = shoal_rpc_wait_fd(ic->fd, POLLIN, shoal_now_ns() + 200000000ULL);
-                if (rc == -ETIMEDOUT)
-                        continue;
-                struct shoal_wire_hdr h;
-                if (!rc)
-                        rc = shoal_rpc_recv_frame(ic->fd, &h, hdr, body, sizeof(body),
-                                                  shoal_now_ns() + STALL_NS);
-                if (rc)
-                        break;
-                pthread_mutex_lock(&cl->mu);
-                struct waiter *w = waiter_find(ic, h.id);
-                if (!w) {
-                        bool ab = was_abandoned(ic, h.id);
-                        pthread_mutex_unlock(&cl->mu);
-                        if (ab && h.type == SHOAL_MSG_READ_RESP && !drain(ic->fd, h.payload_len))
-                                continue;
-                        if (ab && h.type == SHOAL_MSG_ERROR)
-                                continue;
-                        log_ratelimited(SHOAL_LOG_WARN, "iorpc",
-                                        "answer with unknown id %llu from %s: resetting",
-                                        (unsigned long long)h.id, ic->peer->addr);
-                        break;
-                }
-                w->h = h;
-                memcpy(w->body, body, SHOAL_MIN((size_t)h.body_len, sizeof(w->body)));
-                if (h.type == SHOAL_MSG_ERROR) {
-                        w->rc = shoal_rpc_status_errno(h.status);
-                        w->state = W_DONE;
-                        waiter_unlink(ic, w);
-                        pthread_cond_signal(&w->cond);
-                        pthread_mutex_unlock(&cl->mu);
-                        continue;
-                }
-                if (h.type != SHOAL_MSG_READ_RESP || h.payload_len != w->len) {
-                        pthread_mutex_unlock(&cl->mu);
-                        break;
-                }
-                /* The caller cannot leave while its buffer is being filled. */
-                w->state = W_RECV;
-                pthread_mutex_unlock(&cl->mu);
-                rc = shoal_rpc_recv_all(ic->fd, w->dst, w->len, shoal_now_ns() + STALL_NS);
-                pthread_mutex_lock(&cl->mu);
-                w->state = W_DONE;
-                w->rc = rc;
-                waiter_unlink(ic, w);
-                __atomic_fetch_add(&ic->win_bytes, w->len, __ATOMIC_RELAXED);
-                pthread_cond_signal(&w->cond);
-                pthread_mutex_unlock(&cl->mu);
-                if (rc)
+                int rc = rx_frame(ic);
+                if (rc && rc != -EAGAIN)
                         break;
         }
         pthread_mutex_lock(&cl->mu);
-        if (ic->draining && !ic->broken) {
+        if (flag_is(&ic->draining) && !flag_is(&ic->broken)) {
                 /* Scaled down: no waiter is left; just close. */
-                ic->broken = true;
+                __atomic_store_n(&ic->broken, true, __ATOMIC_RELEASE);
                 shutdown(ic->fd, SHUT_RDWR);
         } else {
                 iconn_break_locked(ic);
         }
-        iconn_put_locked(ic);
         cl->nrx--;
         pthread_cond_broadcast(&cl->cond);
         pthread_mutex_unlock(&cl->mu);
+        iconn_put(ic);
         return NULL;
 }
 
@@ -289,6 +497,18 @@ static struct peer *peer_find_locked(struct shoal_iorpc *cl, const char *addr)
         return p;
 }
 
+/* The socket for a receiver thread: blocking reads that time out every RX_POLL_MS (senders pass
+ * MSG_DONTWAIT and wait on poll themselves). Returns 0 or -errno. */
+static int rx_socket(int fd)
+{
+        struct timeval tv = {.tv_sec = 0, .tv_usec = RX_POLL_MS * 1000};
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) ||
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)))
+                return -errno;
+        return 0;
+}
+
 /* Opens one more connection to P (cl->mu held on entry and exit; dropped while connecting). */
 static int add_conn_locked(struct shoal_iorpc *cl, struct peer *p, uint64_t deadline)
 {
@@ -298,24 +518,28 @@ static int add_conn_locked(struct shoal_iorpc *cl, struct peer *p, uint64_t dead
         int fd = shoal_rpc_connect(p->addr, SHOAL_SERVICE_IORPC, &cl->key, deadline, &peer);
         struct iconn *ic = NULL;
         if (fd >= 0) {
-                ic = calloc(1, sizeof(*ic));
-                if (!ic)
+                int rc = rx_socket(fd);
+                ic = rc ? NULL : calloc(1, sizeof(*ic));
+                if (!ic) {
                         close(fd);
+                        fd = rc ? rc : -ENOMEM;
+                }
         }
         pthread_mutex_lock(&cl->mu);
         p->connecting = false;
         pthread_cond_broadcast(&cl->cond);
         if (fd < 0)
                 return fd;
-        if (!ic)
-                return -ENOMEM;
         ic->fd = fd;
         ic->peer = p;
         ic->cl = cl;
+        ic->lowat = 1;
         ic->max_inflight = peer.max_inflight ? peer.max_inflight : 1;
         ic->refs = 2; /* the peer list and the receiver */
+        pthread_mutex_init(&ic->mu, NULL);
         pthread_mutex_init(&ic->send_mu, NULL);
         if (pthread_create(&ic->rx, NULL, rx_main, ic)) {
+                pthread_mutex_destroy(&ic->mu);
                 pthread_mutex_destroy(&ic->send_mu);
                 close(fd);
                 free(ic);
@@ -341,11 +565,16 @@ static struct iconn *pick(struct shoal_iorpc *cl, const char *addr, uint64_t dea
         pthread_mutex_lock(&cl->mu);
         struct peer *p = peer_find_locked(cl, addr);
         struct iconn *best = NULL;
+        unsigned best_n = 0;
         while (p && !best) {
-                for (struct iconn *ic = p->conns; ic; ic = ic->next)
-                        if (!ic->broken && !ic->draining &&
-                            (!best || ic->inflight < best->inflight))
+                for (struct iconn *ic = p->conns; ic; ic = ic->next) {
+                        unsigned n = __atomic_load_n(&ic->inflight, __ATOMIC_RELAXED);
+                        if (!flag_is(&ic->broken) && !flag_is(&ic->draining) &&
+                            (!best || n < best_n)) {
                                 best = ic;
+                                best_n = n;
+                        }
+                }
                 if (best)
                         break;
                 if (p->connecting) {
@@ -365,9 +594,41 @@ static struct iconn *pick(struct shoal_iorpc *cl, const char *addr, uint64_t dea
         if (!p)
                 *err = -ENOMEM;
         if (best)
-                best->refs++;
+                __atomic_add_fetch(&best->refs, 1, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&cl->mu);
         return best;
+}
+
+static void conn_fail(struct shoal_iorpc *cl, struct iconn *ic)
+{
+        pthread_mutex_lock(&cl->mu);
+        iconn_break_locked(ic);
+        pthread_mutex_unlock(&cl->mu);
+}
+
+/* Waits for W's verdict. A caller past DEADLINE whose request the receiver has not taken yet
+ * gives up; one whose buffer is being filled waits for the receiver, which is bounded by
+ * STALL_NS. */
+static int waiter_wait(struct iconn *ic, struct waiter *w, uint64_t deadline)
+{
+        for (;;) {
+                uint32_t st = __atomic_load_n(&w->state, __ATOMIC_ACQUIRE);
+                if (st == W_DONE)
+                        return w->rc;
+                uint64_t now = shoal_now_ns();
+                if (st == W_PENDING && now >= deadline) {
+                        pthread_mutex_lock(&ic->mu);
+                        if (__atomic_load_n(&w->state, __ATOMIC_RELAXED) == W_PENDING) {
+                                waiter_unlink(ic, w);
+                                ic->abandoned[ic->ab_next++ % ABANDONED] = w->id;
+                                w->rc = -ETIMEDOUT;
+                                __atomic_store_n(&w->state, W_DONE, __ATOMIC_RELAXED);
+                        }
+                        pthread_mutex_unlock(&ic->mu);
+                        continue;
+                }
+                waiter_sleep(w, st, st == W_RECV ? now + 100000000ULL : deadline);
+        }
 }
 
 static int request_once(struct shoal_iorpc *cl, const char *addr, const struct shoal_volume *vol,
@@ -380,83 +641,54 @@ static int request_once(struct shoal_iorpc *cl, const char *addr, const struct s
                 *conn_fault = true;
                 return err;
         }
-        uint8_t b[2048];
-        int n = shoal_rpc_encode_read(b, sizeof(b), vol, obj, index, off, len, view_version);
-        struct waiter wait_slot;
-        struct waiter *w = &wait_slot;
+        uint8_t frame[SHOAL_WIRE_HDR_LEN + REQ_MAX];
+        int n = shoal_rpc_encode_read(frame + SHOAL_WIRE_HDR_LEN, REQ_MAX, vol, obj, index, off,
+                                      len, view_version);
         if (n < 0) {
-                pthread_mutex_lock(&cl->mu);
-                iconn_put_locked(ic);
-                pthread_mutex_unlock(&cl->mu);
+                iconn_put(ic);
                 return -EINVAL;
         }
-        memset(w, 0, offsetof(struct waiter, body));
-        pthread_cond_init(&w->cond, &cl->cond_attr);
-        w->id = __atomic_add_fetch(&cl->next_id, 1, __ATOMIC_RELAXED);
-        w->dst = dst;
-        w->len = len;
-        w->state = W_PENDING;
-        pthread_mutex_lock(&cl->mu);
+        struct waiter w = {.id = __atomic_add_fetch(&cl->next_id, 1, __ATOMIC_RELAXED),
+                           .dst = dst,
+                           .off = off,
+                           .len = len,
+                           .state = W_PENDING};
+        shoal_block_id_derive(vol, obj->key, obj->version, index, &w.want);
+        size_t flen = shoal_wire_frame_encode(frame, SHOAL_MSG_READ, SHOAL_WF_FILL, 0, w.id, NULL,
+                                              (size_t)n);
         int rc = 0;
-        if (ic->broken) {
+        pthread_mutex_lock(&ic->mu);
+        if (flag_is(&ic->broken)) {
                 rc = -ECONNRESET;
         } else {
-                struct waiter **bk = bucket(ic, w->id);
-                w->next = *bk;
-                *bk = w;
-                ic->inflight++;
+                struct waiter **bk = bucket(ic, w.id);
+                w.next = *bk;
+                *bk = &w;
+                __atomic_store_n(&ic->inflight, ic->inflight + 1, __ATOMIC_RELAXED);
         }
-        pthread_mutex_unlock(&cl->mu);
+        pthread_mutex_unlock(&ic->mu);
         if (!rc) {
                 pthread_mutex_lock(&ic->send_mu);
-                rc = shoal_rpc_send_frame(ic->fd, SHOAL_MSG_READ, SHOAL_WF_FILL, w->id, b,
-                                          (size_t)n, deadline);
+                int src = shoal_rpc_send_all(ic->fd, frame, flen, deadline);
                 pthread_mutex_unlock(&ic->send_mu);
                 __atomic_fetch_add(&ic->win_reqs, 1, __ATOMIC_RELAXED);
-        }
-        pthread_mutex_lock(&cl->mu);
-        if (rc) {
-                /* A half-sent frame leaves the stream out of sync: the connection is done. */
-                if (!ic->broken)
-                        iconn_break_locked(ic);
-        } else {
-                while (w->state != W_DONE) {
-                        if (shoal_now_ns() >= deadline && w->state == W_PENDING) {
-                                waiter_unlink(ic, w);
-                                ic->abandoned[ic->ab_next++ % ABANDONED] = w->id;
-                                w->state = W_DONE;
-                                w->rc = -ETIMEDOUT;
-                                break;
-                        }
-                        cond_wait_deadline(&w->cond, &cl->mu,
-                                           w->state == W_RECV ? shoal_now_ns() + 100000000ULL
-                                                              : deadline);
-                }
-                rc = w->rc;
+                /* A half-sent frame leaves the stream out of sync: the connection is done (which
+                 * also fails our waiter, unless its answer came already). */
+                if (src)
+                        conn_fail(cl, ic);
+                rc = waiter_wait(ic, &w, deadline);
         }
         *conn_fault = rc == -ECONNRESET || rc == -EPROTO;
-        if (!rc) {
-                struct shoal_wire_read_resp resp;
-                if (shoal_rpc_decode_answer(SHOAL_SERVICE_IORPC, w->body, w->h.body_len, &resp) ||
-                    shoal_rpc_check_answer(vol, obj, index, off, len, &w->h, &resp)) {
-                        rc = -EPROTO;
-                        iconn_break_locked(ic);
-                        *conn_fault = true;
-                } else {
-                        pthread_mutex_unlock(&cl->mu);
-                        rc = shoal_rpc_verify_payload(vol, obj, index, off, len, dst, &resp);
-                        if (rc == -EBADMSG) {
-                                pthread_mutex_lock(&ic->send_mu);
-                                shoal_rpc_send_frame(ic->fd, SHOAL_MSG_CORRUPT, 0, 0, b, (size_t)n,
-                                                     deadline);
-                                pthread_mutex_unlock(&ic->send_mu);
-                        }
-                        pthread_mutex_lock(&cl->mu);
-                }
+        if (rc == -EPROTO)
+                conn_fail(cl, ic);
+        if (rc == -EBADMSG) {
+                /* The same body, as a notice: the member checks its copy (no answer comes). */
+                flen = shoal_wire_frame_encode(frame, SHOAL_MSG_CORRUPT, 0, 0, 0, NULL, (size_t)n);
+                pthread_mutex_lock(&ic->send_mu);
+                shoal_rpc_send_all(ic->fd, frame, flen, deadline);
+                pthread_mutex_unlock(&ic->send_mu);
         }
-        iconn_put_locked(ic);
-        pthread_mutex_unlock(&cl->mu);
-        pthread_cond_destroy(&w->cond);
+        iconn_put(ic);
         return rc;
 }
 
@@ -501,7 +733,7 @@ static void scale_tick(struct shoal_iorpc *cl, bool shrink_time)
                 unsigned usable = 0;
                 double tot_bytes = 0, tot_reqs = 0;
                 for (struct iconn *ic = p->conns; ic; ic = ic->next) {
-                        if (ic->broken || ic->draining)
+                        if (flag_is(&ic->broken) || flag_is(&ic->draining))
                                 continue;
                         usable++;
                         uint64_t bytes = __atomic_exchange_n(&ic->win_bytes, 0, __ATOMIC_RELAXED);
@@ -537,12 +769,14 @@ static void scale_tick(struct shoal_iorpc *cl, bool shrink_time)
                 while (usable > need) {
                         struct iconn *victim = NULL;
                         for (struct iconn *ic = p->conns; ic; ic = ic->next)
-                                if (!ic->broken && !ic->draining &&
-                                    (!victim || ic->inflight < victim->inflight))
+                                if (!flag_is(&ic->broken) && !flag_is(&ic->draining) &&
+                                    (!victim ||
+                                     __atomic_load_n(&ic->inflight, __ATOMIC_RELAXED) <
+                                             __atomic_load_n(&victim->inflight, __ATOMIC_RELAXED)))
                                         victim = ic;
                         if (!victim)
                                 break;
-                        victim->draining = true;
+                        __atomic_store_n(&victim->draining, true, __ATOMIC_RELEASE);
                         peer_unlink_locked(victim); /* no new requests; closes when idle */
                         usable--;
                 }
@@ -623,7 +857,7 @@ void shoal_iorpc_destroy(struct shoal_iorpc *cl)
         if (!cl)
                 return;
         pthread_mutex_lock(&cl->mu);
-        cl->stop = true;
+        __atomic_store_n(&cl->stop, true, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&cl->cond);
         for (unsigned i = 0; i < cl->npeers; i++)
                 while (cl->peers[i].conns)

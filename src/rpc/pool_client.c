@@ -203,7 +203,7 @@ static int read_once(struct shoal_pool *p, int fd, const struct shoal_volume *vo
             shoal_rpc_decode_answer(SHOAL_SERVICE_POOL, b, h.body_len, &resp) ||
             shoal_rpc_check_answer(vol, obj, index, off, len, &h, &resp))
                 return -EPROTO;
-        rc = shoal_rpc_recv_all(fd, dst, len, deadline);
+        rc = shoal_rpc_recv_payload(fd, dst, len, deadline);
         if (rc)
                 return rc;
         return shoal_rpc_verify_payload(vol, obj, index, off, len, dst, &resp);

@@ -6,11 +6,14 @@
  * request back to the connection's loop, which writes the answer. A request is one struct srv_req
  * moving through explicit states; answers leave in completion order.
  *
- * Both services speak the same frames (rpc/wire.h). The TCP pool allows one request in flight per
- * connection and answers a cache hit with sendfile(2) from the cache file (or O_DIRECT + send with
- * --cache-try-dio); IORPC multiplexes up to max_inflight requests per connection and reads by
- * --iorpc-mode. At most max_inflight requests are processed at once in the whole server; the rest
- * wait in a FIFO for a slot [R4].
+ * Both services speak the same frames (rpc/wire.h) and share one request path. The TCP pool
+ * allows one request in flight per connection, IORPC multiplexes up to max_inflight. A cache hit
+ * never passes through user memory on TCP and is never checksummed here (the requester verifies
+ * every chunk against the CRCs of the file's verified header, which the answer carries): the pool
+ * and --iorpc-mode pagecache answer with sendfile(2) from the page cache, dio (and the pool's
+ * --cache-try-dio) with an O_DIRECT splice from the disk into a pipe, splice with a page-cache
+ * splice into a pipe; the pipe then goes to the socket (hit_prepare). At most max_inflight
+ * requests are processed at once in the whole server; the rest wait in a FIFO for a slot [R4].
  *
  * Metrics keep the seeds' meanings [V2]: a request's stages (decode, process, write body) and
  * its slot (inflight, queued) are counted under mount_iorpc_* when it came over IORPC (TCP or
@@ -33,6 +36,7 @@
 #include <sys/resource.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "cache/cache.h"
@@ -44,6 +48,7 @@
 #include "group/group.h"
 #include "metrics/metrics.h"
 #include "rpc/handshake.h"
+#include "rpc/pipes.h"
 #include "rpc/wire.h"
 #include "store/sizes.h"
 
@@ -61,6 +66,8 @@
 #define SRC_BUCKETS         256
 #define READ_BUDGET         32 /* frames handled per connection per loop round */
 #define DIO_BUFFERS         64
+#define PIPES               64 /* answers in pipes at once: 2 fds each */
+#define PIPE_CAP_MAX        (8u << 20)
 #define IN_MAX              (SHOAL_WIRE_HDR_LEN + 4096)
 #define SIZES_MAX           16384 /* object sizes remembered (no expiry: a version's size is fixed) */
 
@@ -93,10 +100,10 @@ static const struct svc_metrics svc_metrics[SVC_M__COUNT] = {
 
 enum req_src {
         SRC_NONE,
-        SRC_FILE,   /* sendfile from an open cache block */
-        SRC_BUF,    /* from a server buffer (dio / pagecache read) */
-        SRC_HELD,   /* from a block held in the reader (miss fill) */
-        SRC_SPLICE, /* cache file -> pipe -> socket (--iorpc-mode splice) */
+        SRC_FILE, /* sendfile from an open cache block */
+        SRC_BUF,  /* from a server buffer (dio / pagecache read) */
+        SRC_HELD, /* from a block held in the reader (miss fill) */
+        SRC_PIPE, /* from a pipe the disk worker filled (dio, splice), then the file */
 };
 
 struct srv_req {
@@ -122,10 +129,12 @@ struct srv_req {
         uint8_t out[SHOAL_WIRE_HDR_LEN + 4 * SHOAL_MAX_CHUNKS + 64];
         size_t out_len, out_sent;
         uint64_t pay_sent;
-        uint64_t pay_piped; /* SRC_SPLICE: bytes moved from the file into the pipe */
+        struct shoal_pipe *pipe; /* SRC_PIPE: the payload, or its first part */
+        uint64_t pay_piped;      /* SRC_PIPE: bytes moved from the file into the pipe */
         uint64_t t_write;
         bool counted;      /* holds a server-wide processing slot */
         bool corrupt_slot; /* counted in corrupt_active */
+        bool on_loop;      /* being answered on its loop, without a worker (req_try_on_loop) */
         int svc;           /* SVC_M_POOL or SVC_M_IORPC (RDMA requests are IORPC) */
         struct srv_req *next;
         /* RDMA requests (c == NULL): answered through this callback instead of a connection */
@@ -163,8 +172,6 @@ struct conn {
         struct src_count *preauth;      /* not authenticated yet: its source's count */
         struct conn *pa_prev, *pa_next; /* the loop's unauthenticated, oldest first */
         struct shoal_loop_task close_task;
-        int pipe[2];       /* splice mode: one answer is written at a time, so one pipe */
-        size_t pipe_bytes; /* bytes sitting in the pipe */
         struct conn *prev, *next;
 };
 
@@ -203,6 +210,7 @@ struct shoal_server {
         unsigned nloops;
         struct shoal_workers *disk, *fill;
         struct shoal_bufpool *dio;
+        struct shoal_pipes *pipes;       /* zero-copy answers (dio, splice) */
         struct shoal_store_sizes *sizes; /* object sizes the member learned itself [S4] */
         char tcp_addr[64], iorpc_addr[64];
         pthread_mutex_t info_mu; /* the RDMA addresses, set after the loops started */
@@ -254,6 +262,10 @@ static void req_release_resources(struct srv_req *r)
         }
         if (r->hb.ref)
                 shoal_reader_release(r->s->cfg.reader, &r->hb);
+        if (r->pipe) {
+                shoal_pipes_put(r->s->pipes, r->pipe);
+                r->pipe = NULL;
+        }
 }
 
 /* Slot bookkeeping of one service's gauges; under cap_mu. */
@@ -376,6 +388,20 @@ static void req_build_answer(struct srv_req *r)
         r->out_len = SHOAL_WIRE_HDR_LEN + (size_t)n;
 }
 
+/* Loop thread: R's answer joins its connection's queue (answers leave in completion order). */
+static void req_queue_answer(struct srv_req *r)
+{
+        struct conn *c = r->c;
+        req_build_answer(r);
+        shoal_metric_observe(svc_metrics[r->svc].process, shoal_now_ns() - r->t_start);
+        r->next = NULL;
+        if (c->sendq_tail)
+                c->sendq_tail->next = r;
+        else
+                c->sendq = r;
+        c->sendq_tail = r;
+}
+
 /* Loop thread: a request came back from the workers. */
 static void req_done_on_loop(void *arg)
 {
@@ -393,14 +419,7 @@ static void req_done_on_loop(void *arg)
                 conn_update_events(c);
                 return;
         }
-        req_build_answer(r);
-        shoal_metric_observe(svc_metrics[r->svc].process, shoal_now_ns() - r->t_start);
-        r->next = NULL;
-        if (c->sendq_tail)
-                c->sendq_tail->next = r;
-        else
-                c->sendq = r;
-        c->sendq_tail = r;
+        req_queue_answer(r);
         conn_kick_write(c);
 }
 
@@ -410,9 +429,13 @@ static void req_finish(struct srv_req *r)
 {
         if (!r->c) {
                 ext_finish(r);
-                return;
+        } else if (r->on_loop) {
+                /* Answered inside its connection's read handler, which sends after reading. */
+                conn_put(r->c);
+                req_queue_answer(r);
+        } else {
+                shoal_loop_post(r->c->lp->loop, &r->done);
         }
-        shoal_loop_post(r->c->lp->loop, &r->done);
 }
 
 /* Whether R's connection has closed: its queued work is then dropped before it starts. Read on
@@ -534,6 +557,101 @@ out:
         req_finish(r);
 }
 
+/* How R's service reads a hit: the TCP pool by sendfile (or O_DIRECT with --cache-try-dio),
+ * IORPC by its mode. */
+static int hit_mode(const struct srv_req *r)
+{
+        struct shoal_server *s = r->s;
+        if (r->c && r->c->service == SERVICE_POOL)
+                return s->cfg.cache_try_dio ? SHOAL_IORPC_DIO : SHOAL_IORPC_PAGECACHE;
+        return s->iorpc_mode;
+}
+
+/* The answer no longer needs R's cache file (its CRCs stay in R->cb): the fds go back. */
+static void hit_close_file(struct srv_req *r)
+{
+        shoal_cache_block_close(r->s->cfg.cache, &r->cb);
+        r->cb_open = false;
+}
+
+/* Moves R's range (or as much as a pipe holds) from the page cache into a pool pipe, by
+ * reference to the page-cache pages, unverified: the requester checks every chunk against the
+ * header's CRCs, which the answer carries. The loop sends the pipe and moves the rest, if any.
+ * Returns 0 (R->src is SRC_PIPE), -EAGAIN when no pipe is free (nothing happened), or the cache's
+ * error (-EBADMSG, -EIO). */
+static int hit_fill_pipe(struct srv_req *r)
+{
+        struct shoal_server *s = r->s;
+        struct shoal_pipe *p = shoal_pipes_get(s->pipes, SHOAL_MIN(r->len, SHOAL_CHUNK_SIZE));
+        if (!p)
+                return -EAGAIN;
+        /* A chunk-aligned part that fits: the pipe's capacity rounded down to chunks. */
+        uint32_t first =
+                (uint32_t)SHOAL_MIN((size_t)r->len, p->cap / SHOAL_CHUNK_SIZE * SHOAL_CHUNK_SIZE);
+        int rc = shoal_cache_block_splice(s->cfg.cache, &r->cb, r->off, first, p->wr,
+                                          SHOAL_CACHE_READ_BUFFERED);
+        if (rc) {
+                p->bytes = 1; /* unknown: closed, not reused */
+                shoal_pipes_put(s->pipes, p);
+                return rc == -EBADMSG || rc == -EIO ? rc : -EAGAIN;
+        }
+        p->bytes = first;
+        r->pipe = p;
+        r->pay_piped = first;
+        r->src = SRC_PIPE;
+        if (first == r->len)
+                hit_close_file(r);
+        return 0;
+}
+
+/* Reads R's range into a dio buffer, unverified (as hit_fill_pipe). Never waits for a buffer:
+ * answers waiting for slow readers hold them, and a blocked disk worker would stall every
+ * connection. Returns 0 (R->src is SRC_BUF), -EAGAIN without a buffer, or the cache's error. */
+static int hit_read_buf(struct srv_req *r, enum shoal_cache_read_mode how)
+{
+        struct shoal_server *s = r->s;
+        r->buf = shoal_bufpool_get(s->dio, 0);
+        if (!r->buf)
+                return -EAGAIN;
+        int rc = shoal_cache_block_read_unverified(s->cfg.cache, &r->cb, r->off, r->len, r->buf,
+                                                   how);
+        if (rc)
+                return rc;
+        hit_close_file(r);
+        r->src = SRC_BUF;
+        return 0;
+}
+
+/* Disk worker: how R's hit is answered, cheapest first. The requester verifies the chunk CRCs
+ * of the file's verified header either way, so the member reads the data unverified and, where
+ * it can, without touching it: sendfile from the page cache (pagecache, the pool), a pipe filled
+ * from the page cache (splice), by reference to the page-cache pages both. dio reads by O_DIRECT
+ * into a dio buffer and sends from it: an O_DIRECT splice into a pipe avoids that copy but pays
+ * a page allocation per 4 KiB instead, which cost as much on loopback (docs/benchmarks.md).
+ * Without a pipe or a buffer free, sendfile. RDMA answers need a registered buffer (ext_finish
+ * fills one when this could not). Returns false when the read failed (a miss). */
+static bool hit_prepare(struct srv_req *r)
+{
+        int mode = hit_mode(r), rc = -EAGAIN;
+        if (mode == SHOAL_IORPC_SPLICE && r->c)
+                rc = hit_fill_pipe(r);
+        else if (mode == SHOAL_IORPC_DIO || !r->c)
+                rc = hit_read_buf(r, mode == SHOAL_IORPC_DIO ? SHOAL_CACHE_READ_DIRECT
+                                                             : SHOAL_CACHE_READ_BUFFERED);
+        if (rc == -EAGAIN) {
+                r->src = SRC_FILE; /* sendfile */
+                rc = 0;
+        }
+        if (rc)
+                return false;
+        if (r->src == SRC_FILE) {
+                /* reads into a buffer or a pipe counted theirs in the cache module */
+                shoal_metric_inc(SHOAL_M_blockcache_hits);
+                shoal_metric_add(SHOAL_M_blockcache_hit_bytes, r->len);
+        }
+        return true;
+}
+
 /* Disk worker: R's block is cached as R->cb (open, its length from its own header). Serves it
  * when the claim agrees with what the member knows, else refuses. Returns false when R is to be
  * treated as a miss instead (the file is released): a claim that the member knows to be right
@@ -563,36 +681,10 @@ static bool hit_work(struct srv_req *r)
                 req_finish(r);
                 return true;
         }
-        int mode = r->c && r->c->service == SERVICE_POOL
-                           ? (s->cfg.cache_try_dio ? SHOAL_IORPC_DIO : -1)
-                           : s->iorpc_mode;
-        if (mode == SHOAL_IORPC_DIO || mode == SHOAL_IORPC_PAGECACHE) {
-                /* Never wait for a buffer here: answers waiting for slow readers hold them, and a
-                 * blocked disk worker would stall every connection. Without one, answer by
-                 * sendfile; the requester checks the same chunk CRCs either way. */
-                r->buf = shoal_bufpool_get(s->dio, 0);
-                if (r->buf && !shoal_cache_block_read(s->cfg.cache, &r->cb, r->off, r->len, r->buf,
-                                                      mode == SHOAL_IORPC_PAGECACHE
-                                                              ? SHOAL_CACHE_READ_BUFFERED
-                                                              : SHOAL_CACHE_READ_DIRECT)) {
-                        /* The answer needs only the header's CRCs now: give the fds back. */
-                        shoal_cache_block_close(s->cfg.cache, &r->cb);
-                        r->cb_open = false;
-                        r->src = SRC_BUF;
-                        req_finish(r);
-                        return true;
-                }
-                if (r->buf) { /* the read failed (the file was removed if corrupt): a miss */
-                        req_release_resources(r);
-                        return false;
-                }
-                mode = -1;
+        if (!hit_prepare(r)) { /* the read failed (the file was removed if corrupt): a miss */
+                req_release_resources(r);
+                return false;
         }
-        /* Zero-copy: sendfile or splice from the cache file; the requester checks the chunk CRCs
-         * from the verified header. */
-        shoal_metric_inc(SHOAL_M_blockcache_hits);
-        shoal_metric_add(SHOAL_M_blockcache_hit_bytes, r->len);
-        r->src = mode == SHOAL_IORPC_SPLICE ? SRC_SPLICE : SRC_FILE;
         req_finish(r);
         return true;
 }
@@ -631,6 +723,31 @@ static void disk_work(struct shoal_work *w)
         shoal_workers_submit(s->fill, &r->work);
 }
 
+/* Loop thread: answers R's hit on the loop when nothing in it waits for the disk: a READ over TCP
+ * whose answer goes out by reference to the page cache (sendfile, a page-cache splice), from a
+ * file whose name and header the kernel has cached (shoal_cache_open_block_nowait). Two thread
+ * hand-offs per request (loop, disk worker, loop) cost more than the whole open. Returns true
+ * when R was answered (queued on its connection); false when a disk worker must take it: dio,
+ * RDMA, a miss, a CORRUPT notice, a file or header not in the kernel's caches. */
+static bool req_try_on_loop(struct srv_req *r)
+{
+        struct shoal_server *s = r->s;
+        int mode = hit_mode(r);
+        struct shoal_block_id id;
+        if (!r->c || r->type != SHOAL_MSG_READ || !s->cfg.cache ||
+            (mode != SHOAL_IORPC_PAGECACHE && mode != SHOAL_IORPC_SPLICE))
+                return false;
+        shoal_block_id_derive(s->cfg.vol, r->obj.key, r->obj.version, r->index, &id);
+        if (shoal_cache_open_block_nowait(s->cfg.cache, &id, 0, &r->cb))
+                return false;
+        r->cb_open = true;
+        r->on_loop = true;
+        if (hit_work(r))
+                return true;
+        r->on_loop = false; /* not a plain hit: the worker looks again and decides */
+        return false;
+}
+
 /* Loop thread: admit R under the server-wide processing cap, or queue it [R4]. */
 static void req_dispatch(struct srv_req *r)
 {
@@ -655,29 +772,23 @@ static void req_dispatch(struct srv_req *r)
                 svc_queue_add(s, r->svc, 1);
         }
         pthread_mutex_unlock(&s->cap_mu);
-        if (run)
+        if (run && !req_try_on_loop(r))
                 shoal_workers_submit(s->disk, &r->work);
 }
 
 /* ---- writing ------------------------------------------------------------------------------ */
 
-/* Splice mode: moves file bytes into the connection's pipe when it is empty, then pipe bytes
- * into the socket. Returns bytes sent to the socket, -1 with errno (EAGAIN: wait for EPOLLOUT),
- * or -2 when the connection was closed. */
-static ssize_t splice_some(struct conn *c, struct srv_req *r, size_t left)
+/* SRC_PIPE: moves pipe bytes into the socket; when the pipe is empty and the answer is longer
+ * than a pipe (splice mode, page cache only), first refills it from the cache file. Returns bytes
+ * sent to the socket, -1 with errno (EAGAIN: wait for EPOLLOUT), or -2 when the connection was
+ * closed. */
+static ssize_t pipe_send(struct conn *c, struct srv_req *r, size_t left)
 {
-        if (c->pipe[0] < 0) {
-                if (pipe2(c->pipe, O_NONBLOCK | O_CLOEXEC)) {
-                        c->pipe[0] = c->pipe[1] = -1;
-                        conn_close(c);
-                        return -2;
-                }
-                fcntl(c->pipe[1], F_SETPIPE_SZ, (int)SHOAL_MIN(c->lp->s->pipe_max, 8L << 20));
-        }
+        struct shoal_pipe *p = r->pipe;
         uint64_t unpiped = r->len - r->pay_piped;
-        if (!c->pipe_bytes && unpiped) {
+        if (!p->bytes && unpiped) {
                 loff_t off = (loff_t)(r->cb.data_off + r->off + r->pay_piped);
-                ssize_t n = splice(r->cb.fd, &off, c->pipe[1], NULL, (size_t)unpiped,
+                ssize_t n = splice(r->cb.fd, &off, p->wr, NULL, (size_t)SHOAL_MIN(unpiped, p->cap),
                                    SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
                 if (n <= 0) {
                         log_warn("server", "splice from the cache file of %s/%u failed: %s",
@@ -685,13 +796,14 @@ static ssize_t splice_some(struct conn *c, struct srv_req *r, size_t left)
                         conn_close(c);
                         return -2;
                 }
-                c->pipe_bytes += (size_t)n;
+                p->bytes += (size_t)n;
                 r->pay_piped += (uint64_t)n;
         }
-        ssize_t n = splice(c->pipe[0], NULL, c->io.fd, NULL, SHOAL_MIN(c->pipe_bytes, left),
-                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        ssize_t n =
+                splice(p->rd, NULL, c->io.fd, NULL, SHOAL_MIN(p->bytes, left),
+                       SPLICE_F_MOVE | SPLICE_F_NONBLOCK | (left > p->bytes ? SPLICE_F_MORE : 0));
         if (n > 0)
-                c->pipe_bytes -= (size_t)n;
+                p->bytes -= (size_t)n;
         return n;
 }
 
@@ -705,6 +817,93 @@ static bool send_failed(struct conn *c)
         return false;
 }
 
+/* A memory answer (a dio buffer, a held block): what is left of its header and payload in one
+ * sendmsg. Returns what sendmsg returns. */
+static ssize_t send_mem(struct conn *c, const struct srv_req *r)
+{
+        const char *base = r->src == SRC_BUF ? r->buf : r->hb.data + r->off;
+        struct iovec iov[2];
+        int n = 0;
+        if (r->out_sent < r->out_len)
+                iov[n++] = (struct iovec){(void *)(r->out + r->out_sent), r->out_len - r->out_sent};
+        iov[n++] = (struct iovec){(void *)(base + r->pay_sent), (size_t)(r->len - r->pay_sent)};
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        return sendmsg(c->io.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* SRC_FILE: sendfile from the cache file. Returns bytes sent, -1 with errno, or -2 when C was
+ * closed (the file was truncated under us: the requester would wait for bytes that never
+ * come). */
+static ssize_t send_file(struct conn *c, const struct srv_req *r)
+{
+        off_t off = (off_t)(r->cb.data_off + r->off + r->pay_sent);
+        ssize_t n = sendfile(c->io.fd, r->cb.fd, &off, (size_t)(r->len - r->pay_sent));
+        if (n == 0) {
+                log_warn("server", "cache file of %s/%u truncated while sending to %s", r->obj.key,
+                         r->index, c->peer);
+                conn_close(c);
+                return -2;
+        }
+        return n;
+}
+
+/* Whether all of R's frame (header and body, then its payload on success) has gone. */
+static bool answer_sent(const struct srv_req *r)
+{
+        uint64_t pay = r->status == SHOAL_ST_OK ? r->len : 0;
+        return r->out_sent == r->out_len && r->pay_sent >= pay;
+}
+
+/* Sends the next part of R: the header (corked with MSG_MORE before a payload), then the payload
+ * by its source; a memory answer both at once. Returns bytes sent, -1 with errno, or -2 when C
+ * was closed. */
+static ssize_t answer_send(struct conn *c, struct srv_req *r)
+{
+        bool ok = r->status == SHOAL_ST_OK;
+        if (ok && (r->src == SRC_BUF || r->src == SRC_HELD))
+                return send_mem(c, r);
+        if (r->out_sent < r->out_len)
+                return send(c->io.fd, r->out + r->out_sent, r->out_len - r->out_sent,
+                            MSG_NOSIGNAL | MSG_DONTWAIT | (ok ? MSG_MORE : 0));
+        if (r->src == SRC_PIPE)
+                return pipe_send(c, r, (size_t)(r->len - r->pay_sent));
+        return send_file(c, r);
+}
+
+/* N bytes of R went: the header's first, then the payload's. */
+static void answer_advance(struct srv_req *r, size_t n)
+{
+        size_t h = SHOAL_MIN(n, r->out_len - r->out_sent);
+        r->out_sent += h;
+        r->pay_sent += n - h;
+}
+
+/* R, first in C's queue, has gone: counted, forgotten, freed. */
+static void answer_done(struct conn *c, struct srv_req *r)
+{
+        c->sendq = r->next;
+        if (!c->sendq)
+                c->sendq_tail = NULL;
+        uint64_t now = shoal_now_ns();
+        if (r->type == SHOAL_MSG_READ) {
+                /* Control frames (handshake, pong, info) are not requests served. */
+                shoal_metric_observe(svc_metrics[r->svc].write_body, now - r->t_write);
+                shoal_metric_observe(SHOAL_M_remotecache_serve_dur, now - r->t_start);
+                if (r->status == SHOAL_ST_OK) {
+                        shoal_metric_inc(SHOAL_M_remotecache_serve_requests);
+                        shoal_metric_add(SHOAL_M_remotecache_serve_bytes, r->len);
+                        shoal_metric_add(c->service == SERVICE_POOL
+                                                 ? SHOAL_M_remotecache_tcp_serve_bytes
+                                                 : SHOAL_M_remotecache_iorpc_serve_bytes,
+                                         r->len);
+                } else {
+                        shoal_metric_inc(SHOAL_M_remotecache_serve_errors);
+                }
+        }
+        conn_forget_id(c, r->id, r->type == SHOAL_MSG_READ);
+        req_free(r);
+}
+
 /* Sends as much of the queued answers as the socket takes. Returns false when C was closed. */
 static bool conn_write(struct conn *c)
 {
@@ -712,70 +911,17 @@ static bool conn_write(struct conn *c)
                 struct srv_req *r = c->sendq;
                 if (!r->t_write)
                         r->t_write = shoal_now_ns();
-                if (r->out_sent < r->out_len) {
-                        int more = r->status == SHOAL_ST_OK ? MSG_MORE : 0;
-                        ssize_t n = send(c->io.fd, r->out + r->out_sent, r->out_len - r->out_sent,
-                                         MSG_NOSIGNAL | MSG_DONTWAIT | more);
+                if (!answer_sent(r)) {
+                        ssize_t n = answer_send(c, r);
+                        if (n == -2)
+                                return false;
                         if (n < 0)
                                 return send_failed(c);
-                        r->out_sent += (size_t)n;
+                        answer_advance(r, (size_t)n);
                         c->last_progress = shoal_now_ns();
                         continue;
                 }
-                uint64_t pay = r->status == SHOAL_ST_OK ? r->len : 0;
-                if (r->pay_sent < pay) {
-                        ssize_t n;
-                        size_t left = (size_t)(pay - r->pay_sent);
-                        if (r->src == SRC_SPLICE) {
-                                n = splice_some(c, r, left);
-                                if (n == -2)
-                                        return false;
-                        } else if (r->src == SRC_FILE) {
-                                off_t off = (off_t)(r->cb.data_off + r->off + r->pay_sent);
-                                n = sendfile(c->io.fd, r->cb.fd, &off, left);
-                                if (n == 0) {
-                                        /* The cache file was truncated under us: the requester
-                                         * would wait for bytes that never come. */
-                                        log_warn("server",
-                                                 "cache file of %s/%u truncated while "
-                                                 "sending to %s",
-                                                 r->obj.key, r->index, c->peer);
-                                        conn_close(c);
-                                        return false;
-                                }
-                        } else {
-                                const char *base = r->src == SRC_BUF ? r->buf : r->hb.data + r->off;
-                                n = send(c->io.fd, base + r->pay_sent, left,
-                                         MSG_NOSIGNAL | MSG_DONTWAIT);
-                        }
-                        if (n < 0)
-                                return send_failed(c);
-                        r->pay_sent += (uint64_t)n;
-                        c->last_progress = shoal_now_ns();
-                        continue;
-                }
-                /* Answer complete. */
-                c->sendq = r->next;
-                if (!c->sendq)
-                        c->sendq_tail = NULL;
-                uint64_t now = shoal_now_ns();
-                if (r->type == SHOAL_MSG_READ) {
-                        /* Control frames (handshake, pong, info) are not requests served. */
-                        shoal_metric_observe(svc_metrics[r->svc].write_body, now - r->t_write);
-                        shoal_metric_observe(SHOAL_M_remotecache_serve_dur, now - r->t_start);
-                        if (r->status == SHOAL_ST_OK) {
-                                shoal_metric_inc(SHOAL_M_remotecache_serve_requests);
-                                shoal_metric_add(SHOAL_M_remotecache_serve_bytes, r->len);
-                                shoal_metric_add(c->service == SERVICE_POOL
-                                                         ? SHOAL_M_remotecache_tcp_serve_bytes
-                                                         : SHOAL_M_remotecache_iorpc_serve_bytes,
-                                                 r->len);
-                        } else {
-                                shoal_metric_inc(SHOAL_M_remotecache_serve_errors);
-                        }
-                }
-                conn_forget_id(c, r->id, r->type == SHOAL_MSG_READ);
-                req_free(r);
+                answer_done(c, r);
         }
         return true;
 }
@@ -1180,11 +1326,6 @@ static void conn_close(struct conn *c)
         shoal_loop_del(lp->loop, &c->io);
         close(c->io.fd);
         c->io.fd = -1;
-        if (c->pipe[0] >= 0) {
-                close(c->pipe[0]);
-                close(c->pipe[1]);
-                c->pipe[0] = c->pipe[1] = -1;
-        }
         while (c->sendq) {
                 struct srv_req *r = c->sendq;
                 c->sendq = r->next;
@@ -1347,10 +1488,11 @@ static bool admit(struct srv_loop *lp, uint32_t ip, const char *who, struct src_
 
 /* Limits from the process's open-file limit, so that connections can never take the fds the
  * member needs for its own work: a fixed base (stdio, log, registry, metrics, each loop's epoll,
- * eventfd and listeners), a quarter of the rest for the store's connections and the reader's own
- * cache files (a mount in the same process), then half for requests in process (each holds at
- * most 3: a cache file and its O_DIRECT twin, or a store read and a cache insert) and half for
- * connections (3 each with a splice pipe). The soft limit is raised to the hard one first. */
+ * eventfd and listeners, the pipe pool), a quarter of the rest for the store's connections and the
+ * reader's own cache files (a mount in the same process), then half for requests in process (each
+ * holds at most 3: a cache file and its O_DIRECT twin, or a store read and a cache insert) and half
+ * for connections (1 each; the zero-copy pipes are a pool of their own in the base). The soft limit
+ * is raised to the hard one first. */
 static void limits_derive(struct shoal_server *s, unsigned nloops)
 {
         struct rlimit rl;
@@ -1366,13 +1508,12 @@ static void limits_derive(struct shoal_server *s, unsigned nloops)
                 }
                 lim = rl.rlim_cur == RLIM_INFINITY ? (uint64_t)1 << 20 : (uint64_t)rl.rlim_cur;
         }
-        uint64_t base = 64 + 4ULL * nloops;
+        uint64_t base = 64 + 4ULL * nloops + 2ULL * PIPES;
         uint64_t avail = lim > base ? lim - base : 0;
         uint64_t other = SHOAL_MAX(avail / 4, 32);
         uint64_t rest = avail > other ? avail - other : 0;
-        uint64_t per_conn = s->iorpc_mode == SHOAL_IORPC_SPLICE ? 3 : 1;
         uint64_t slots = SHOAL_MAX(rest / 2 / 3, 8);
-        uint64_t conns = SHOAL_MAX(rest / 2 / per_conn, 8);
+        uint64_t conns = SHOAL_MAX(rest / 2, 8);
         s->cfg.max_inflight = (unsigned)SHOAL_MIN(slots, (uint64_t)s->cfg.max_inflight);
         s->conn_cap = (unsigned)SHOAL_MIN(conns, (uint64_t)MAX_CONNS);
         unsigned preauth = SHOAL_MAX(s->conn_cap / 2, 4u);
@@ -1436,7 +1577,6 @@ static void accept_event(void *arg, uint32_t events)
                 int one = 1;
                 setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
                 c->ids = ids;
-                c->pipe[0] = c->pipe[1] = -1;
                 c->io.fd = fd;
                 c->io.fn = conn_event;
                 c->io.arg = c;
@@ -1598,7 +1738,6 @@ struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, c
         s->cfg.member_id = s->member_id;
         if (!s->cfg.max_inflight)
                 s->cfg.max_inflight = 2048;
-        shoal_metric_gauge_set(SHOAL_M_remotecache_inflight_limit, s->cfg.max_inflight);
         unsigned threads = cfg->threads;
         if (!threads) {
                 long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1619,11 +1758,14 @@ struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, c
                 s->iorpc_mode = SHOAL_IORPC_DIO;
         }
         limits_derive(s, threads);
+        /* The cap in force: limits_derive may have lowered it to what the fds allow. */
+        shoal_metric_gauge_set(SHOAL_M_remotecache_inflight_limit, s->cfg.max_inflight);
         s->disk = shoal_workers_create(16, "disk");
         s->fill = shoal_workers_create(64, "fill");
         s->dio = shoal_bufpool_create(cfg->vol->block_size, DIO_BUFFERS);
+        s->pipes = shoal_pipes_create(PIPES, SHOAL_MIN(cfg->vol->block_size, PIPE_CAP_MAX));
         s->sizes = shoal_store_sizes_create(shoal_reader_store(cfg->reader), SIZES_MAX);
-        if (!s->disk || !s->fill || !s->dio || !s->sizes) {
+        if (!s->disk || !s->fill || !s->dio || !s->pipes || !s->sizes) {
                 snprintf(err, errlen, "cannot start server workers");
                 goto out_fail;
         }
@@ -1693,6 +1835,7 @@ out_fail:
         shoal_workers_destroy(s->disk);
         shoal_workers_destroy(s->fill);
         shoal_bufpool_destroy(s->dio);
+        shoal_pipes_destroy(s->pipes);
         shoal_store_sizes_destroy(s->sizes);
         pthread_mutex_destroy(&s->cap_mu);
         pthread_mutex_destroy(&s->info_mu);
@@ -1766,6 +1909,7 @@ void shoal_server_stop(struct shoal_server *s)
                 shoal_loop_destroy(lp->loop);
         }
         shoal_bufpool_destroy(s->dio);
+        shoal_pipes_destroy(s->pipes);
         shoal_store_sizes_destroy(s->sizes);
         pthread_mutex_destroy(&s->cap_mu);
         pthread_mutex_destroy(&s->info_mu);
@@ -1802,10 +1946,11 @@ static void ext_finish(struct srv_req *r)
                         memcpy(r->buf, r->hb.data + r->off, r->len);
                         shoal_reader_release(s->cfg.reader, &r->hb);
                         r->src = SRC_BUF;
-                } else if (shoal_cache_block_read(s->cfg.cache, &r->cb, r->off, r->len, r->buf,
-                                                  s->iorpc_mode == SHOAL_IORPC_PAGECACHE
-                                                          ? SHOAL_CACHE_READ_BUFFERED
-                                                          : SHOAL_CACHE_READ_DIRECT)) {
+                } else if (shoal_cache_block_read_unverified(s->cfg.cache, &r->cb, r->off, r->len,
+                                                             r->buf,
+                                                             s->iorpc_mode == SHOAL_IORPC_PAGECACHE
+                                                                     ? SHOAL_CACHE_READ_BUFFERED
+                                                                     : SHOAL_CACHE_READ_DIRECT)) {
                         r->status = SHOAL_ST_INTERNAL;
                         snprintf(r->reason, sizeof(r->reason), "cache read of %.60s/%u failed",
                                  r->obj.key, r->index);

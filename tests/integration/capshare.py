@@ -3,9 +3,9 @@
 
 usage: capshare.py IORPC_ADDR POOL_ADDR METRICS_ADDR KEY VERSION SIZE BLOCKSIZE
 
-Pipelines 2400 reads of 1 MiB over three IORPC connections and reads no answer, so that the
-member's answers back up and 2048 requests hold their processing slots; then sends one read on a
-TCP-pool connection. Through the member's metrics endpoint it checks that the IORPC requests hold
+Pipelines 2400 reads of 1 MiB over 40 IORPC connections and reads no answer, so that the
+member's answers back up and requests hold every processing slot (the cap: 2048, or less where
+the open-file limit lowers it); then sends one read on a TCP-pool connection. Through the member's metrics endpoint it checks that the IORPC requests hold
 exactly the cap (mount_iorpc_inflight == remotecache_inflight_limit, the rest in
 mount_iorpc_queued) and that the pool request waits for a slot (remotecache_pool_queued == 1,
 remotecache_pool_inflight == 0). Then it reads every answer and checks that all of them came and
@@ -21,7 +21,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import frames  # noqa: E402
 
 N_IORPC = 2400
-PER_CONN = 800  # under the member's per-connection limit of 1024
+# A member reads at most 64 requests of one connection before their answers have gone
+# (CONN_ACTIVE_MAX in src/rpc/server.c); the rest wait in the socket. So the cap is filled by
+# many connections, each under that bound.
+PER_CONN = 60
 LENGTH = 1 << 20
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})? (\S+)$")
 GAUGES = ("mount_iorpc_inflight", "mount_iorpc_queued", "remotecache_pool_inflight",

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """A process that registers itself as a group member without being one (stdlib only).
 
-  fakemember.py DB_PATH GROUP TCP_ADDR VOLUME_URL BLOCK_SIZE [RDMA_ADDR]
-      registers TCP_ADDR (a fault proxy in front of a real member, say), and RDMA_ADDR as its
-      RDMA listener when given, and keeps its heartbeat moving, so clients send that member's
-      share of blocks there.
+  fakemember.py DB_PATH GROUP TCP_ADDR VOLUME_URL BLOCK_SIZE [RDMA_ADDR [IORPC_ADDR]]
+      registers TCP_ADDR (a fault proxy in front of a real member, say), RDMA_ADDR as its RDMA
+      listener when not empty, and IORPC_ADDR as its IORPC address when given, and keeps its
+      heartbeat moving, so clients send that member's share of blocks there.
 
   fakemember.py attack MODE DB_PATH GROUP VOLUME_URL BLOCK_SIZE MEMBER_ADDR STATS_FILE [RDMA_ADDR]
       listens on a loopback port of its own, registers it (and RDMA_ADDR, if given, as its RDMA
@@ -40,14 +40,14 @@ def enc(s):
     return "".join("%%%02X" % ord(c) if c in "%|" or ord(c) < 0x20 else c for c in s)
 
 
-def heartbeat(db, group, mid, addr, url, bs, rdma=""):
+def heartbeat(db, group, mid, addr, url, bs, rdma="", iorpc=""):
     start = int(time.time() * 1000)
     beat = 0
     con = sqlite3.connect(db, timeout=5)
     while True:
         beat += 1
         now = int(time.time() * 1000)
-        rec = "|".join(["m1", mid, "proxy", addr, "", "1" if rdma else "0", rdma, "", "", "",
+        rec = "|".join(["m1", mid, "proxy", addr, iorpc, "1" if rdma else "0", rdma, "", "", "",
                         "100", "0", enc(url), str(bs), "0", str(1 << 40), str(beat), str(now),
                         str(start)])
         try:
@@ -184,11 +184,12 @@ def attack(argv):
 if __name__ == "__main__":
     if len(sys.argv) >= 9 and sys.argv[1] == "attack":
         attack(sys.argv[2:])
-    elif len(sys.argv) in (6, 7):
+    elif len(sys.argv) in (6, 7, 8):
         mid = os.urandom(16).hex()
         print(mid, flush=True)
         heartbeat(sys.argv[1], sys.argv[2], mid, sys.argv[3], sys.argv[4], int(sys.argv[5]),
-                  sys.argv[6] if len(sys.argv) == 7 else "")
+                  sys.argv[6] if len(sys.argv) >= 7 else "",
+                  iorpc=sys.argv[7] if len(sys.argv) == 8 else "")
     else:
         print(__doc__)
         sys.exit(2)

@@ -147,7 +147,7 @@ for n in remotecache_pool_processRespDur_count remotecache_pool_writeBodyDur_cou
     fail "member: $n moved over RDMA ($(val "$T/pool.m" $n) -> $(val "$T/rdma.m" $n))"
 done
 
-echo "== one cap for both services: IORPC holds all 2048 slots, a pool read waits for one"
+echo "== one cap for both services: IORPC holds every slot, a pool read waits for one"
 size=$(stat -c %s "$STORE/p/f0")
 # The version of a file:// object: size and mtime, as store_file.c writes it.
 ver=$(python3 -c "import os;s=os.stat('$STORE/p/f0');print('%x-%x.%09d'%(s.st_size,int(s.st_mtime),s.st_mtime_ns%1000000000))")

@@ -282,6 +282,123 @@ static void test_insert_read_buffered(void **state)
         shoal_cache_close(c);
 }
 
+/* An event loop opens a block only when nothing waits for the disk: a header dropped from the
+ * page cache is -EAGAIN (no miss counted, the file kept), and the open that may wait brings it
+ * back; a block not cached is -ENOENT without counting either. */
+static void test_open_nowait(void **state)
+{
+        struct fx *f = *state;
+        struct shoal_cache *c = open_cache(f, f->base, 64 * (int64_t)SHOAL_MiB, 0);
+        struct shoal_block_id id, other;
+        struct shoal_cache_block b;
+        char path[PATH_MAX];
+        const uint32_t len = 2 * SHOAL_CHUNK_SIZE;
+
+        insert_block(f, c, 6, len, &id);
+        assert_int_equal(shoal_cache_block_path(c, &id, path, sizeof(path)), 0);
+        int fd = open(path, O_RDONLY);
+        assert_true(fd >= 0);
+        assert_int_equal(fdatasync(fd), 0); /* clean pages can be dropped */
+        assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+        uint64_t miss0 = counter(SHOAL_M_blockcache_miss);
+        int rc = shoal_cache_open_block_nowait(c, &id, 0, &b);
+        if (rc == 0) /* the kernel kept the pages after all (tmpfs): still sound */
+                shoal_cache_block_close(c, &b);
+        else
+                assert_int_equal(rc, -EAGAIN);
+        assert_int_equal(counter(SHOAL_M_blockcache_miss), miss0);
+        assert_int_equal(shoal_cache_open_block(c, &id, len, &b), 0);
+        shoal_cache_block_close(c, &b);
+        assert_int_equal(shoal_cache_open_block_nowait(c, &id, len, &b), 0);
+        assert_int_equal(b.len, len);
+        shoal_cache_block_close(c, &b);
+        block_id(f, 99, &other);
+        assert_int_equal(shoal_cache_open_block_nowait(c, &other, 0, &b), -ENOENT);
+        assert_int_equal(counter(SHOAL_M_blockcache_miss), miss0);
+        close(fd);
+        shoal_cache_close(c);
+}
+
+/* Drains LEN bytes from the pipe RD into OUT. */
+static void pipe_drain(int rd, unsigned char *out, size_t len)
+{
+        size_t got = 0;
+        while (got < len) {
+                ssize_t n = read(rd, out + got, len - got);
+                assert_true(n > 0);
+                got += (size_t)n;
+        }
+}
+
+/* A member answers from the cache without a CRC pass of its own (the requester verifies every
+ * chunk against the header it sends): splice into a pipe (O_DIRECT head, buffered tail) and the
+ * unverified read give the file's bytes, and a damaged chunk goes through them unchanged while a
+ * verified read still catches it; a short file is refused by both. */
+static void test_splice_unverified(void **state)
+{
+        struct fx *f = *state;
+        struct shoal_cache *c = open_cache(f, f->base, 64 * (int64_t)SHOAL_MiB, 0);
+        struct shoal_block_id id;
+        struct shoal_cache_block b;
+        const uint32_t len = 3 * SHOAL_CHUNK_SIZE + 777;
+        unsigned char *want = malloc(len), *got = malloc(len), *buf = NULL;
+        int p[2];
+        char path[PATH_MAX];
+
+        assert_int_equal(posix_memalign((void **)&buf, 4096, 4 * SHOAL_CHUNK_SIZE), 0);
+        assert_int_equal(pipe(p), 0);
+        assert_true(fcntl(p[1], F_SETPIPE_SZ, 1 << 20) >= (int)len);
+        fill(want, len, 5);
+        insert_block(f, c, 5, len, &id);
+        assert_int_equal(shoal_cache_open_block(c, &id, len, &b), 0);
+        for (int how = 0; how < 2; how++) {
+                assert_int_equal(shoal_cache_block_splice(c, &b, 0, len, p[1], how), 0);
+                pipe_drain(p[0], got, len);
+                assert_memory_equal(got, want, len);
+                assert_int_equal(shoal_cache_block_splice(c, &b, SHOAL_CHUNK_SIZE,
+                                                          2 * SHOAL_CHUNK_SIZE, p[1], how),
+                                 0);
+                pipe_drain(p[0], got, 2 * SHOAL_CHUNK_SIZE);
+                assert_memory_equal(got, want + SHOAL_CHUNK_SIZE, 2 * SHOAL_CHUNK_SIZE);
+        }
+        assert_int_equal(shoal_cache_block_splice(c, &b, 100, 1000, p[1], 0), -EINVAL);
+        shoal_cache_block_close(c, &b);
+
+        /* One flipped byte in chunk 1: passed through unverified, caught when verified. */
+        assert_int_equal(shoal_cache_block_path(c, &id, path, sizeof(path)), 0);
+        int fd = open(path, O_RDWR);
+        assert_true(fd >= 0);
+        struct stat st;
+        assert_int_equal(fstat(fd, &st), 0);
+        off_t at = st.st_size - len + SHOAL_CHUNK_SIZE + 9;
+        unsigned char x = want[SHOAL_CHUNK_SIZE + 9] ^ 0x20;
+        assert_int_equal(pwrite(fd, &x, 1, at), 1);
+        assert_int_equal(shoal_cache_open_block(c, &id, len, &b), 0);
+        assert_int_equal(shoal_cache_block_read_unverified(c, &b, 0, 2 * SHOAL_CHUNK_SIZE, buf,
+                                                           SHOAL_CACHE_READ_DIRECT),
+                         0);
+        assert_int_equal(buf[SHOAL_CHUNK_SIZE + 9], x);
+        assert_int_equal(shoal_cache_block_splice(c, &b, 0, 2 * SHOAL_CHUNK_SIZE, p[1],
+                                                  SHOAL_CACHE_READ_DIRECT),
+                         0);
+        pipe_drain(p[0], got, 2 * SHOAL_CHUNK_SIZE);
+        assert_int_equal(got[SHOAL_CHUNK_SIZE + 9], x);
+        /* Truncated under an open block: both refuse the short file. */
+        assert_int_equal(ftruncate(fd, st.st_size - 100), 0);
+        assert_int_equal(shoal_cache_block_splice(c, &b, 3 * SHOAL_CHUNK_SIZE, 777, p[1],
+                                                  SHOAL_CACHE_READ_BUFFERED),
+                         -EBADMSG);
+        close(fd);
+        shoal_cache_block_close(c, &b);
+        assert_int_equal(shoal_cache_open_block(c, &id, len, &b), -ENOENT);
+        close(p[0]);
+        close(p[1]);
+        free(buf);
+        free(got);
+        free(want);
+        shoal_cache_close(c);
+}
+
 static void test_insert_read_direct(void **state)
 {
         struct fx *f = *state;
@@ -1220,6 +1337,8 @@ int main(void)
                 cmocka_unit_test_setup_teardown(test_failing_dir, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_largest_block, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_concurrent, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_splice_unverified, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_open_nowait, setup, teardown),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

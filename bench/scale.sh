@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# A group behind real links, in one run on this machine [G2, T1, R1]: N members (N = 1..4), each in
+# its own network namespace behind a veth link whose member-to-client direction is capped with
+# `tc tbf` at RATE, and one client in another namespace reading every member's blocks with
+# `shoal bench`, over the TCP pool and over IORPC. Prints what one link delivers alone (iperf3,
+# and shoal with one member), what the group delivers, and the ratio to N links.
+#
+# The blocks a member owns follow weighted rendezvous hashing, so members hold unequal shares, and
+# a reader that waits on each block it asked for cannot go faster than the member with the largest
+# share allows: N x link x (mean share / largest share). The script prints that bound too, from
+# the bytes each member served; a data set of many blocks keeps the shares close (4096 blocks over
+# 4 members: the largest share is typically 2-3 % above the mean).
+#   sudo bench/scale.sh
+# Environment: RATE (tc rate, 1gbit), BS (block size, 1M), DATA_MIB (4096), DUR seconds (8),
+# RAMP (3), THREADS (16 per member), NS (member counts, "1 2 3 4"), SHOAL_BIN (skips the build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" -eq 0 ] || { echo "bench: needs root (network namespaces)" >&2; exit 1; }
+RATE=${RATE:-1gbit}
+BS=${BS:-1M}
+DATA_MIB=${DATA_MIB:-4096}
+DUR=${DUR:-8}
+RAMP=${RAMP:-3}
+THREADS=${THREADS:-16}
+NS=${NS:-"1 2 3 4"}
+MAXN=$(echo "$NS" | tr ' ' '\n' | sort -n | tail -n 1)
+export SHOAL_IORPC_SCALE_PERIOD=${SHOAL_IORPC_SCALE_PERIOD:-250ms}
+export SHOAL_GROUP_SECRET=${SHOAL_GROUP_SECRET:-scale-bench-secret-0123456789abcdef}
+if [ -z "${SHOAL_BIN:-}" ]; then
+  ./scripts/setup.sh
+  cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build build-release -j"$(nproc)" --target shoal >/dev/null
+  SHOAL_BIN=$PWD/build-release/shoal
+fi
+SHOAL=$SHOAL_BIN
+PY=/usr/bin/python3
+D=$(mktemp -d /tmp/shoal-scale.XXXXXX)
+P=sc$$ # namespace and link names: unique to this run
+CNS=$P-c
+PIDS=()
+cleanup() {
+  trap - EXIT INT TERM
+  local p k
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
+  for k in $(seq 1 "$MAXN"); do ip netns del "$P-m$k" 2>/dev/null || true; done
+  ip netns del "$CNS" 2>/dev/null || true
+  rm -rf "$D"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- the network: the client's namespace, and one namespace and link per member ---
+ip netns add "$CNS"
+ip -n "$CNS" link set lo up
+for k in $(seq 1 "$MAXN"); do
+  ip netns add "$P-m$k"
+  ip -n "$P-m$k" link set lo up
+  ip link add "$P-c$k" netns "$CNS" type veth peer name "$P-v$k" netns "$P-m$k"
+  ip -n "$CNS" addr add "10.77.$k.1/24" dev "$P-c$k"
+  ip -n "$P-m$k" addr add "10.77.$k.2/24" dev "$P-v$k"
+  ip -n "$CNS" link set "$P-c$k" up
+  ip -n "$P-m$k" link set "$P-v$k" up
+done
+cap() { # cap on|off — the tbf on every member's side of its link (member -> client traffic)
+  local k
+  for k in $(seq 1 "$MAXN"); do
+    ip netns exec "$P-m$k" tc qdisc del dev "$P-v$k" root 2>/dev/null || true
+    [ "$1" = on ] && ip netns exec "$P-m$k" tc qdisc add dev "$P-v$k" root tbf rate "$RATE" burst 1mb latency 50ms
+  done
+  return 0
+}
+
+echo "machine: $(nproc) cores, kernel $(uname -r); $(date -u '+%F %H:%M UTC'); load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "links: veth, member->client capped by tbf at $RATE; data $DATA_MIB MiB in $BS blocks; $THREADS readers per member; ${DUR}s per point after ${RAMP}s"
+
+# --- one link alone: iperf3 from a member's namespace to the client's (4 streams: one stream
+# backs off at the tbf's drops and leaves the link partly idle) ---
+cap on
+ip netns exec "$CNS" iperf3 -s -1 -B 10.77.1.1 >/dev/null 2>&1 &
+PIDS+=($!)
+sleep 0.5
+LINK=$(ip netns exec "$P-m1" iperf3 -c 10.77.1.1 -P 4 -t "$DUR" -J |
+  $PY -c 'import json,sys; d=json.load(sys.stdin); print("%.1f" % (d["end"]["sum_received"]["bits_per_second"]/8/2**20))')
+echo "one link alone (iperf3, 4 streams): $LINK MiB/s"
+
+# --- data ---
+mkdir -p "$D/store/data"
+NOBJ=$((DATA_MIB / 64))
+for i in $(seq 0 $((NOBJ - 1))); do head -c $((64 * 1048576)) /dev/urandom >"$D/store/data/o$i"; done
+S="file://$D/store"
+
+run_group() { # run_group N — N members in namespaces m1..mN, warm; prints the results
+  local n=$1 k
+  local META="sqlite3://$D/meta$n.db" MPIDS=()
+  for k in $(seq 1 "$n"); do
+    ip netns exec "$P-m$k" "$SHOAL" serve "$S" --meta "$META" --cache-group "s$n" --group-ip "10.77.$k.2" \
+      --cache-dir "$D/cache$n.$k" --block-size "$BS" --metrics "10.77.$k.2:0" --log-file "$D/m$n.$k.log" &
+    MPIDS+=($!)
+    PIDS+=($!)
+  done
+  for k in $(seq 1 "$n"); do
+    local i
+    for i in $(seq 1 100); do grep -q ready "$D/m$n.$k.log" 2>/dev/null && break; sleep 0.1; done
+  done
+  cap off
+  ip netns exec "$CNS" "$SHOAL" warmup --storage "$S" --meta "$META" --cache-group "s$n" --block-size "$BS" \
+    --threads 16 --log-level error >/dev/null 2>&1
+  cap on
+  local t
+  for t in pool iorpc; do
+    local flags=""
+    [ $t = iorpc ] && flags=--use-iorpc
+    local before after out
+    before=$(served "$n")
+    out=$(ip netns exec "$CNS" "$SHOAL" bench "$S" --meta "$META" --cache-group "s$n" --block-size "$BS" \
+      --threads $((THREADS * n)) --ramp "${RAMP}s" --duration "${DUR}s" $flags --log-level error)
+    after=$(served "$n")
+    local rate
+    rate=$(echo "$out" | sed -n 's/.* = \([0-9.]*\) GiB\/s.*/\1/p')
+    $PY - "$t" "$n" "$rate" "$LINK" "$before" "$after" <<'PY'
+import sys
+t, n, rate, link = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]) * 1024, float(sys.argv[4])
+b = [int(x) for x in sys.argv[5].split()]
+a = [int(x) for x in sys.argv[6].split()]
+d = [y - x for x, y in zip(b, a)]
+tot = sum(d) or 1
+shares = [x / tot for x in d]
+bound = n * link * (1 / n) / max(shares)
+print("%-6s N=%d  %7.1f MiB/s  = x%.3f of N links (%.0f MiB/s)  shares %s  placement bound %.1f MiB/s (x%.3f of it)"
+      % (t, n, rate, rate / (n * link), n * link, "/".join("%.2f" % s for s in shares), bound, rate / bound))
+PY
+  done
+  for k in "${MPIDS[@]}"; do kill "$k"; wait "$k" 2>/dev/null || true; done
+}
+
+# served N — the bytes each of the N members has served so far (remotecache_serve_bytes)
+served() {
+  local k out=""
+  for k in $(seq 1 "$1"); do
+    local addr v
+    addr=$(grep -o 'prometheus metrics listening on [^ ]*' "$D/m$1.$k.log" | tail -n 1 | awk '{print $NF}')
+    v=$(ip netns exec "$P-m$k" curl -s --max-time 5 "http://$addr/metrics" |
+      awk '$1 ~ /^remotecache_serve_bytes({|$)/ { s += $2 } END { printf "%d", s }')
+    out="$out $v"
+  done
+  echo "$out"
+}
+
+for n in $NS; do run_group "$n"; done
+echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
