@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cache/cache.h"
+#include "client/push.h"
 #include "client/reader.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -308,6 +309,16 @@ struct shoal_node *shoal_node_start(const struct shoal_node_config *cfg, char *e
                 shoal_reader_set_group(n->reader, n->group);
                 if (n->server)
                         shoal_server_set_group(n->server, n->group);
+                struct shoal_push_config pc = {.vol = &n->vol,
+                                               .group = n->group,
+                                               .cache = n->cache,
+                                               .secret = cfg->group_secret};
+                n->push = shoal_push_create(&pc);
+                if (!n->push) {
+                        snprintf(err, errlen, "out of memory or randomness");
+                        shoal_group_stop(n->group);
+                        goto out_metrics;
+                }
         }
         *exit_code = 0;
         return n;
@@ -341,6 +352,7 @@ void shoal_node_stop(struct shoal_node *n)
         shoal_rdma_server_stop(n->rdma_server);
         shoal_server_stop(n->server);
         shoal_reader_destroy(n->reader);
+        shoal_push_destroy(n->push);
         shoal_group_stop(n->group);
         shoal_remote_destroy(n->remote);
         shoal_rdma_client_destroy(n->rdma_client);
