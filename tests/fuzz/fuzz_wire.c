@@ -115,6 +115,18 @@ static void decode_bodies(const uint8_t *body, size_t len)
                 CHECK(len <= shoal_wire_body_max(SHOAL_MSG_READ));
         }
 
+        struct shoal_wire_put pu, pu2;
+        if (!shoal_wire_put_decode(body, len, &pu)) {
+                CHECK(pu.key >= (const char *)body &&
+                      pu.key + pu.key_len <= (const char *)body + len);
+                CHECK(shoal_wire_put_payload_len(&pu) <= SHOAL_WIRE_PUT_PAYLOAD_MAX);
+                same_bytes(shoal_wire_put_encode(out, sizeof(out), &pu), body, len);
+                CHECK(!shoal_wire_put_decode(out, len, &pu2));
+                CHECK(pu.obj_size == pu2.obj_size && pu.block_index == pu2.block_index &&
+                      pu.key_len == pu2.key_len && pu.version_len == pu2.version_len);
+                CHECK(len <= shoal_wire_body_max(SHOAL_MSG_PUT_BLOCK));
+        }
+
         struct shoal_wire_read_resp rr, rr2;
         if (!shoal_wire_read_resp_decode(body, len, &rr)) {
                 static uint32_t crcs[SHOAL_MAX_CHUNKS];
