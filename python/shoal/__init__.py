@@ -20,8 +20,8 @@ from collections import namedtuple
 from . import _lib
 from ._lib import lib
 
-__all__ = ["Client", "ObjectInfo", "Entry", "RawFile", "WriteFile", "counter", "library_version",
-           "ShoalFileSystem"]
+__all__ = ["Client", "ObjectInfo", "Entry", "RawFile", "WriteFile", "BufferedWriteFile",
+           "counter", "library_version", "ShoalFileSystem"]
 __version__ = "0.1.0"
 
 ObjectInfo = namedtuple("ObjectInfo", "key size mtime_ns version block_size")
@@ -215,7 +215,7 @@ class Client:
         "normal" (readahead once reads look sequential, the default).
 
         mode "wb" (or "xb"): a new object written from start to end (docs/writes.md): a
-        buffered writer over a WriteFile. Nothing appears under KEY until close() returned,
+        BufferedWriteFile over a WriteFile. Nothing appears under KEY until close() returned,
         and then the store has the whole object (close raises OSError, EIO, if the store did
         not take it; no object is written then). An existing KEY raises FileExistsError unless
         overwrite=True. Leaving a `with` block by an exception drops the upload instead of
@@ -226,7 +226,7 @@ class Client:
             if buffering == 0:
                 return raw
             size = buffering if buffering > 1 else 4 << 20
-            return _BufferedWriter(raw, buffer_size=size)
+            return BufferedWriteFile(raw, buffer_size=size)
         if mode != "rb":
             raise ValueError("shoal objects open for reading ('rb') or writing ('wb', 'xb')")
         raw = RawFile(self, key)
@@ -471,13 +471,77 @@ class WriteFile(io.RawIOBase):
             pass
 
 
-class _BufferedWriter(io.BufferedWriter):
-    """A buffered WriteFile whose `with` block, left by an exception, drops the upload."""
+class BufferedWriteFile(io.BufferedIOBase):
+    """A WriteFile behind a write buffer (Client.open(key, "wb")). Not an io.BufferedWriter on
+    purpose: libraries that see one (numpy's save, for instance) take it for an OS file and ask
+    for its descriptor, which an object being uploaded does not have. A `with` block left by an
+    exception drops the upload instead of committing part of the object."""
+
+    def __init__(self, raw, buffer_size=4 << 20):
+        super().__init__()
+        self.raw = raw
+        self.name = raw.name
+        self._size = buffer_size
+        self._buf = bytearray()
+
+    def writable(self):
+        return True
+
+    def tell(self):
+        return self.raw.tell() + len(self._buf)
+
+    def _push(self, mv):
+        while len(mv):
+            n = self.raw.write(mv)
+            mv = mv[n:]
+
+    def write(self, b):
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        mv = memoryview(b).cast("B")
+        n = len(mv)
+        if len(self._buf) + n < self._size:
+            self._buf += mv
+            return n
+        self.flush()
+        if n >= self._size:
+            self._push(mv)  # large writes go through unbuffered, without a copy
+        else:
+            self._buf += mv
+        return n
+
+    def flush(self):
+        if self.closed:
+            return
+        if self._buf:
+            buf, self._buf = self._buf, bytearray()
+            self._push(memoryview(buf))
+
+    def abort(self):
+        """Drops the upload: nothing is written under the key."""
+        self._buf = bytearray()
+        self.raw.abort()
+
+    def close(self):
+        if self.closed:
+            return
+        try:
+            if not self.raw._aborted:
+                self.flush()
+        except BaseException:
+            self.raw.abort()
+            raise
+        finally:
+            try:
+                self.raw.close()
+            finally:
+                super().close()
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None:
-            self.raw.abort()
-        return super().__exit__(exc_type, exc, tb)
+            self.abort()
+        self.close()
+        return False
 
 
 def _register_fsspec():

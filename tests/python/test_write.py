@@ -5,10 +5,12 @@ neither here nor in the group; an existing key raises FileExistsError unless ove
 `with` block left by an exception writes nothing; fsspec's open(mode="wb") writes the same way;
 and the C API's errors arrive as OSError with the library's message."""
 import errno
+import io
 import os
 import random
 
 import fsspec
+import numpy
 import pytest
 
 import shoal
@@ -92,6 +94,11 @@ def test_write_semantics(tmp_path):
         assert not os.path.exists(os.path.join(root, "b.bin"))
         with pytest.raises(FileNotFoundError):
             c.stat("b.bin")
+        # numpy.save writes through the file's write(): the buffered writer is no OS file.
+        arr = numpy.arange(300000, dtype=numpy.float64)
+        with c.open("arr.npy", "wb") as f:
+            numpy.save(f, arr)
+        assert (numpy.load(io.BytesIO(c.read("arr.npy"))) == arr).all()
         # Unbuffered: the raw writer; writes go straight to the library.
         raw = c.open("c.bin", "wb", buffering=0)
         assert isinstance(raw, shoal.WriteFile)
