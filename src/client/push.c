@@ -290,6 +290,10 @@ unsigned shoal_push_stage_commit(struct shoal_push_stage *st, const struct shoal
                 return 0;
         struct shoal_push *p = st->p;
         unsigned cached = 0;
+        if (!obj->size) { /* an empty object has no block */
+                shoal_push_stage_abort(st);
+                return 0;
+        }
         if (st->broken || st->size != obj->size) {
                 if (!st->broken)
                         log_warn("push",

@@ -5,7 +5,8 @@
 # assigned; a consumer-only client then reads the object through the group byte-exact while the
 # store sees no GET of it (the file:// members' and the client's logs, the s3 front's request
 # log); the writer's and the members' put figures move. An upload that fails and a writer killed
-# with SIGKILL push nothing. SHOAL_WT_MIB sets the size (default 1024).
+# with SIGKILL push nothing. A sharing mount puts the blocks it owns into its own cache.
+# SHOAL_WT_MIB sets the size (default 1024).
 . "$(dirname "$0")/lib.sh"
 need_fuse
 export SHOAL_GROUP_TIMEOUT=10s SHOAL_GROUP_HEARTBEAT=200ms
@@ -120,7 +121,22 @@ nothing_pushed f
 stop_mount fw "$T/f.mnt"
 stop_proc fa
 stop_proc fb
-rm -rf "$STORE" "$T"/f?.cache
+
+echo "== o: a sharing mount, the group's only provider, keeps the blocks it owns in its own cache"
+META="sqlite3://$T/o.db"
+start_mount ow "file://$STORE" "$T/o.mnt" --meta "$META" --cache-group o --group-ip 127.0.0.1 "${SEC[@]}"
+wait_members "$META" o 1
+head -c $((64 << 20)) "$T/big.bin" >"$T/small.bin"
+cp "$T/small.bin" "$T/o.mnt/small.bin" || fail "cp into the sharing mount failed"
+[ "$(blocks_in ow)" -eq 16 ] || fail "the sharing mount cached $(blocks_in ow) of 16 blocks"
+[ "$(stats_field "$T/o.mnt" remotecache_put_errors)" -eq 0 ] || fail "pushes into its own cache failed"
+mo=$(log_mark ow)
+"$SHOAL" cat "file://$STORE" small.bin --meta "$META" --cache-group o --no-sharing --cache-size 0 \
+  "${SEC[@]}" --log-level error >"$T/o.out" || fail "reading small.bin through the group failed"
+cmp -s "$T/o.out" "$T/small.bin" || fail "small.bin read through the group differs"
+[ -z "$(store_gets_since ow "$mo")" ] || fail "the sharing mount read small.bin from the store"
+stop_mount ow "$T/o.mnt"
+rm -rf "$STORE" "$T"/f?.cache "$T/ow.cache" "$T/small.bin" "$T/o.out"
 
 # ---- s3:// --------------------------------------------------------------------------------------
 BUCKET=wtbucket
