@@ -41,7 +41,8 @@ ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' "/proc
 now() { date +%s%N; }
 row() { printf "%-44s %9s %11s %11s %7s\n" "$@"; }
 LIBSO=$(dirname "$SHOAL")/libshoal.so
-# libwrite STORAGE KEY [SETTING=VALUE]... — the library writes the source file as KEY.
+# libwrite STORAGE KEY [SETTING=VALUE]... — the command by which the library writes the source
+# file as KEY (paths here have no spaces: $D is mktemp's).
 cat >"$D/libwrite.py" <<'PY'
 import sys
 import shoal
@@ -55,7 +56,7 @@ with shoal.Client(sys.argv[1], **settings) as c, open(sys.argv[3], "rb", bufferi
                 break
             f.write(memoryview(buf)[:n])
 PY
-libwrite() { SHOAL_LIBRARY=$LIBSO PYTHONPATH=$SRC/python $PY "$D/libwrite.py" "$1" "$2" "$SRCF" "${@:3}"; }
+libwrite() { echo env SHOAL_LIBRARY="$LIBSO" PYTHONPATH="$SRC/python" $PY "$D/libwrite.py" "$1" "$2" "$SRCF" "${@:3}"; }
 # members URL GROUP FLAGS... — two `shoal serve` members of GROUP; sets MEMBER_PIDS, META.
 members() {
   local url=$1 g=$2 i
@@ -136,7 +137,8 @@ EXTRA_PIDS=$mpid measure "file://: cp into the mount" "" cp "$SRCF" "$MNT/viamou
 cmp -s "$SRCF" "$STORE/viamount.bin" || { echo "the mount's copy differs" >&2; exit 1; }
 row "file://: cp into the mount" "$MBS" "$WCPU" "-" "$(echo "$MBS $direct" | awk '{printf "%.2f", $1/$2}')"
 "$SHOAL" umount "$MNT"
-EXTRA_PIDS="" measure "file://: library" "" libwrite "file://$STORE" vialib.bin
+# shellcheck disable=SC2046
+EXTRA_PIDS="" measure "file://: library" "" $(libwrite "file://$STORE" vialib.bin)
 cmp -s "$SRCF" "$STORE/vialib.bin" || { echo "the library's copy differs" >&2; exit 1; }
 row "file://: library (Python, 4 MiB writes)" "$MBS" "$WCPU" "-" "$(echo "$MBS $direct" | awk '{printf "%.2f", $1/$2}')"
 members "file://$STORE" wbf
@@ -149,8 +151,9 @@ EXTRA_PIDS=$mpid measure "file://: cp into the mount, write-through" "$MEMBER_PI
 row "file://: cp into the mount + write-through" "$MBS" "$WCPU" "$SCPU" "$(echo "$MBS $direct" | awk '{printf "%.2f", $1/$2}')"
 grep -o "push: wt.bin: .*" "$D/mount-wt.log" | tail -n 1
 "$SHOAL" umount "$MNT"
+# shellcheck disable=SC2046
 EXTRA_PIDS="" measure "file://: library, write-through" "$MEMBER_PIDS" \
-  libwrite "file://$STORE" wtlib.bin meta="$META" cache_group=wbf
+  $(libwrite "file://$STORE" wtlib.bin meta="$META" cache_group=wbf)
 row "file://: library + write-through" "$MBS" "$WCPU" "$SCPU" "$(echo "$MBS $direct" | awk '{printf "%.2f", $1/$2}')"
 # shellcheck disable=SC2086
 kill $MEMBER_PIDS
@@ -182,8 +185,9 @@ row "s3://: cp into the mount" "$MBS" "$WCPU" "$SCPU" "$(echo "$MBS $direct" | a
 grep -o "uploaded viamount.bin.*" "$D/mount-s3.log" | tail -n 1
 "$SHOAL" umount "$MNT"
 S3=(--endpoint "http://127.0.0.1:$S3P")
-EXTRA_PIDS="" measure "s3://: library" "$SP" libwrite s3://wbench vialib.bin \
-  endpoint="http://127.0.0.1:$S3P"
+# shellcheck disable=SC2046
+EXTRA_PIDS="" measure "s3://: library" "$SP" \
+  $(libwrite s3://wbench vialib.bin endpoint="http://127.0.0.1:$S3P")
 row "s3://: library (Python, 4 MiB writes)" "$MBS" "$WCPU" "$SCPU" "$(echo "$MBS $direct" | awk '{printf "%.2f", $1/$2}')"
 members s3://wbench wbs "${S3[@]}"
 "$SHOAL" mount s3://wbench "$MNT" "${S3[@]}" --cache-dir "$D/cache-wt2" --log-file "$D/mount-wt2.log" \
@@ -195,6 +199,7 @@ EXTRA_PIDS=$mpid measure "s3://: cp into the mount, write-through" "$SP $MEMBER_
 row "s3://: cp into the mount + write-through" "$MBS" "$WCPU" "$SCPU" "$(echo "$MBS $direct" | awk '{printf "%.2f", $1/$2}')"
 grep -o "push: wt.bin: .*" "$D/mount-wt2.log" | tail -n 1
 "$SHOAL" umount "$MNT"
+# shellcheck disable=SC2046
 EXTRA_PIDS="" measure "s3://: library, write-through" "$SP $MEMBER_PIDS" \
-  libwrite s3://wbench wtlib.bin endpoint="http://127.0.0.1:$S3P" meta="$META" cache_group=wbs
+  $(libwrite s3://wbench wtlib.bin endpoint="http://127.0.0.1:$S3P" meta="$META" cache_group=wbs)
 row "s3://: library + write-through" "$MBS" "$WCPU" "$SCPU" "$(echo "$MBS $direct" | awk '{printf "%.2f", $1/$2}')"

@@ -166,8 +166,9 @@ static void decode_frame(const uint8_t *data, size_t size)
         if (rc)
                 return;
         CHECK(h.body_len <= shoal_wire_body_max(h.type));
-        CHECK(h.payload_len <= SHOAL_WIRE_PAYLOAD_MAX);
-        CHECK(h.type == SHOAL_MSG_READ_RESP || h.payload_len == 0);
+        CHECK(h.payload_len <= (h.type == SHOAL_MSG_PUT_BLOCK ? SHOAL_WIRE_PUT_PAYLOAD_MAX
+                                                              : SHOAL_WIRE_PAYLOAD_MAX));
+        CHECK(h.type == SHOAL_MSG_READ_RESP || h.type == SHOAL_MSG_PUT_BLOCK || h.payload_len == 0);
 
         const uint8_t *body = data + SHOAL_WIRE_HDR_LEN;
         size_t avail = size - SHOAL_WIRE_HDR_LEN;
@@ -209,6 +210,12 @@ static void decode_frame(const uint8_t *data, size_t size)
                 struct shoal_wire_read m;
                 if (!shoal_wire_read_decode(body, blen, &m))
                         same_read(&m, &m);
+                break;
+        }
+        case SHOAL_MSG_PUT_BLOCK: {
+                struct shoal_wire_put m;
+                if (!shoal_wire_put_decode(body, blen, &m))
+                        CHECK(shoal_wire_put_payload_len(&m) <= SHOAL_WIRE_PUT_PAYLOAD_MAX);
                 break;
         }
         case SHOAL_MSG_READ_RESP: {
