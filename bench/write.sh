@@ -5,8 +5,11 @@
 #            (page cache only, for reference);
 #   s3://    a direct multipart upload to s3rver (bench/s3mpu.py: 16 MiB parts, 4 in flight,
 #            signed like shoal's) against the mount over the same s3rver.
+# The library (Python's Client.open(key, "wb"), 4 MiB writes) runs the same way, and with
+# write-through [W3] both the mount (--no-sharing) and the library write into a group of two
+# members on this machine, whose CPU is counted as the server's.
 # Prints MiB/s, CPU seconds per GiB of the writer side (cp + the mount process, or the direct
-# client) and of s3rver, and the mount's ratio to the direct path.
+# client) and of the servers (s3rver, the members), and the ratio to the direct path.
 #   bench/write.sh         (SIZE=1G; RUNS=2 takes the best of each; SHOAL_BIN=... skips the build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,7 +39,43 @@ port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); prin
 # ticks PID... — CPU clock ticks used so far by these processes (their threads included)
 ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo $t; }
 now() { date +%s%N; }
-row() { printf "%-34s %9s %11s %11s %7s\n" "$@"; }
+row() { printf "%-44s %9s %11s %11s %7s\n" "$@"; }
+LIBSO=$(dirname "$SHOAL")/libshoal.so
+# libwrite STORAGE KEY [SETTING=VALUE]... — the command by which the library writes the source
+# file as KEY (paths here have no spaces: $D is mktemp's).
+cat >"$D/libwrite.py" <<'PY'
+import sys
+import shoal
+settings = dict(a.split("=", 1) for a in sys.argv[4:])
+buf = bytearray(4 << 20)
+with shoal.Client(sys.argv[1], **settings) as c, open(sys.argv[3], "rb", buffering=0) as src:
+    with c.open(sys.argv[2], "wb", overwrite=True, buffering=0) as f:
+        while True:
+            n = src.readinto(buf)
+            if not n:
+                break
+            f.write(memoryview(buf)[:n])
+PY
+libwrite() { echo env SHOAL_LIBRARY="$LIBSO" PYTHONPATH="$SRC/python" $PY "$D/libwrite.py" "$1" "$2" "$SRCF" "${@:3}"; }
+# members URL GROUP FLAGS... — two `shoal serve` members of GROUP; sets MEMBER_PIDS, META.
+members() {
+  local url=$1 g=$2 i
+  shift 2
+  META="sqlite3://$D/$g.db"
+  MEMBER_PIDS=""
+  for i in 1 2; do
+    "$SHOAL" serve "$url" --meta "$META" --cache-group "$g" --group-ip 127.0.0.1 \
+      --cache-dir "$D/$g-m$i.cache" --log-file "$D/$g-m$i.log" --metrics 127.0.0.1:0 "$@" &
+    PIDS+=("$!")
+    MEMBER_PIDS="$MEMBER_PIDS $!"
+  done
+  for i in $(seq 1 100); do
+    [ "$("$SHOAL" group --meta "$META" --cache-group "$g" 2>/dev/null | tail -n 1 | awk '{print $3}')" = 2 ] && return 0
+    sleep 0.2
+  done
+  echo "the members of $g did not come up" >&2
+  exit 1
+}
 
 bytes=$($PY -c "import re,sys; m=re.fullmatch(r'(\d+)([KMG]?)', sys.argv[1]); print(int(m.group(1)) << {'':0,'K':10,'M':20,'G':30}[m.group(2)])" "$SIZE")
 mkdir -p /dev/shm/shoal-wbench.$$
@@ -98,6 +137,26 @@ EXTRA_PIDS=$mpid measure "file://: cp into the mount" "" cp "$SRCF" "$MNT/viamou
 cmp -s "$SRCF" "$STORE/viamount.bin" || { echo "the mount's copy differs" >&2; exit 1; }
 row "file://: cp into the mount" "$MBS" "$WCPU" "-" "$(echo "$MBS $direct" | awk '{printf "%.2f", $1/$2}')"
 "$SHOAL" umount "$MNT"
+# shellcheck disable=SC2046
+EXTRA_PIDS="" measure "file://: library" "" $(libwrite "file://$STORE" vialib.bin)
+cmp -s "$SRCF" "$STORE/vialib.bin" || { echo "the library's copy differs" >&2; exit 1; }
+row "file://: library (Python, 4 MiB writes)" "$MBS" "$WCPU" "-" "$(echo "$MBS $direct" | awk '{printf "%.2f", $1/$2}')"
+members "file://$STORE" wbf
+"$SHOAL" mount "file://$STORE" "$MNT" --cache-dir "$D/cache-wt" --log-file "$D/mount-wt.log" \
+  --meta "$META" --cache-group wbf --no-sharing --metrics 127.0.0.1:0 --allow-overwrite -d
+mpid=$(grep -o 'shoal\[[0-9]*\]' "$D/mount-wt.log" | tail -n 1 | tr -dc 0-9)
+PIDS+=("$mpid")
+EXTRA_PIDS=$mpid measure "file://: cp into the mount, write-through" "$MEMBER_PIDS" \
+  cp "$SRCF" "$MNT/wt.bin"
+row "file://: cp into the mount + write-through" "$MBS" "$WCPU" "$SCPU" "$(echo "$MBS $direct" | awk '{printf "%.2f", $1/$2}')"
+grep -o "push: wt.bin: .*" "$D/mount-wt.log" | tail -n 1
+"$SHOAL" umount "$MNT"
+# shellcheck disable=SC2046
+EXTRA_PIDS="" measure "file://: library, write-through" "$MEMBER_PIDS" \
+  $(libwrite "file://$STORE" wtlib.bin meta="$META" cache_group=wbf)
+row "file://: library + write-through" "$MBS" "$WCPU" "$SCPU" "$(echo "$MBS $direct" | awk '{printf "%.2f", $1/$2}')"
+# shellcheck disable=SC2086
+kill $MEMBER_PIDS
 
 # --- s3:// (s3rver) ---------------------------------------------------------------------------
 JS=$SRC/.deps/node_modules/s3rver/bin/s3rver.js
@@ -125,3 +184,22 @@ EXTRA_PIDS=$mpid measure "s3://: cp into the mount" "$SP" cp "$SRCF" "$MNT/viamo
 row "s3://: cp into the mount" "$MBS" "$WCPU" "$SCPU" "$(echo "$MBS $direct" | awk '{printf "%.2f", $1/$2}')"
 grep -o "uploaded viamount.bin.*" "$D/mount-s3.log" | tail -n 1
 "$SHOAL" umount "$MNT"
+S3=(--endpoint "http://127.0.0.1:$S3P")
+# shellcheck disable=SC2046
+EXTRA_PIDS="" measure "s3://: library" "$SP" \
+  $(libwrite s3://wbench vialib.bin endpoint="http://127.0.0.1:$S3P")
+row "s3://: library (Python, 4 MiB writes)" "$MBS" "$WCPU" "$SCPU" "$(echo "$MBS $direct" | awk '{printf "%.2f", $1/$2}')"
+members s3://wbench wbs "${S3[@]}"
+"$SHOAL" mount s3://wbench "$MNT" "${S3[@]}" --cache-dir "$D/cache-wt2" --log-file "$D/mount-wt2.log" \
+  --meta "$META" --cache-group wbs --no-sharing --metrics 127.0.0.1:0 --allow-overwrite -d
+mpid=$(grep -o 'shoal\[[0-9]*\]' "$D/mount-wt2.log" | tail -n 1 | tr -dc 0-9)
+PIDS+=("$mpid")
+EXTRA_PIDS=$mpid measure "s3://: cp into the mount, write-through" "$SP $MEMBER_PIDS" \
+  cp "$SRCF" "$MNT/wt.bin"
+row "s3://: cp into the mount + write-through" "$MBS" "$WCPU" "$SCPU" "$(echo "$MBS $direct" | awk '{printf "%.2f", $1/$2}')"
+grep -o "push: wt.bin: .*" "$D/mount-wt2.log" | tail -n 1
+"$SHOAL" umount "$MNT"
+# shellcheck disable=SC2046
+EXTRA_PIDS="" measure "s3://: library, write-through" "$SP $MEMBER_PIDS" \
+  $(libwrite s3://wbench wtlib.bin endpoint="http://127.0.0.1:$S3P" meta="$META" cache_group=wbs)
+row "s3://: library + write-through" "$MBS" "$WCPU" "$SCPU" "$(echo "$MBS $direct" | awk '{printf "%.2f", $1/$2}')"

@@ -23,9 +23,8 @@
  * - Stable ABI: structures that callers allocate carry reserved space; new settings are new
  *   option names, never new struct fields. The SONAME is libshoal.so.SHOAL_ABI_VERSION.
  *
- * Writes (creating an object, writing it sequentially, durable when shoal_close() returns 0) will
- * use the same handles: shoal_open() with SHOAL_WRONLY | SHOAL_CREAT, a shoal_write(), and
- * shoal_close() reporting the outcome of the upload. They are not implemented yet. */
+ * Writes create objects through a handle of their own (shoal_write_open(), shoal_write(),
+ * shoal_write_close(): see "writing" below), with the mount's semantics (docs/writes.md). */
 #ifndef SHOAL_SHOAL_H
 #define SHOAL_SHOAL_H
 
@@ -181,6 +180,36 @@ SHOAL_API int shoal_advise(struct shoal_file *f, uint64_t off, uint64_t len, int
 /* Closes F. Returns 0 (for writes it will report whether the object became durable). F may be
  * NULL. */
 SHOAL_API int shoal_close(struct shoal_file *f);
+
+/* ---- writing ----------------------------------------------------------------------------- */
+
+/* A new object written from start to end, as through a mount (docs/writes.md): nothing appears
+ * under the key until shoal_write_close() returned 0, and then the store has confirmed the whole
+ * object (file://: fsynced and linked into place; s3://: PUT or CompleteMultipartUpload answered
+ * 200). When the client is in a cache group, the object's blocks are then put into their owners'
+ * caches before shoal_write_close() returns (write-through), so the group's first readers need no
+ * store GET. A writer belongs to the process that opened it: it cannot be used in a forked
+ * child. One thread at a time per writer; different writers are independent. */
+struct shoal_writer;
+
+#define SHOAL_WRITE_OVERWRITE 1 /* replace the object if it exists (else -EEXIST) */
+
+/* Starts writing object KEY of C. FLAGS: 0 (a new object: -EEXIST when KEY exists, checked here
+ * and again at the commit where the store can) or SHOAL_WRITE_OVERWRITE. Returns NULL with errno
+ * set (EEXIST, EINVAL: a bad key or flag, EACCES, EIO) and a message. */
+SHOAL_API struct shoal_writer *shoal_write_open(struct shoal_client *c, const char *key, int flags);
+/* Appends LEN bytes of BUF to W's object (they are copied, or uploaded, before return). Returns
+ * LEN, or a negative errno: -EIO (the store failed after retries), -EFBIG (past the largest
+ * object the part size allows), -ENOSPC, -ENOMEM. After an error the upload is abandoned: every
+ * later write returns the same error, and shoal_write_close() returns it too. */
+SHOAL_API ssize_t shoal_write(struct shoal_writer *w, const void *buf, size_t len);
+/* Commits W's object and frees W. Returns 0 once the store confirmed it; else a negative errno
+ * (-EIO, -EEXIST when a new object's name appeared meanwhile, or the error a write returned) and
+ * no object was written under the key (the previous object, if any, is untouched). */
+SHOAL_API int shoal_write_close(struct shoal_writer *w);
+/* Drops W without creating anything (the upload is aborted at the store) and frees W. W may be
+ * NULL. */
+SHOAL_API void shoal_write_abort(struct shoal_writer *w);
 
 /* ---- figures ----------------------------------------------------------------------------- */
 

@@ -20,8 +20,8 @@ from collections import namedtuple
 from . import _lib
 from ._lib import lib
 
-__all__ = ["Client", "ObjectInfo", "Entry", "RawFile", "counter", "library_version",
-           "ShoalFileSystem"]
+__all__ = ["Client", "ObjectInfo", "Entry", "RawFile", "WriteFile", "BufferedWriteFile",
+           "counter", "library_version", "ShoalFileSystem"]
 __version__ = "0.1.0"
 
 ObjectInfo = namedtuple("ObjectInfo", "key size mtime_ns version block_size")
@@ -206,13 +206,29 @@ class Client:
 
     # ---- data
 
-    def open(self, key, mode="rb", buffering=-1, advice=None):
-        """KEY as a seekable binary file: an io.BufferedReader over a RawFile (buffering=0: the
-        RawFile itself). The version seen at open is read until close; if the object changes,
-        reads fail (OSError ESTALE) rather than mix versions. advice: "sequential", "random"
-        or "normal" (readahead once reads look sequential, the default)."""
+    def open(self, key, mode="rb", buffering=-1, advice=None, overwrite=False):
+        """KEY as a binary file.
+
+        mode "rb": a seekable io.BufferedReader over a RawFile (buffering=0: the RawFile
+        itself). The version seen at open is read until close; if the object changes, reads
+        fail (OSError ESTALE) rather than mix versions. advice: "sequential", "random" or
+        "normal" (readahead once reads look sequential, the default).
+
+        mode "wb" (or "xb"): a new object written from start to end (docs/writes.md): a
+        BufferedWriteFile over a WriteFile. Nothing appears under KEY until close() returned,
+        and then the store has the whole object (close raises OSError, EIO, if the store did
+        not take it; no object is written then). An existing KEY raises FileExistsError unless
+        overwrite=True. Leaving a `with` block by an exception drops the upload instead of
+        committing a partial object. In a cache group the blocks are put into their owners'
+        caches before close returns."""
+        if mode in ("wb", "xb"):
+            raw = WriteFile(self, key, overwrite=overwrite and mode == "wb")
+            if buffering == 0:
+                return raw
+            size = buffering if buffering > 1 else 4 << 20
+            return BufferedWriteFile(raw, buffer_size=size)
         if mode != "rb":
-            raise ValueError("shoal objects open only for reading (mode 'rb')")
+            raise ValueError("shoal objects open for reading ('rb') or writing ('wb', 'xb')")
         raw = RawFile(self, key)
         if advice:
             raw.advise(advice)
@@ -379,6 +395,153 @@ class RawFile(io.RawIOBase):
             self.close()
         except Exception:
             pass
+
+
+class WriteFile(io.RawIOBase):
+    """One new object being written through a Client (shoal_write_open): sequential, committed
+    by close(). Usually wrapped in a buffered writer by Client.open(key, "wb")."""
+
+    def __init__(self, client, key, overwrite=False):
+        super().__init__()
+        self._client = client  # keeps the client alive while the file is open
+        self._w = lib.shoal_write_open(client._handle(), _key(key),
+                                       _lib.WRITE_OVERWRITE if overwrite else 0)
+        if not self._w:
+            raise _lib.null_error()
+        self.name = key if isinstance(key, str) else _str(key)
+        self._pos = 0
+        self._aborted = False
+
+    def __reduce__(self):
+        raise TypeError("a shoal.WriteFile cannot be pickled")
+
+    def writable(self):
+        return True
+
+    def tell(self):
+        return self._pos
+
+    def write(self, b):
+        if self._w is None:
+            raise ValueError("I/O operation on closed file")
+        if self._aborted:
+            return len(memoryview(b))  # dropped: the object will not be written
+        mv = memoryview(b).cast("B")
+        n = len(mv)
+        if n == 0:
+            return 0
+        try:
+            arr = (ctypes.c_char * n).from_buffer(mv)  # no copy for writable buffers
+            keep = arr
+            addr = ctypes.addressof(arr)
+        except TypeError:
+            keep = bytes(mv)
+            addr = ctypes.cast(ctypes.c_char_p(keep), ctypes.c_void_p).value
+        got = lib.shoal_write(self._w, addr, n)
+        del keep
+        if got < 0:
+            raise _lib.error(got)
+        self._pos += got
+        return got
+
+    def abort(self):
+        """Drops the upload: nothing is written under the key; close() then only frees."""
+        if self._w is not None and not self._aborted:
+            self._aborted = True
+
+    def close(self):
+        if self._w is None:
+            return
+        w, self._w = self._w, None
+        try:
+            if self._aborted:
+                lib.shoal_write_abort(w)
+                return
+            rc = lib.shoal_write_close(w)
+            if rc:
+                raise _lib.error(rc)
+        finally:
+            super().close()
+
+    def __del__(self):
+        # Like a file the program forgot to close, a writer dropped without close() commits.
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 — nothing can be raised from a finaliser
+            pass
+
+
+class BufferedWriteFile(io.BufferedIOBase):
+    """A WriteFile behind a write buffer (Client.open(key, "wb")). Not an io.BufferedWriter on
+    purpose: libraries that see one (numpy's save, for instance) take it for an OS file and ask
+    for its descriptor, which an object being uploaded does not have. A `with` block left by an
+    exception drops the upload instead of committing part of the object."""
+
+    def __init__(self, raw, buffer_size=4 << 20):
+        super().__init__()
+        self.raw = raw
+        self.name = raw.name
+        self._size = buffer_size
+        self._buf = bytearray()
+
+    def writable(self):
+        return True
+
+    def tell(self):
+        return self.raw.tell() + len(self._buf)
+
+    def _push(self, mv):
+        while len(mv):
+            n = self.raw.write(mv)
+            mv = mv[n:]
+
+    def write(self, b):
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        mv = memoryview(b).cast("B")
+        n = len(mv)
+        if len(self._buf) + n < self._size:
+            self._buf += mv
+            return n
+        self.flush()
+        if n >= self._size:
+            self._push(mv)  # large writes go through unbuffered, without a copy
+        else:
+            self._buf += mv
+        return n
+
+    def flush(self):
+        if self.closed:
+            return
+        if self._buf:
+            buf, self._buf = self._buf, bytearray()
+            self._push(memoryview(buf))
+
+    def abort(self):
+        """Drops the upload: nothing is written under the key."""
+        self._buf = bytearray()
+        self.raw.abort()
+
+    def close(self):
+        if self.closed:
+            return
+        try:
+            if not self.raw._aborted:
+                self.flush()
+        except BaseException:
+            self.raw.abort()
+            raise
+        finally:
+            try:
+                self.raw.close()
+            finally:
+                super().close()
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.abort()
+        self.close()
+        return False
 
 
 def _register_fsspec():

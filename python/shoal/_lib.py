@@ -34,6 +34,7 @@ class _Entry(ctypes.Structure):
 ENTRY_PREFIX = 1
 LIST_RECURSIVE = 1
 RDONLY = 0
+WRITE_OVERWRITE = 1
 ADVICE = {"normal": 0, "sequential": 1, "random": 2, "willneed": 3}
 
 
@@ -99,6 +100,10 @@ _proto = {
     "shoal_advise": (_c.c_int, [_c.c_void_p, _c.c_uint64, _c.c_uint64, _c.c_int]),
     "shoal_close": (_c.c_int, [_c.c_void_p]),
     "shoal_counter": (_c.c_int, [_c.c_char_p, _c.POINTER(_c.c_uint64)]),
+    "shoal_write_open": (_c.c_void_p, [_c.c_void_p, _c.c_char_p, _c.c_int]),
+    "shoal_write": (_c.c_ssize_t, [_c.c_void_p, _c.c_void_p, _c.c_size_t]),
+    "shoal_write_close": (_c.c_int, [_c.c_void_p]),
+    "shoal_write_abort": (None, [_c.c_void_p]),
 }
 for _name, (_res, _args) in _proto.items():
     _fn = getattr(lib, _name)

@@ -153,8 +153,15 @@ class ShoalFileSystem(AbstractFileSystem):
 
     def _open(self, path, mode="rb", block_size=None, autocommit=True, cache_options=None,
               **kwargs):
+        if mode in ("wb", "xb"):
+            # A new object, written sequentially and committed at close (docs/writes.md);
+            # overwrite=True replaces an existing one.
+            self.invalidate_cache(self._parent(path))
+            return self.client.open(self._strip_protocol(path), mode,
+                                    overwrite=bool(kwargs.get("overwrite")))
         if mode != "rb":
-            raise NotImplementedError("shoal: objects open only for reading (mode 'rb')")
+            raise NotImplementedError("shoal: objects open for reading ('rb') or writing "
+                                      "('wb', 'xb')")
         return ShoalFile(self, path, mode, block_size, autocommit, cache_options=cache_options,
                          **kwargs)
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cache/cache.h"
+#include "client/push.h"
 #include "client/reader.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -329,6 +330,13 @@ static int join_group(struct shoal_node *n, const struct plan *p, char *err, siz
         shoal_reader_set_group(n->reader, n->group);
         if (n->server)
                 shoal_server_set_group(n->server, n->group);
+        struct shoal_push_config pc = {
+                .vol = &n->vol, .group = n->group, .cache = n->cache, .secret = cfg->group_secret};
+        n->push = shoal_push_create(&pc);
+        if (!n->push) {
+                snprintf(err, errlen, "out of memory or randomness");
+                return -ENOMEM;
+        }
         return 0;
 }
 
@@ -381,6 +389,7 @@ void shoal_node_stop(struct shoal_node *n)
         shoal_rdma_server_stop(n->rdma_server);
         shoal_server_stop(n->server);
         shoal_reader_destroy(n->reader);
+        shoal_push_destroy(n->push);
         shoal_group_stop(n->group);
         shoal_remote_destroy(n->remote);
         shoal_rdma_client_destroy(n->rdma_client);

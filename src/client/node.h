@@ -54,6 +54,7 @@ struct shoal_node {
         struct shoal_rdma_client *rdma_client; /* --rdma-network, with a cache group */
         struct shoal_rdma_server *rdma_server; /* --rdma-network on a sharing member */
         struct shoal_metrics_http *metrics;    /* NULL: no endpoint */
+        struct shoal_push *push; /* write-through of written objects [W3]; NULL without a group */
 };
 
 /* Starts every part CFG asks for into *OUT; CFG's strings and secret must outlive the node.

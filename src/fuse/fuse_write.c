@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "client/node.h"
+#include "client/push.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fuse/fuse_internal.h"
@@ -39,6 +40,7 @@ struct write_file {
         uint32_t kind;      /* SHOAL_FH_WRITE */
         pthread_mutex_t mu; /* one request at a time per handle */
         struct shoal_upload *up;
+        struct shoal_push_stage *stage; /* write-through: pushed to the group at commit [W3] */
         enum wstate state;
         int err; /* errno for writes after the upload ended badly */
         uint64_t ino;
@@ -231,6 +233,7 @@ static void handle_free(struct shoal_fuse *f, struct write_file *h)
         if (h->next)
                 h->next->prev = h->prev;
         pthread_mutex_unlock(&f->writes_mu);
+        shoal_push_stage_abort(h->stage); /* never committed: nothing is pushed */
         pthread_mutex_destroy(&h->mu);
         free(h);
 }
@@ -242,6 +245,8 @@ static void abandon(struct shoal_fuse *f, struct write_file *h, int err, const c
                 shoal_store_upload_abort(h->up);
                 h->up = NULL;
         }
+        shoal_push_stage_abort(h->stage);
+        h->stage = NULL;
         h->state = W_FAILED;
         h->err = err;
         shoal_itable_set_writing(f->it, h->ino, false);
@@ -265,6 +270,8 @@ static int commit(struct shoal_fuse *f, struct write_file *h)
         shoal_metric_observe(SHOAL_M_fuse_write_commit_dur, shoal_now_ns() - t0);
         shoal_itable_set_writing(f->it, h->ino, false);
         if (rc) {
+                shoal_push_stage_abort(h->stage);
+                h->stage = NULL;
                 h->state = W_FAILED;
                 h->err = EIO;
                 shoal_itable_expire(f->it, h->ino);
@@ -284,6 +291,10 @@ static int commit(struct shoal_fuse *f, struct write_file *h)
         shoal_itable_dirlist_drop(f->it, parent_ino(f, h->parent));
         shoal_metric_inc(SHOAL_M_fuse_write_files);
         log_info("fuse", "wrote %s: %" PRIu64 " bytes, version %s", h->key, o.size, o.version);
+        /* Durable now; the group gets the blocks before close returns, so that readers on
+         * other nodes that start when it returned find them cached. */
+        shoal_push_stage_commit(h->stage, &o);
+        h->stage = NULL;
         return 0;
 }
 
@@ -314,7 +325,9 @@ static struct write_file *start(fuse_req_t req, const char *path, uint64_t ino, 
                 shoal_itable_set_writing(f->it, ino, false);
                 shoal_store_upload_abort(up);
                 *err = ENOMEM;
+                return NULL;
         }
+        h->stage = shoal_push_stage_begin(f->node->push);
         return h;
 }
 
@@ -513,6 +526,7 @@ void shoal_fuse_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
                         abandon(f, h, err, strerror(-rc));
                         shoal_metric_inc(SHOAL_M_fuse_write_errors);
                 } else {
+                        shoal_push_stage_append(h->stage, buf, size);
                         h->written += size;
                         shoal_itable_write_size(f->it, h->ino, h->written);
                 }

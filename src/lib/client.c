@@ -441,6 +441,39 @@ SHOAL_API struct shoal_file *shoal_open(struct shoal_client *c, const char *key,
         return f;
 }
 
+/* ---- hooks for write.c (lib/lib.h) ---- */
+
+struct shoal_node *lib_client_node(struct shoal_client *c, int *rc)
+{
+        return client_node(c, rc);
+}
+
+unsigned lib_fork_gen(void)
+{
+        return __atomic_load_n(&fork_gen, __ATOMIC_ACQUIRE);
+}
+
+unsigned lib_file_opened(struct shoal_client *c)
+{
+        unsigned g = lib_fork_gen();
+        pthread_mutex_lock(&c->mu);
+        if (c->files_gen != g) {
+                c->files_gen = g;
+                c->nfiles = 0;
+        }
+        c->nfiles++;
+        pthread_mutex_unlock(&c->mu);
+        return g;
+}
+
+void lib_file_closed(struct shoal_client *c, unsigned gen)
+{
+        pthread_mutex_lock(&c->mu);
+        if (c->files_gen == gen)
+                c->nfiles--;
+        pthread_mutex_unlock(&c->mu);
+}
+
 SHOAL_API int shoal_fstat(struct shoal_file *f, struct shoal_stat *st)
 {
         if (!f || !st)

@@ -33,6 +33,20 @@ struct lib_config {
 int lib_config_build(struct lib_config *cfg, const char *storage, const struct shoal_options *o);
 void lib_config_free(struct lib_config *cfg);
 
+/* ---- client.c's hooks for write.c ---- */
+
+struct shoal_client;
+
+/* C's node for this process (started anew in a forked child); NULL with *RC and the message set
+ * when that failed. Call inside the fork gate. */
+struct shoal_node *lib_client_node(struct shoal_client *c, int *rc);
+/* Counts an open file of C (shoal_client_close refuses while any is open) and returns the fork
+ * generation it belongs to; lib_file_closed with that generation uncounts it. Inside the gate. */
+unsigned lib_file_opened(struct shoal_client *c);
+void lib_file_closed(struct shoal_client *c, unsigned gen);
+/* The current fork generation (a handle from an older one belongs to the parent). */
+unsigned lib_fork_gen(void);
+
 /* Records the calling thread's error message (printf-style) and returns RC (a negative errno). */
 int lib_fail(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -82,6 +82,15 @@
         X(remotecache_tcp_serve_bytes, COUNTER, "Bytes served to members over the TCP pool")       \
         X(remotecache_iorpc_serve_bytes, COUNTER, "Bytes served to members over IORPC on TCP")     \
         X(remotecache_rdma_serve_bytes, COUNTER, "Bytes served to members over IORPC on RDMA")     \
+        /* write-through [W3]: blocks of new objects pushed to their owners (PUT_BLOCK) */         \
+        X(remotecache_put_requests, COUNTER, "Blocks of written objects pushed to their owners")   \
+        X(remotecache_put_bytes, COUNTER, "Bytes of written objects pushed to their owners")       \
+        X(remotecache_put_errors, COUNTER, "Block pushes that failed (the block stays uncached)")  \
+        X(remotecache_put_dur, HIST, "Time to push the blocks of one written object")              \
+        X(remotecache_put_serve_blocks, COUNTER, "Pushed blocks a member checked and cached")      \
+        X(remotecache_put_serve_bytes, COUNTER, "Bytes of pushed blocks a member cached")          \
+        X(remotecache_put_refused, COUNTER,                                                        \
+          "Block pushes a member refused (length, checksum, version, owner, busy)")                \
         /* IORPC stages (names as in the seeds): IORPC requests only, on TCP or RDMA [V2, V4] */   \
         X(mount_iorpc_processRespDur, HIST, "IORPC server: time to process a request")             \
         X(mount_iorpc_writeBodyDur, HIST, "IORPC server: time to write an answer body")            \

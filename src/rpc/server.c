@@ -49,6 +49,7 @@
 #include "metrics/metrics.h"
 #include "rpc/handshake.h"
 #include "rpc/pipes.h"
+#include "rpc/server_put.h"
 #include "rpc/wire.h"
 #include "store/sizes.h"
 
@@ -125,6 +126,7 @@ struct srv_req {
         bool cb_open;
         char *buf;
         struct shoal_held_block hb;
+        struct shoal_put_rx *put; /* PUT_BLOCK: the pushed block (rpc/server_put.h) */
         /* answer */
         uint8_t out[SHOAL_WIRE_HDR_LEN + 4 * SHOAL_MAX_CHUNKS + 64];
         size_t out_len, out_sent;
@@ -172,6 +174,9 @@ struct conn {
         struct src_count *preauth;      /* not authenticated yet: its source's count */
         struct conn *pa_prev, *pa_next; /* the loop's unauthenticated, oldest first */
         struct shoal_loop_task close_task;
+        struct shoal_put_rx *put; /* a PUT_BLOCK whose payload is being received */
+        unsigned nput;            /* PUT_BLOCKs received or being processed, not yet answered */
+        uint64_t put_id;          /* the id of C->put */
         struct conn *prev, *next;
 };
 
@@ -212,6 +217,7 @@ struct shoal_server {
         struct shoal_bufpool *dio;
         struct shoal_pipes *pipes;       /* zero-copy answers (dio, splice) */
         struct shoal_store_sizes *sizes; /* object sizes the member learned itself [S4] */
+        struct shoal_put_srv *put;       /* write-through: pushed blocks [W3] */
         char tcp_addr[64], iorpc_addr[64];
         pthread_mutex_t info_mu; /* the RDMA addresses, set after the loops started */
         char rdma_addr[4][64];
@@ -266,6 +272,8 @@ static void req_release_resources(struct srv_req *r)
                 shoal_pipes_put(r->s->pipes, r->pipe);
                 r->pipe = NULL;
         }
+        shoal_put_free(r->s->put, r->put);
+        r->put = NULL;
 }
 
 /* Slot bookkeeping of one service's gauges; under cap_mu. */
@@ -348,6 +356,12 @@ static void req_build_answer(struct srv_req *r)
         uint8_t *body = r->out + SHOAL_WIRE_HDR_LEN;
         size_t cap = sizeof(r->out) - SHOAL_WIRE_HDR_LEN;
         int n;
+        if (r->type == SHOAL_MSG_PUT_BLOCK && r->status == SHOAL_ST_OK) {
+                r->out_len =
+                        shoal_wire_frame_encode(r->out, SHOAL_MSG_PUT_RESP, 0, 0, r->id, NULL, 0);
+                r->status = SHOAL_ST__MAX; /* no payload follows */
+                return;
+        }
         if (r->status == SHOAL_ST_OK) {
                 uint32_t crcs[SHOAL_MAX_CHUNKS];
                 uint32_t first = r->off / SHOAL_CHUNK_SIZE;
@@ -413,6 +427,8 @@ static void req_done_on_loop(void *arg)
                 return;
         }
         conn_put(c); /* the loop's own reference keeps it now */
+        if (r->type == SHOAL_MSG_PUT_BLOCK)
+                c->nput--;
         if (r->type == SHOAL_MSG_CORRUPT) {
                 c->ncorrupt--;
                 req_free(r);
@@ -518,6 +534,11 @@ static bool is_owner(struct shoal_server *s, const struct shoal_block_id *id)
         bool mine = o >= 0 && !strcmp(v->members[o].id, shoal_group_self_id(g));
         shoal_group_view_put(v);
         return mine;
+}
+
+static bool put_is_owner(void *arg, const struct shoal_block_id *id)
+{
+        return is_owner(arg, id);
 }
 
 /* Disk worker: a requester saw a bad checksum. The member checks its own file against its own
@@ -944,8 +965,10 @@ static unsigned conn_active_max(const struct conn *c)
  * buffers (backpressure, not memory, and not a refusal). */
 static bool conn_can_read(const struct conn *c)
 {
+        if (c->put)
+                return true; /* a payload is half read: the stream must move on */
         return c->nreq < conn_active_max(c) && c->inflight < conn_active_max(c) + 8 &&
-               c->ncorrupt < CONN_CORRUPT_MAX;
+               c->ncorrupt < CONN_CORRUPT_MAX && c->nput < SHOAL_PUT_CONN_MAX;
 }
 
 static void conn_update_events(struct conn *c)
@@ -1213,6 +1236,102 @@ static bool conn_on_info(struct conn *c, const struct shoal_wire_hdr *h)
         return true;
 }
 
+/* ---- write-through: PUT_BLOCK (the checks are rpc/server_put.c's) ------------------------ */
+
+/* Fill worker: checks and caches the pushed block, then answers. */
+static void put_work(struct shoal_work *w)
+{
+        struct srv_req *r = (struct srv_req *)w;
+        if (req_orphaned(r)) {
+                req_finish(r);
+                return;
+        }
+        r->status = shoal_put_apply(r->s->put, r->put, r->c->peer);
+        if (r->status != SHOAL_ST_OK)
+                shoal_strlcpy(r->reason, r->put->why, sizeof(r->reason));
+        req_finish(r);
+}
+
+/* The payload of the put in C->put has arrived (or was dropped): refuse it, or hand it to a
+ * fill worker (it may ask the store). Returns false when C was closed. */
+static bool conn_put_received(struct conn *c)
+{
+        struct shoal_server *s = c->lp->s;
+        struct shoal_put_rx *rx = c->put;
+        c->put = NULL;
+        c->frame_start = 0;
+        struct srv_req *r = rx->status == SHOAL_ST_OK ? calloc(1, sizeof(*r)) : NULL;
+        if (!r) {
+                if (rx->status == SHOAL_ST_OK)
+                        snprintf(rx->why, sizeof(rx->why), "out of memory");
+                rx->status = rx->status == SHOAL_ST_OK ? SHOAL_ST_BUSY : rx->status;
+                shoal_put_refused(s->put, rx, c->peer);
+                conn_send_error(c, c->put_id, rx->status, rx->why);
+                shoal_put_free(s->put, rx);
+                c->nput--;
+                return true;
+        }
+        r->s = s;
+        r->c = c;
+        r->svc = c->service == SERVICE_POOL ? SVC_M_POOL : SVC_M_IORPC;
+        r->id = c->put_id;
+        r->type = SHOAL_MSG_PUT_BLOCK;
+        r->t_start = shoal_now_ns();
+        r->put = rx;
+        r->done.fn = req_done_on_loop;
+        r->done.arg = r;
+        r->work.fn = put_work;
+        c->ids[c->inflight++] = r->id;
+        c->refs++;
+        shoal_workers_submit(s->fill, &r->work);
+        return true;
+}
+
+/* PUT_BLOCK: its payload follows on the stream, and is read next (conn_put_payload). */
+static bool conn_on_put(struct conn *c, const struct shoal_wire_hdr *h, const uint8_t *body)
+{
+        for (unsigned i = 0; i < c->inflight; i++) {
+                if (c->ids[i] == h->id) {
+                        log_ratelimited(SHOAL_LOG_WARN, "server",
+                                        "peer %s reused in-flight id %llu: closing", c->peer,
+                                        (unsigned long long)h->id);
+                        conn_close(c);
+                        return false;
+                }
+        }
+        c->put = shoal_put_begin(c->lp->s->put, h, body, c->peer);
+        if (!c->put) {
+                conn_close(c);
+                return false;
+        }
+        c->put_id = h->id;
+        c->nput++;
+        c->frame_start = shoal_now_ns();
+        return c->put->len ? true : conn_put_received(c);
+}
+
+/* Reads payload bytes of C->put from the socket (into its buffer, or dropped). Returns false
+ * when the socket is empty or C was closed. */
+static bool conn_put_payload(struct conn *c)
+{
+        struct shoal_put_rx *rx = c->put;
+        uint8_t scratch[16384];
+        size_t want = rx->len - rx->got;
+        uint8_t *dst = rx->buf ? rx->buf + rx->got : scratch;
+        if (!rx->buf && want > sizeof(scratch))
+                want = sizeof(scratch);
+        ssize_t n = recv(c->io.fd, dst, want, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+                conn_close(c);
+                return false;
+        }
+        if (n < 0)
+                return false;
+        rx->got += (uint32_t)n;
+        c->frame_start = shoal_now_ns(); /* a stall is no progress for FRAME_STALL_NS */
+        return rx->got < rx->len || conn_put_received(c);
+}
+
 /* Handles one complete, CRC-checked frame. Returns false when the connection was closed. */
 static bool conn_frame(struct conn *c, const struct shoal_wire_hdr *h, const uint8_t *body)
 {
@@ -1231,6 +1350,8 @@ static bool conn_frame(struct conn *c, const struct shoal_wire_hdr *h, const uin
                 return true;
         case SHOAL_MSG_INFO:
                 return conn_on_info(c, h);
+        case SHOAL_MSG_PUT_BLOCK:
+                return conn_on_put(c, h, body);
         case SHOAL_MSG_GOAWAY:
                 conn_close(c);
                 return false;
@@ -1251,9 +1372,16 @@ static void conn_read(struct conn *c)
 {
         for (unsigned handled = 0; handled < READ_BUDGET;) {
                 struct shoal_wire_hdr h;
+                if (c->put) {
+                        if (!conn_put_payload(c))
+                                return;
+                        handled++;
+                        continue;
+                }
                 /* Before authentication only the small handshake bodies are taken. */
                 uint32_t body_max = c->state != C_READY ? 128 : IN_MAX - SHOAL_WIRE_HDR_LEN;
-                int need = shoal_wire_frame_need(c->in, c->in_len, body_max, &h);
+                int need =
+                        shoal_wire_frame_need(c->in, c->in_len, body_max, c->state == C_READY, &h);
                 if (need == -EPROTO)
                         log_ratelimited(SHOAL_LOG_WARN, "server",
                                         "bad frame header from %s: closing", c->peer);
@@ -1332,6 +1460,8 @@ static void conn_close(struct conn *c)
                 req_free(r);
         }
         c->sendq_tail = NULL;
+        shoal_put_free(lp->s->put, c->put);
+        c->put = NULL;
         if (c->prev)
                 c->prev->next = c->next;
         else
@@ -1765,7 +1895,13 @@ struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, c
         s->dio = shoal_bufpool_create(cfg->vol->block_size, DIO_BUFFERS);
         s->pipes = shoal_pipes_create(PIPES, SHOAL_MIN(cfg->vol->block_size, PIPE_CAP_MAX));
         s->sizes = shoal_store_sizes_create(shoal_reader_store(cfg->reader), SIZES_MAX);
-        if (!s->disk || !s->fill || !s->dio || !s->pipes || !s->sizes) {
+        struct shoal_put_srv_config pc = {.vol = cfg->vol,
+                                          .cache = cfg->cache,
+                                          .sizes = s->sizes,
+                                          .is_owner = put_is_owner,
+                                          .owner_arg = s};
+        s->put = s->sizes ? shoal_put_srv_create(&pc) : NULL;
+        if (!s->disk || !s->fill || !s->dio || !s->pipes || !s->sizes || !s->put) {
                 snprintf(err, errlen, "cannot start server workers");
                 goto out_fail;
         }
@@ -1836,6 +1972,7 @@ out_fail:
         shoal_workers_destroy(s->fill);
         shoal_bufpool_destroy(s->dio);
         shoal_pipes_destroy(s->pipes);
+        shoal_put_srv_destroy(s->put);
         shoal_store_sizes_destroy(s->sizes);
         pthread_mutex_destroy(&s->cap_mu);
         pthread_mutex_destroy(&s->info_mu);
@@ -1910,6 +2047,7 @@ void shoal_server_stop(struct shoal_server *s)
         }
         shoal_bufpool_destroy(s->dio);
         shoal_pipes_destroy(s->pipes);
+        shoal_put_srv_destroy(s->put);
         shoal_store_sizes_destroy(s->sizes);
         pthread_mutex_destroy(&s->cap_mu);
         pthread_mutex_destroy(&s->info_mu);

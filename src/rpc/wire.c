@@ -17,6 +17,8 @@
 #define READ_MAX        (READ_FIXED + SHOAL_KEY_MAX + SHOAL_VERSION_MAX)
 #define READ_RESP_FIXED (SHOAL_BLOCK_ID_LEN + 12)
 #define READ_RESP_MAX   (READ_RESP_FIXED + 4 * SHOAL_MAX_CHUNKS)
+#define PUT_FIXED       28
+#define PUT_MAX         (PUT_FIXED + SHOAL_KEY_MAX + SHOAL_VERSION_MAX)
 #define ERROR_MAX       200
 #define PING_MAX        64
 #define INFO_ADDR_MAX   (sizeof(((struct shoal_wire_info *)0)->tcp_addr) - 1)
@@ -165,6 +167,10 @@ uint32_t shoal_wire_body_max(uint8_t type)
                 return INFO_RESP_MAX;
         case SHOAL_MSG_GOAWAY:
                 return 0;
+        case SHOAL_MSG_PUT_BLOCK:
+                return PUT_MAX;
+        case SHOAL_MSG_PUT_RESP:
+                return 0;
         default:
                 return 0;
         }
@@ -186,6 +192,8 @@ static bool type_known(uint8_t type)
         case SHOAL_MSG_INFO_RESP:
         case SHOAL_MSG_CORRUPT:
         case SHOAL_MSG_GOAWAY:
+        case SHOAL_MSG_PUT_BLOCK:
+        case SHOAL_MSG_PUT_RESP:
                 return true;
         default:
                 return false;
@@ -285,6 +293,11 @@ int shoal_wire_hdr_decode(const uint8_t in[SHOAL_WIRE_HDR_LEN], struct shoal_wir
                 /* An RDMA-written answer has its data in the requester's buffer already. */
                 if ((flags & SHOAL_WF_RDMA_WRITTEN) && payload_len != 0)
                         return -EPROTO;
+        } else if (type == SHOAL_MSG_PUT_BLOCK) {
+                /* Checked against the block the body names by the receiver (it knows the
+                 * body then); here only against the largest block. */
+                if (payload_len > SHOAL_WIRE_PUT_PAYLOAD_MAX)
+                        return -EMSGSIZE;
         } else if (payload_len != 0) {
                 return -EMSGSIZE;
         }
@@ -303,14 +316,15 @@ bool shoal_wire_crc_ok(const uint8_t in[SHOAL_WIRE_HDR_LEN], const void *body, s
         return frame_crc(in, body, body_len) == get32(in + 28);
 }
 
-int shoal_wire_frame_need(const uint8_t *in, size_t have, uint32_t body_max,
+int shoal_wire_frame_need(const uint8_t *in, size_t have, uint32_t body_max, bool put_payload,
                           struct shoal_wire_hdr *h)
 {
         if (have < SHOAL_WIRE_HDR_LEN)
                 return (int)(SHOAL_WIRE_HDR_LEN - have);
         if (shoal_wire_hdr_decode(in, h))
                 return -EPROTO;
-        if (h->payload_len || h->body_len > body_max)
+        bool payload_ok = put_payload && h->type == SHOAL_MSG_PUT_BLOCK;
+        if ((h->payload_len && !payload_ok) || h->body_len > body_max)
                 return -EMSGSIZE;
         size_t len = SHOAL_WIRE_HDR_LEN + (size_t)h->body_len;
         if (have > len)
@@ -479,6 +493,60 @@ int shoal_wire_read_decode(const uint8_t *body, size_t len, struct shoal_wire_re
                 return -EPROTO;
         }
         return 0;
+}
+
+/* ---- PUT_BLOCK ---- */
+
+static bool put_valid(const struct shoal_wire_put *m)
+{
+        if (!m->key || !m->version || !shoal_key_valid(m->key, m->key_len) ||
+            !shoal_version_valid(m->version, m->version_len) || !block_size_valid(m->block_size))
+                return false;
+        /* index < 2^32 and block_size <= 2^26: the product fits in 64 bits. */
+        return (uint64_t)m->block_index * m->block_size < m->obj_size;
+}
+
+int shoal_wire_put_encode(uint8_t *out, size_t outlen, const struct shoal_wire_put *m)
+{
+        if (!put_valid(m))
+                return -EMSGSIZE;
+        size_t n = PUT_FIXED + (size_t)m->key_len + m->version_len;
+        if (outlen < n)
+                return -EMSGSIZE;
+        put64(out, m->view_version);
+        put64(out + 8, m->obj_size);
+        put32(out + 16, m->block_size);
+        put32(out + 20, m->block_index);
+        put16(out + 24, m->key_len);
+        put16(out + 26, m->version_len);
+        memcpy(out + PUT_FIXED, m->key, m->key_len);
+        memcpy(out + PUT_FIXED + m->key_len, m->version, m->version_len);
+        return (int)n;
+}
+
+int shoal_wire_put_decode(const uint8_t *body, size_t len, struct shoal_wire_put *m)
+{
+        struct rd r = {.p = body, .len = len};
+        memset(m, 0, sizeof(*m));
+        m->view_version = rd64(&r);
+        m->obj_size = rd64(&r);
+        m->block_size = rd32(&r);
+        m->block_index = rd32(&r);
+        m->key_len = rd16(&r);
+        m->version_len = rd16(&r);
+        m->key = (const char *)take(&r, m->key_len);
+        m->version = (const char *)take(&r, m->version_len);
+        if (rd_end(&r) || !put_valid(m)) {
+                m->key = m->version = NULL;
+                return -EPROTO;
+        }
+        return 0;
+}
+
+uint32_t shoal_wire_put_payload_len(const struct shoal_wire_put *m)
+{
+        uint32_t len = shoal_block_len(m->obj_size, m->block_size, m->block_index);
+        return 4 * shoal_chunk_count(len) + len;
 }
 
 /* ---- READ_RESP ---- */

@@ -10,7 +10,8 @@
  *    6   2   flags        SHOAL_WF_*
  *    8   4   status       0 or enum shoal_status (answers)
  *   12   4   body_len     <= shoal_wire_body_max(type)
- *   16   4   payload_len  0, or for READ_RESP the answered length (<= SHOAL_WIRE_PAYLOAD_MAX)
+ *   16   4   payload_len  0, or for READ_RESP the answered length (<= SHOAL_WIRE_PAYLOAD_MAX),
+ *                         or for PUT_BLOCK the CRCs and bytes of the block put
  *   20   8   id           message id chosen by the requester, echoed in the answer
  *   28   4   crc          CRC32C over header bytes 0..27 followed by the body
  *
@@ -38,6 +39,8 @@
 #define SHOAL_WIRE_NONCE_LEN     32
 #define SHOAL_WIRE_PROOF_LEN     32 /* HMAC-SHA256 */
 #define SHOAL_WIRE_MEMBER_ID_MAX 32 /* = SHOAL_MEMBER_ID_LEN of group/group.h */
+/* PUT_BLOCK payload: one u32 CRC per chunk, then the block (at most 64 MiB + 4 KiB). */
+#define SHOAL_WIRE_PUT_PAYLOAD_MAX (4u * SHOAL_MAX_CHUNKS + SHOAL_BLOCK_SIZE_MAX)
 
 enum shoal_msg_type {
         SHOAL_MSG_HELLO = 1,      /* requester -> server, first frame: versions, nonce */
@@ -54,6 +57,9 @@ enum shoal_msg_type {
         SHOAL_MSG_CORRUPT = 23,   /* requester -> server: this block failed verification;
                                    * body: the READ layout naming block and range; no answer */
         SHOAL_MSG_GOAWAY = 24,    /* either side: closing; finish in-flight, send no more */
+        SHOAL_MSG_PUT_BLOCK = 25, /* writer -> owner: a whole block of a committed object;
+                                   * payload: its chunk CRCs, then its bytes (write-through) */
+        SHOAL_MSG_PUT_RESP = 26,  /* answer: the block is cached under its id (empty body) */
 };
 
 enum shoal_wire_flags {
@@ -111,14 +117,16 @@ size_t shoal_wire_frame_encode(uint8_t *out, uint8_t type, uint16_t flags, uint3
 int shoal_wire_hdr_decode(const uint8_t in[SHOAL_WIRE_HDR_LEN], struct shoal_wire_hdr *h);
 /* True when the CRC in header IN matches IN's first 28 bytes followed by BODY. */
 bool shoal_wire_crc_ok(const uint8_t in[SHOAL_WIRE_HDR_LEN], const void *body, size_t body_len);
-/* Reassembles one frame without payload (a request, as a server reads them) from a byte stream.
+/* Reassembles one frame's header and body (a request, as a server reads them) from a byte stream.
  * IN holds the HAVE bytes received so far of the current frame. Returns how many more bytes to
- * receive before calling again (> 0), or 0 when IN holds one whole frame whose CRC matches (its
- * header in *H), or a negative errno after which the stream must be dropped: -EPROTO (a header
- * that does not decode), -EMSGSIZE (a body over BODY_MAX, or any payload), -EBADMSG (a CRC
- * mismatch), -EINVAL (HAVE past the frame: more than the previous calls asked for). It never asks
- * for more than SHOAL_WIRE_HDR_LEN + BODY_MAX bytes in all, so IN needs room for that many. */
-int shoal_wire_frame_need(const uint8_t *in, size_t have, uint32_t body_max,
+ * receive before calling again (> 0), or 0 when IN holds one whole header and body whose CRC
+ * matches (its header in *H), or a negative errno after which the stream must be dropped: -EPROTO
+ * (a header that does not decode), -EMSGSIZE (a body over BODY_MAX, or a payload where none may
+ * come), -EBADMSG (a CRC mismatch), -EINVAL (HAVE past the frame: more than the previous calls
+ * asked for). A payload is allowed only with PUT_PAYLOAD and only on PUT_BLOCK (whose header
+ * already bounds it); the caller receives it after this returned 0. It never asks for more than
+ * SHOAL_WIRE_HDR_LEN + BODY_MAX bytes in all, so IN needs room for that many. */
+int shoal_wire_frame_need(const uint8_t *in, size_t have, uint32_t body_max, bool put_payload,
                           struct shoal_wire_hdr *h);
 /* Decodes MSG[0, LEN) as one whole frame without payload (a message as RDMA carries it): the
  * header checks, a length of exactly header + body, and the CRC. Returns 0 with the header in
@@ -169,6 +177,21 @@ struct shoal_wire_read_resp {
         const uint8_t *crcs;
 };
 
+/* PUT_BLOCK body: names a whole block of an object the store has committed. KEY and VERSION
+ * point into the decoded buffer (not NUL-terminated). The payload is shoal_chunk_count(len) u32
+ * chunk CRCs (little-endian, shoal_chunk_crc of the block id the receiver derives), then the LEN
+ * bytes of the block, LEN = shoal_block_len(obj_size, block_size, block_index). */
+struct shoal_wire_put {
+        uint64_t view_version; /* the writer's group view version */
+        uint64_t obj_size;
+        uint32_t block_size;
+        uint32_t block_index;
+        uint16_t key_len;
+        uint16_t version_len;
+        const char *key;
+        const char *version;
+};
+
 /* INFO_RESP body: the server's service addresses, each "ip:port" or empty. */
 struct shoal_wire_info {
         char tcp_addr[64];
@@ -198,6 +221,13 @@ int shoal_wire_read_resp_encode(uint8_t *out, size_t outlen, const struct shoal_
                                 uint32_t offset, uint32_t length, const uint32_t *crcs);
 int shoal_wire_read_resp_decode(const uint8_t *body, size_t len, struct shoal_wire_read_resp *m);
 uint32_t shoal_wire_read_resp_crc(const struct shoal_wire_read_resp *m, uint32_t i);
+/* PUT_BLOCK: the decoder checks key and version as READ does and that the index lies inside the
+ * object (obj_size > 0). */
+int shoal_wire_put_encode(uint8_t *out, size_t outlen, const struct shoal_wire_put *m);
+int shoal_wire_put_decode(const uint8_t *body, size_t len, struct shoal_wire_put *m);
+/* The payload length a PUT_BLOCK of M must carry: 4 bytes per chunk of the block, then the block
+ * (M must have decoded). */
+uint32_t shoal_wire_put_payload_len(const struct shoal_wire_put *m);
 int shoal_wire_info_encode(uint8_t *out, size_t outlen, const struct shoal_wire_info *m);
 int shoal_wire_info_decode(const uint8_t *body, size_t len, struct shoal_wire_info *m);
 /* ERROR body: a reason text of at most 200 bytes, printable ASCII. The decoder copies it

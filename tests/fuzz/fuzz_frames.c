@@ -10,10 +10,12 @@
  *
  * Invariants: the reassembler never asks for more than its buffer holds; it finds the same frames
  * and the same final error however the stream is cut, and the same as a plain walk over the
- * stream written here from the protocol page; every frame it accepts is also a valid RDMA message
- * (shoal_wire_msg_decode), re-encodes to the same header, and a READ it accepts names a valid key,
- * version and range. What conn_frame then does with a frame (the handshake states, dispatch) is
- * not driven here. */
+ * stream written here from the protocol page; every frame without payload it accepts is also a
+ * valid RDMA message (shoal_wire_msg_decode), every frame re-encodes to the same header, and a
+ * READ it accepts names a valid key, version and range. A payload is accepted only after
+ * authentication and only on PUT_BLOCK; conn_read receives it after the body, so both walks skip
+ * it (how many of its bytes the server keeps is shoal_put_begin's, not driven here). What
+ * conn_frame then does with a frame (the handshake states, dispatch) is not driven here. */
 #include <errno.h>
 
 #include "common/block.h"
@@ -34,12 +36,16 @@ struct outcome {
 static uint8_t buf[SHOAL_WIRE_HDR_LEN + BODY_READY];
 
 /* The server's decoders for a frame it accepted. */
-static void check_frame(const uint8_t *f, const struct shoal_wire_hdr *h)
+static void check_frame(const uint8_t *f, const struct shoal_wire_hdr *h, bool ready)
 {
         size_t len = SHOAL_WIRE_HDR_LEN + h->body_len;
         struct shoal_wire_hdr h2;
-        FZ_CHECK(shoal_wire_msg_decode(f, len, &h2) == 0);
-        FZ_CHECK(!memcmp(h, &h2, sizeof(h2)));
+        if (h->payload_len) {
+                FZ_CHECK(ready && h->type == SHOAL_MSG_PUT_BLOCK);
+        } else {
+                FZ_CHECK(shoal_wire_msg_decode(f, len, &h2) == 0);
+                FZ_CHECK(!memcmp(h, &h2, sizeof(h2)));
+        }
         uint8_t again[SHOAL_WIRE_HDR_LEN];
         shoal_wire_hdr_encode(again, h, f + SHOAL_WIRE_HDR_LEN);
         FZ_CHECK(!memcmp(again, f, SHOAL_WIRE_HDR_LEN));
@@ -58,6 +64,11 @@ static void check_frame(const uint8_t *f, const struct shoal_wire_hdr *h)
                          rd.version + rd.version_len <= (const char *)body + h->body_len);
                 uint32_t blen = shoal_block_len(rd.obj_size, rd.block_size, rd.block_index);
                 FZ_CHECK(shoal_range_valid(blen, rd.offset, rd.length));
+                break;
+        }
+        case SHOAL_MSG_PUT_BLOCK: {
+                struct shoal_wire_put m;
+                (void)shoal_wire_put_decode(body, h->body_len, &m);
                 break;
         }
         case SHOAL_MSG_HELLO: {
@@ -90,7 +101,8 @@ static void reassemble(const uint8_t *stream, size_t len, uint32_t body_max, uin
         o->nframes = 0;
         for (;;) {
                 struct shoal_wire_hdr h;
-                int need = shoal_wire_frame_need(buf, have, body_max, &h);
+                bool ready = body_max == BODY_READY;
+                int need = shoal_wire_frame_need(buf, have, body_max, ready, &h);
                 if (need < 0) {
                         FZ_CHECK(need == -EPROTO || need == -EMSGSIZE || need == -EBADMSG);
                         o->end = need;
@@ -98,12 +110,17 @@ static void reassemble(const uint8_t *stream, size_t len, uint32_t body_max, uin
                 }
                 if (need == 0) {
                         FZ_CHECK(have == SHOAL_WIRE_HDR_LEN + h.body_len);
-                        FZ_CHECK(h.body_len <= body_max && h.payload_len == 0);
-                        check_frame(buf, &h);
+                        FZ_CHECK(h.body_len <= body_max);
+                        check_frame(buf, &h, ready);
                         if (o->nframes < MAX_FRAMES)
                                 o->start[o->nframes] = frame_at;
                         o->nframes++;
                         have = 0;
+                        if (len - pos < h.payload_len) { /* the payload, received apart */
+                                o->end = 0;
+                                return;
+                        }
+                        pos += h.payload_len;
                         frame_at = pos;
                         continue;
                 }
@@ -142,7 +159,8 @@ static void walk(const uint8_t *s, size_t len, uint32_t body_max, struct outcome
                         o->end = -EPROTO;
                         return;
                 }
-                if (h.payload_len || h.body_len > body_max) {
+                bool put = body_max == BODY_READY && h.type == SHOAL_MSG_PUT_BLOCK;
+                if ((h.payload_len && !put) || h.body_len > body_max) {
                         o->end = -EMSGSIZE;
                         return;
                 }
@@ -157,7 +175,11 @@ static void walk(const uint8_t *s, size_t len, uint32_t body_max, struct outcome
                 if (o->nframes < MAX_FRAMES)
                         o->start[o->nframes] = off;
                 o->nframes++;
-                off += SHOAL_WIRE_HDR_LEN + h.body_len;
+                if (rem - SHOAL_WIRE_HDR_LEN - h.body_len < h.payload_len) {
+                        o->end = 0;
+                        return;
+                }
+                off += SHOAL_WIRE_HDR_LEN + (size_t)h.body_len + h.payload_len;
         }
 }
 

@@ -116,6 +116,18 @@ static void decode_bodies(const uint8_t *body, size_t len)
                 CHECK(len <= shoal_wire_body_max(SHOAL_MSG_READ));
         }
 
+        struct shoal_wire_put pu, pu2;
+        if (!shoal_wire_put_decode(body, len, &pu)) {
+                CHECK(pu.key >= (const char *)body &&
+                      pu.key + pu.key_len <= (const char *)body + len);
+                CHECK(shoal_wire_put_payload_len(&pu) <= SHOAL_WIRE_PUT_PAYLOAD_MAX);
+                same_bytes(shoal_wire_put_encode(out, sizeof(out), &pu), body, len);
+                CHECK(!shoal_wire_put_decode(out, len, &pu2));
+                CHECK(pu.obj_size == pu2.obj_size && pu.block_index == pu2.block_index &&
+                      pu.key_len == pu2.key_len && pu.version_len == pu2.version_len);
+                CHECK(len <= shoal_wire_body_max(SHOAL_MSG_PUT_BLOCK));
+        }
+
         struct shoal_wire_read_resp rr, rr2;
         if (!shoal_wire_read_resp_decode(body, len, &rr)) {
                 static uint32_t crcs[SHOAL_MAX_CHUNKS];
@@ -155,8 +167,9 @@ static void decode_frame(const uint8_t *data, size_t size)
         if (rc)
                 return;
         CHECK(h.body_len <= shoal_wire_body_max(h.type));
-        CHECK(h.payload_len <= SHOAL_WIRE_PAYLOAD_MAX);
-        CHECK(h.type == SHOAL_MSG_READ_RESP || h.payload_len == 0);
+        CHECK(h.payload_len <= (h.type == SHOAL_MSG_PUT_BLOCK ? SHOAL_WIRE_PUT_PAYLOAD_MAX
+                                                              : SHOAL_WIRE_PAYLOAD_MAX));
+        CHECK(h.type == SHOAL_MSG_READ_RESP || h.type == SHOAL_MSG_PUT_BLOCK || h.payload_len == 0);
 
         const uint8_t *body = data + SHOAL_WIRE_HDR_LEN;
         size_t avail = size - SHOAL_WIRE_HDR_LEN;
@@ -198,6 +211,12 @@ static void decode_frame(const uint8_t *data, size_t size)
                 struct shoal_wire_read m;
                 if (!shoal_wire_read_decode(body, blen, &m))
                         same_read(&m, &m);
+                break;
+        }
+        case SHOAL_MSG_PUT_BLOCK: {
+                struct shoal_wire_put m;
+                if (!shoal_wire_put_decode(body, blen, &m))
+                        CHECK(shoal_wire_put_payload_len(&m) <= SHOAL_WIRE_PUT_PAYLOAD_MAX);
                 break;
         }
         case SHOAL_MSG_READ_RESP: {
@@ -370,7 +389,7 @@ static void decode_message(const uint8_t *data, size_t size)
                 return;
         CHECK(size == SHOAL_WIRE_HDR_LEN + h.body_len && h.payload_len == 0);
         CHECK(shoal_wire_crc_ok(data, data + SHOAL_WIRE_HDR_LEN, h.body_len));
-        CHECK(shoal_wire_frame_need(data, size, h.body_len, &h2) == 0);
+        CHECK(shoal_wire_frame_need(data, size, h.body_len, false, &h2) == 0);
         CHECK(!memcmp(&h, &h2, sizeof(h)));
 }
 

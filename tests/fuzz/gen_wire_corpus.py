@@ -15,7 +15,8 @@ import sys
 
 MAGIC = b"SHL1"
 HELLO, HELLO_ACK, AUTH, AUTH_OK = 1, 2, 3, 4
-READ, READ_RESP, ERROR, PING, PONG, INFO, INFO_RESP, CORRUPT, GOAWAY = range(16, 25)
+READ, READ_RESP, ERROR, PING, PONG, INFO, INFO_RESP, CORRUPT, GOAWAY, PUT_BLOCK, PUT_RESP = \
+    range(16, 27)
 WF_AUTH_REQUIRED, WF_RDMA_TARGET, WF_RDMA_WRITTEN, WF_FILL = 1, 2, 4, 8
 ST_NOT_OWNER, ST_BUSY = 3, 9
 CHUNK = 64 * 1024
@@ -80,6 +81,12 @@ def read_resp(offset, length, block=bytes(range(0xA0, 0xB0)), n_crcs=None):
     return block + struct.pack("<III", offset, length, n if n_crcs is None else n_crcs) + crcs
 
 
+def put(key=b"ckpt/step-100.pt", version=b'"etag-9"', obj_size=10 * MiB + 100000,
+        block_size=4 * MiB, index=2):
+    return struct.pack("<QQIIHH", 7, obj_size, block_size, index, len(key), len(version)) + key \
+        + version
+
+
 def s8(s):
     return bytes([len(s)]) + s
 
@@ -119,6 +126,9 @@ def seeds():
                                                                     b"192.168.2.1:5001")))
     yield "valid_corrupt", frame(CORRUPT, rd, msg_id=0)
     yield "valid_goaway", frame(GOAWAY, msg_id=0)
+    # PUT_BLOCK's payload is the last block's CRCs (2 chunks) and its 100000 bytes.
+    yield "valid_put_block", frame(PUT_BLOCK, put(), payload_len=4 * 2 + 100000, msg_id=77)
+    yield "valid_put_resp", frame(PUT_RESP, msg_id=77)
 
     bad = bytearray(frame(READ, rd))
     bad[40] ^= 0x04
@@ -136,8 +146,12 @@ def seeds():
     yield "bad_body_past_max", header(READ, b"", body_len=5000)
     yield "bad_info_string_past_body", frame(INFO_RESP, bytes([60]) + b"10.0.0.1")
     yield "bad_trailing", frame(READ, rd + b"\x00")
+    yield "bad_put_index_past_end", frame(PUT_BLOCK, put(index=3), payload_len=8)
+    yield "bad_put_payload_past_max", frame(PUT_BLOCK, put(), payload_len=64 * MiB + 4096 + 1)
+    yield "bad_put_resp_payload", frame(PUT_RESP, payload_len=1)
     # Bare bodies, no header: the fuzz target hands every input to every body decoder too.
     yield "body_read", rd
+    yield "body_put", put(index=0)
     yield "body_info_resp", info_resp(rdma=(b"10.1.1.1:7000",))
 
 

@@ -24,6 +24,15 @@
                                          one READ (fill: with FILL) or CORRUPT claiming object
                                          size SIZE; prints "resp N", "error STATUS REASON",
                                          "closed" or "sent" (CORRUPT has no answer)
+  frames.py put HOST:PORT SECRET_FILE URL BLOCKSIZE STOREDIR GOOD_KEY BAD_KEY
+                                         write-through attacks [W3]: one true PUT_BLOCK of
+                                         GOOD_KEY's block 0 (cached), then crafted ones for
+                                         BAD_KEY (lengths, CRC, version, size, missing object,
+                                         oversized, unauthenticated) each refused or closed
+  frames.py put-flood HOST:PORT SECRET_FILE URL BLOCKSIZE STOREDIR KEY CONNS PER_CONN
+                                         CONNS connections each send PER_CONN PUT_BLOCKs for
+                                         KEY with a bad CRC or a version the store does not
+                                         hold; prints "refused N" when all were refused
   frames.py auth HOST:PORT SERVICE SECRET_FILE WRONG_SECRET_FILE DEADLINE_S
                                          the handshake against a member with a secret: the right
                                          secret works; a replay, a wrong secret, a proof made for
@@ -44,6 +53,8 @@ import time
 MAGIC = b"SHL1"
 HELLO, HELLO_ACK, AUTH, AUTH_OK = 1, 2, 3, 4
 READ, READ_RESP, ERROR, PING, PONG, INFO, INFO_RESP, CORRUPT, GOAWAY = 16, 17, 18, 19, 20, 21, 22, 23, 24
+PUT_BLOCK, PUT_RESP = 25, 26
+PUT_PAYLOAD_MAX = 4 * 1024 + (64 << 20)
 FILL = 1 << 3
 
 _T = []
@@ -565,7 +576,183 @@ def run_claim(addr, service, kind, key, version, size, index, off, length):
     return 0
 
 
+# ---- write-through [W3] ----------------------------------------------------------------------
+
+def volume_fp(url, bs):
+    return hashlib.sha256(url.encode() + b"\0" + struct.pack("<I", bs)).digest()[:16]
+
+
+def block_id(fp, key, version, index):
+    return hashlib.sha256(fp + struct.pack("<H", len(key)) + key + struct.pack("<H", len(version))
+                          + version + struct.pack("<I", index)).digest()[:16]
+
+
+def put_body(key, version, size, bs, index):
+    return struct.pack("<QQIIHH", 0, size, bs, index, len(key), len(version)) + key + version
+
+
+def put_payload(fp, key, version, index, data):
+    """The PUT_BLOCK payload: chunk CRCs (seeded with the block id and index), then DATA."""
+    bid = block_id(fp, key, version, index)
+    crcs = b""
+    for c in range(0, len(data), 65536):
+        crcs += struct.pack("<I", crc32c(data[c:c + 65536], crc32c(bid + struct.pack("<I", c // 65536))))
+    return crcs + data
+
+
+def session(addr, secret_file):
+    key = group_key(read_secret(secret_file))
+    s, _, _, _ = start_session(addr, 2, key)
+    typ, status, _, _, _ = read_frame(s)
+    if typ != AUTH_OK:
+        raise Refused("no AUTH_OK")
+    s.settimeout(10)
+    return s
+
+
+def answer(s):
+    """'resp', 'error STATUS', or 'closed' for the next answer on S (10 s at most)."""
+    try:
+        typ, status, _, body, _ = read_frame(s)
+    except (ConnectionError, OSError):
+        return "closed"
+    if typ == PUT_RESP:
+        return "resp"
+    if typ == ERROR:
+        return "error %d" % status
+    return "type %d" % typ
+
+
+def run_put(addr, secret_file, url, bs, storedir, good, bad):
+    bs = int(bs)
+    fp = volume_fp(url, bs)
+    failed = 0
+
+    def obj(key):
+        path = os.path.join(storedir, key)
+        data = open(path, "rb").read()
+        return key.encode(), file_version(path).encode(), data
+
+    def check(name, got, want):
+        nonlocal failed
+        ok = got == want
+        failed += not ok
+        print("%-44s %s%s" % (name, "ok" if ok else "FAIL", "" if ok else " (%s, want %s)" % (got, want)),
+              flush=True)
+
+    def one(name, want, body, payload, payload_len=None, then_ping=True):
+        s = session(addr, secret_file)
+        pl = len(payload) if payload_len is None else payload_len
+        s.sendall(frame(PUT_BLOCK, body, id_=7, payload_len=pl) + payload)
+        got = answer(s)
+        if then_ping and got.startswith("error"):
+            # A refused put leaves the stream in step: the connection still answers.
+            s.sendall(frame(PING, b"after", id_=8))
+            nxt = read_frame(s)
+            if nxt[0] != PONG:
+                got += " then %d" % nxt[0]
+        s.close()
+        check(name, got, want)
+
+    gk, gv, gdata = obj(good)
+    blen = min(bs, len(gdata))
+    one("true put of a committed block", "resp", put_body(gk, gv, len(gdata), bs, 0),
+        put_payload(fp, gk, gv, 0, gdata[:blen]))
+    k, v, data = obj(bad)
+    blen = min(bs, len(data))
+    good_payload = put_payload(fp, k, v, 0, data[:blen])
+    body = put_body(k, v, len(data), bs, 0)
+    one("payload one byte short", "error 5", body, good_payload[:-1])
+    one("payload one byte long", "error 5", body, good_payload + b"x")
+    flipped = bytearray(good_payload)
+    flipped[-1] ^= 1
+    one("a byte flipped (chunk CRC fails)", "error 5", body, bytes(flipped))
+    crcbad = bytearray(good_payload)
+    crcbad[0] ^= 1
+    one("a wrong chunk CRC", "error 5", body, bytes(crcbad))
+    ov = b"1-1.000000001"
+    one("a version the store does not hold", "error 2", put_body(k, ov, len(data), bs, 0),
+        put_payload(fp, k, ov, 0, data[:blen]))
+    big = len(data) + 3 * bs
+    one("a size the object does not have", "error 5", put_body(k, v, big, bs, 0),
+        put_payload(fp, k, v, 0, data[:blen]))
+    nk = k + b".missing"
+    one("an object the store does not have", "error 1", put_body(nk, v, len(data), bs, 0),
+        put_payload(fp, nk, v, 0, data[:blen]))
+    one("another block size", "error 10", put_body(k, v, len(data), bs * 2, 0), good_payload)
+    one("an index past the object's end", "error 5",
+        put_body(k, v, len(data), bs, 0)[:20] + struct.pack("<I", 1000) + body[24:], good_payload)
+    # Past the largest payload: refused from the header alone, before any byte is read.
+    s = session(addr, secret_file)
+    s.sendall(frame(PUT_BLOCK, body, id_=9, payload_len=PUT_PAYLOAD_MAX + 1))
+    check("payload_len past the largest block", answer(s), "closed")
+    s.close()
+    # Without AUTH: after HELLO, and as the very first frame.
+    for name, pre in (("put before AUTH", True), ("put as the first frame", False)):
+        s = connect(addr)
+        s.settimeout(3)
+        if pre:
+            s.sendall(hello(2))
+            read_frame(s)
+        s.sendall(frame(PUT_BLOCK, body, id_=3, payload_len=len(good_payload)) + good_payload)
+        check(name, answer(s), "closed")
+        s.close()
+    return 1 if failed else 0
+
+
+def run_put_flood(addr, secret_file, url, bs, storedir, key, conns, per_conn):
+    import threading
+    bs, conns, per_conn = int(bs), int(conns), int(per_conn)
+    fp = volume_fp(url, bs)
+    path = os.path.join(storedir, key)
+    data = open(path, "rb").read()[:bs]
+    k, v = key.encode(), file_version(path).encode()
+    size = os.stat(path).st_size
+    bad_crc = bytearray(put_payload(fp, k, v, 0, data))
+    bad_crc[0] ^= 0xFF
+    frames_ = [frame(PUT_BLOCK, put_body(k, v, size, bs, 0), payload_len=len(bad_crc)) + bytes(bad_crc)]
+    ov = b"2-2.000000002"
+    other = put_payload(fp, k, ov, 0, data)
+    frames_.append(frame(PUT_BLOCK, put_body(k, ov, size, bs, 0), payload_len=len(other)) + other)
+    results = []
+    lock = threading.Lock()
+
+    def worker():
+        got = {}
+        try:
+            s = session(addr, secret_file)
+            for i in range(per_conn):
+                s.sendall(frames_[i % 2])  # stop and wait: one id in flight at a time
+                a = answer(s)
+                got[a] = got.get(a, 0) + 1
+            s.close()
+        except Exception as e:  # noqa: BLE001 — reported below
+            got["exception %s" % e] = 1
+        with lock:
+            results.append(got)
+
+    ts = [threading.Thread(target=worker) for _ in range(conns)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    total = {}
+    for g in results:
+        for a, n in g.items():
+            total[a] = total.get(a, 0) + n
+    print("answers: %s" % sorted(total.items()), flush=True)
+    refused = total.get("error 5", 0) + total.get("error 2", 0) + total.get("error 9", 0)
+    if refused != conns * per_conn:
+        return 1
+    print("refused %d" % refused)
+    return 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 9 and sys.argv[1] == "put":
+        sys.exit(run_put(*sys.argv[2:]))
+    if len(sys.argv) == 10 and sys.argv[1] == "put-flood":
+        sys.exit(run_put_flood(*sys.argv[2:]))
     if len(sys.argv) == 8 and sys.argv[1] == "pipeclose":
         sys.exit(run_pipeclose(*sys.argv[2:]))
     if len(sys.argv) == 7 and sys.argv[1] == "hog":

@@ -4,8 +4,11 @@
 # header as C++) read every object of a 3-member group byte-exact from 8 threads, with no store
 # GET of their own and one store GET per block in the group; the library exports exactly the
 # header's functions; fork() after reads works in parent, children and a grandchild, and a storm
-# of forks never copies a held lock into a child; bad settings are refused with a message. Members are stopped with SIGTERM and must exit 0 without
-# sanitizer reports.
+# of forks never copies a held lock into a child; a C writer (shoal_write_open/write/close)
+# creates an object byte-exact in the store with its blocks pushed to their owners, an existing
+# key is EEXIST unless SHOAL_WRITE_OVERWRITE, an aborted writer leaves nothing; bad settings are
+# refused with a message. Members are stopped with SIGTERM and must exit 0 without sanitizer
+# reports.
 . "$(dirname "$0")/lib.sh"
 export SHOAL_GROUP_TIMEOUT=10s SHOAL_GROUP_HEARTBEAT=200ms
 
@@ -48,6 +51,7 @@ build() { # build NAME — tests/lib/NAME.c against the installed library
 }
 build read_all
 build fork_reads
+build write_obj
 if command -v c++ >/dev/null; then
   # shellcheck disable=SC2046
   echo '#include <shoal/shoal.h>
@@ -119,6 +123,27 @@ echo "== without a group, readahead off, IORPC: still byte-exact"
 "$T/read_all" "$S" "$STORE" -t 8 -n "$n_objs" "${OPTS[@]}" -o use-iorpc=yes >"$T/iorpc.out" \
   2>"$T/iorpc.err" || fail "read_all over IORPC: $(tail -n 5 "$T/iorpc.err")"
 [ "$(field object_get_requests "$T/iorpc.out")" -eq 0 ] || fail "IORPC client read the store"
+
+echo "== a C writer: the object is byte-exact in the store, its blocks in their owners' caches"
+head -c $((5 * 262144 + 4097)) /dev/urandom >"$T/w.src"
+before=$(find "$T"/[abc].cache -type f -path '*/blocks/*' | wc -l)
+"$T/write_obj" "$S" "new/w.bin" "$T/w.src" "${OPTS[@]}" >"$T/w.out" 2>"$T/w.err" ||
+  fail "write_obj: $(tail -n 3 "$T/w.err")"
+cmp -s "$T/w.src" "$STORE/new/w.bin" || fail "the store's new/w.bin differs"
+[ "$(field remotecache_put_requests "$T/w.out")" -eq 6 ] || fail "not 6 blocks pushed: $(cat "$T/w.out")"
+[ "$(field remotecache_put_errors "$T/w.out")" -eq 0 ] || fail "block pushes failed"
+after=$(find "$T"/[abc].cache -type f -path '*/blocks/*' | wc -l)
+[ "$after" -eq $((before + 6)) ] || fail "the members' caches went $before -> $after blocks, want +6"
+expect_exit 17 "$T/write_obj" "$S" "new/w.bin" "$T/w.src" "${OPTS[@]}"
+grep -q "shoal_write_open: EEXIST: .*exists" "$T/last.err" || fail "message: $(cat "$T/last.err")"
+"$T/write_obj" "$S" "new/w.bin" "$T/w.src" -w -c 4096 -o block-size=$BS >/dev/null ||
+  fail "write_obj -w could not replace new/w.bin"
+cmp -s "$T/w.src" "$STORE/new/w.bin" || fail "the replaced new/w.bin differs"
+"$T/write_obj" "$S" "new/aborted.bin" "$T/w.src" -a "${OPTS[@]}" >/dev/null || fail "write_obj -a"
+[ ! -e "$STORE/new/aborted.bin" ] || fail "an aborted writer left an object"
+after2=$(find "$T"/[abc].cache -type f -path '*/blocks/*' | wc -l)
+[ "$after2" -eq "$after" ] || fail "an aborted writer pushed blocks ($after -> $after2)"
+rm -rf "$STORE/new" "$T/w.src" # read_all below compares the store with the tree it made
 
 echo "== bad settings are refused with a message"
 expect_exit 2 "$T/read_all" "$S" "$STORE" -o cache-size=lots

@@ -114,8 +114,12 @@ def test_agrees_with_the_file_filesystem(fs_pair):
         with pytest.raises(FileNotFoundError):
             sfs.open(missing)
         assert not sfs.exists(missing)
-    with pytest.raises(NotImplementedError):
+    # Writes create new objects (tests/python/test_write.py): an existing one is refused, and
+    # appending is no mode an object store has.
+    with pytest.raises(FileExistsError):
         sfs.open("data/table.csv", "wb")
+    with pytest.raises(NotImplementedError):
+        sfs.open("data/table.csv", "ab")
 
 
 def test_pandas_reads_csv_through_shoal(fs_pair):

@@ -1,0 +1,187 @@
+/* libshoal writers (include/shoal/shoal.h, "writing"): the mount's write model [W1, W2] without
+ * FUSE — one upload through the store's upload API, committed at shoal_write_close — and
+ * write-through into the group [W3] through the node's push (client/push.h). */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/node.h"
+#include "client/push.h"
+#include "common/forkgate.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "lib/lib.h"
+#include "shoal/shoal.h"
+#include "store/store.h"
+
+struct shoal_writer {
+        struct shoal_client *c;
+        unsigned gen; /* fork generation it was opened in */
+        struct shoal_upload *up;
+        struct shoal_push_stage *stage;
+        int err; /* latched: the upload was abandoned with this error */
+        uint64_t written;
+        char key[SHOAL_KEY_MAX + 1];
+};
+
+/* The errno a caller sees for an upload error. */
+static int upload_errno(int rc)
+{
+        switch (rc) {
+        case -EEXIST:
+        case -EINVAL:
+        case -EACCES:
+        case -ENOSPC:
+        case -EDQUOT:
+        case -EFBIG:
+        case -ENOMEM:
+                return rc;
+        default:
+                return -EIO;
+        }
+}
+
+SHOAL_API struct shoal_writer *shoal_write_open(struct shoal_client *c, const char *key, int flags)
+{
+        int rc;
+        if (!c || !key || !shoal_key_valid(key, strnlen(key, SHOAL_KEY_MAX + 1)) ||
+            (flags & ~SHOAL_WRITE_OVERWRITE)) {
+                rc = lib_fail(-EINVAL, "shoal_write_open: %s",
+                              !c || !key                         ? "no client or no key"
+                              : (flags & ~SHOAL_WRITE_OVERWRITE) ? "unknown flags"
+                                                                 : "not a valid object key");
+                errno = -rc;
+                return NULL;
+        }
+        struct shoal_writer *w = calloc(1, sizeof(*w));
+        if (!w) {
+                errno = ENOMEM;
+                lib_fail(-ENOMEM, "out of memory");
+                return NULL;
+        }
+        shoal_strlcpy(w->key, key, sizeof(w->key));
+        bool t = shoal_fork_gate_enter();
+        struct shoal_node *n = lib_client_node(c, &rc);
+        if (n) {
+                unsigned uf = flags & SHOAL_WRITE_OVERWRITE ? 0 : SHOAL_UPLOAD_CREATE;
+                rc = shoal_store_upload_begin(n->store, key, uf, &w->up);
+                if (rc) {
+                        rc = upload_errno(rc);
+                        lib_fail(rc, "cannot write %s: %s", key,
+                                 rc == -EEXIST ? "the object exists (SHOAL_WRITE_OVERWRITE "
+                                                 "replaces it)"
+                                               : strerror(-rc));
+                }
+        }
+        if (n && !rc) {
+                w->stage = shoal_push_stage_begin(n->push);
+                w->c = c;
+                w->gen = lib_file_opened(c);
+        }
+        shoal_fork_gate_exit(t);
+        if (rc) {
+                free(w);
+                errno = -rc;
+                return NULL;
+        }
+        return w;
+}
+
+/* Ends W's upload without an object (its error latched as ERR). */
+static void abandon(struct shoal_writer *w, int err)
+{
+        shoal_store_upload_abort(w->up);
+        w->up = NULL;
+        shoal_push_stage_abort(w->stage);
+        w->stage = NULL;
+        w->err = err;
+        log_warn("lib", "%s abandoned after %llu bytes: %s; no object was written", w->key,
+                 (unsigned long long)w->written, strerror(-err));
+}
+
+static bool foreign(const struct shoal_writer *w)
+{
+        return w->gen != lib_fork_gen();
+}
+
+SHOAL_API ssize_t shoal_write(struct shoal_writer *w, const void *buf, size_t len)
+{
+        if (!w || (!buf && len) || len > SSIZE_MAX)
+                return lib_fail(-EINVAL, "shoal_write: no writer, no buffer or a length past "
+                                         "SSIZE_MAX");
+        if (foreign(w))
+                return lib_fail(-EBADF,
+                                "shoal_write: the writer of %s belongs to the parent "
+                                "process",
+                                w->key);
+        if (w->err)
+                return lib_fail(w->err, "writing %s failed before: %s", w->key, strerror(-w->err));
+        if (!len)
+                return 0;
+        bool t = shoal_fork_gate_enter();
+        int rc = shoal_store_upload_append(w->up, buf, len);
+        if (rc) {
+                rc = upload_errno(rc);
+                abandon(w, rc);
+                lib_fail(rc, "writing %s failed: %s", w->key, strerror(-rc));
+        } else {
+                shoal_push_stage_append(w->stage, buf, len);
+                w->written += len;
+        }
+        shoal_fork_gate_exit(t);
+        return rc ? rc : (ssize_t)len;
+}
+
+static void writer_free(struct shoal_writer *w)
+{
+        lib_file_closed(w->c, w->gen);
+        free(w);
+}
+
+SHOAL_API int shoal_write_close(struct shoal_writer *w)
+{
+        if (!w)
+                return lib_fail(-EINVAL, "shoal_write_close: no writer");
+        if (foreign(w)) /* the parent's: its upload is not ours to commit or abort */
+                return lib_fail(-EBADF,
+                                "shoal_write_close: the writer of %s belongs to the "
+                                "parent process",
+                                w->key);
+        bool t = shoal_fork_gate_enter();
+        int rc = w->err;
+        if (!rc) {
+                struct shoal_object o;
+                rc = shoal_store_upload_commit(w->up, &o);
+                w->up = NULL;
+                if (rc) {
+                        rc = upload_errno(rc);
+                        shoal_push_stage_abort(w->stage);
+                        log_error("lib", "commit of %s failed: %s; no object was written", w->key,
+                                  strerror(-rc));
+                        lib_fail(rc, "the store did not take %s: %s", w->key, strerror(-rc));
+                } else {
+                        log_info("lib", "wrote %s: %llu bytes, version %s", w->key,
+                                 (unsigned long long)o.size, o.version);
+                        shoal_push_stage_commit(w->stage, &o);
+                }
+                w->stage = NULL;
+        } else {
+                lib_fail(rc, "writing %s failed before: %s", w->key, strerror(-rc));
+        }
+        writer_free(w);
+        shoal_fork_gate_exit(t);
+        return rc;
+}
+
+SHOAL_API void shoal_write_abort(struct shoal_writer *w)
+{
+        if (!w || foreign(w))
+                return;
+        bool t = shoal_fork_gate_enter();
+        shoal_store_upload_abort(w->up);
+        shoal_push_stage_abort(w->stage);
+        writer_free(w);
+        shoal_fork_gate_exit(t);
+}
