@@ -301,7 +301,7 @@ static bool mounted_elsewhere(unsigned ma, unsigned mi, char *who, size_t wholen
                                 comm[strcspn(comm, "\n")] = '\0';
                         fclose(f);
                 }
-                snprintf(who, wholen, "%s (%s)", e->d_name, comm);
+                snprintf(who, wholen, "%.20s (%.60s)", e->d_name, comm);
         }
         closedir(d);
         return found;

@@ -67,7 +67,7 @@
 #define SRC_BUCKETS         256
 #define READ_BUDGET         32 /* frames handled per connection per loop round */
 #define DIO_BUFFERS         64
-#define PIPES               64 /* answers in pipes at once: 2 fds each */
+#define PIPES               64 /* answers in pipes at once (2 fds each), at most */
 #define PIPE_CAP_MAX        (8u << 20)
 #define IN_MAX              (SHOAL_WIRE_HDR_LEN + 4096)
 #define SIZES_MAX           16384 /* object sizes remembered (no expiry: a version's size is fixed) */
@@ -232,6 +232,7 @@ struct shoal_server {
         unsigned nconns;
         /* Admission [S2], derived from RLIMIT_NOFILE at start (limits_derive). */
         unsigned conn_cap;             /* connections */
+        unsigned npipes;               /* the pipe pool's bound, from the fds (limits_derive) */
         unsigned loop_preauth_cap;     /* ... not yet authenticated, on each loop */
         unsigned loop_preauth_per_src; /* ... from one source address, on each loop */
         unsigned corrupt_active;       /* atomic: CORRUPT notices being checked */
@@ -1638,7 +1639,13 @@ static void limits_derive(struct shoal_server *s, unsigned nloops)
                 }
                 lim = rl.rlim_cur == RLIM_INFINITY ? (uint64_t)1 << 20 : (uint64_t)rl.rlim_cur;
         }
-        uint64_t base = 64 + 4ULL * nloops + 2ULL * PIPES;
+        /* Only splice mode answers through pipes (hit_prepare), and they are a speed-up, not a
+         * need (without one a hit goes by sendfile): a 32nd of the fds at most, so they never
+         * squeeze the connections and their per-address limits. */
+        s->npipes = s->iorpc_mode != SHOAL_IORPC_SPLICE
+                            ? 1
+                            : (unsigned)SHOAL_MAX(SHOAL_MIN(lim / 32, (uint64_t)PIPES), 2);
+        uint64_t base = 64 + 4ULL * nloops + 2ULL * s->npipes;
         uint64_t avail = lim > base ? lim - base : 0;
         uint64_t other = SHOAL_MAX(avail / 4, 32);
         uint64_t rest = avail > other ? avail - other : 0;
@@ -1893,7 +1900,7 @@ struct shoal_server *shoal_server_start(const struct shoal_server_config *cfg, c
         s->disk = shoal_workers_create(16, "disk");
         s->fill = shoal_workers_create(64, "fill");
         s->dio = shoal_bufpool_create(cfg->vol->block_size, DIO_BUFFERS);
-        s->pipes = shoal_pipes_create(PIPES, SHOAL_MIN(cfg->vol->block_size, PIPE_CAP_MAX));
+        s->pipes = shoal_pipes_create(s->npipes, SHOAL_MIN(cfg->vol->block_size, PIPE_CAP_MAX));
         s->sizes = shoal_store_sizes_create(shoal_reader_store(cfg->reader), SIZES_MAX);
         struct shoal_put_srv_config pc = {.vol = cfg->vol,
                                           .cache = cfg->cache,
