@@ -132,7 +132,12 @@ PY
 }
 wait_for rules_ok || fail "rules not loaded or unhealthy: $(head -c 2000 "$T/rules.json")"
 rules_ok
-ratio=$(num 'shoal:remotecache_hit_ratio:rate5m{cache_group="gp"}')
+# A recording rule has a value from the first evaluation after its rate() has two samples of
+# each counter; "healthy" comes one evaluation earlier.
+RATIO='shoal:remotecache_hit_ratio:rate5m{cache_group="gp"}'
+ratio_recorded() { [ "$(q "$RATIO" | wc -l)" -eq 1 ]; }
+wait_for ratio_recorded || fail "$RATIO was never recorded: $(q "$RATIO")"
+ratio=$(num "$RATIO")
 echo "  shoal:remotecache_hit_ratio:rate5m{cache_group=\"gp\"} = $ratio"
 $CHECK names "$SRC" >"$T/names" || fail "deploy_check names"
 curl -sf "$PROM/api/v1/label/__name__/values" >"$T/names.json" || fail "label values"
