@@ -84,6 +84,7 @@ bench_args() { echo "file://$D/store$1 --cache-group b$1 --meta sqlite3://$D/met
 
 start_member() { # start_member BS_K MODE — one member serving the warm cache of BS_K in MODE
   local bk=$1 mode=$2
+  rm -f "$D/member$bk.$mode.log" # a "ready" line of an earlier run must not count
   "$SHOAL" serve "file://$D/store$bk" --cache-group "b$bk" --meta "sqlite3://$D/meta$bk.db" \
     --cache-dir "$D/cache$bk" --block-size "${bk}K" --group-ip 127.0.0.1 --iorpc-mode "$mode" \
     --metrics 127.0.0.1:0 --log-file "$D/member$bk.$mode.log" &
@@ -147,7 +148,9 @@ many_point() { # many_point NAME BS_K DEPTH FLAGS
       >"$D/many.$k" 2>&1 &
     pids+=($!)
   done
-  for k in "${pids[@]}"; do wait "$k" || { echo "bench: a client process failed: $(tail -n 3 "$D/many.1")" >&2; exit 1; }; done
+  for k in $(seq 1 "$MANY_PROCS"); do
+    wait "${pids[$((k - 1))]}" || { echo "bench: client process $k of $name failed: $(tail -n 3 "$D/many.$k")" >&2; exit 1; }
+  done
   for k in $(seq 1 "$MANY_PROCS"); do parse_bench "$(cat "$D/many.$k")"; done >"$D/many.all"
   # Throughput: the sum. Latency: the median of the processes' p50 and the largest p99 (the
   # union's p99 lies between their smallest and largest). Server CPU: each process scraped the

@@ -328,12 +328,19 @@ static int rx_payload(struct iconn *ic, char *dst, uint32_t len, void (*check)(v
                 uint32_t want = SHOAL_MIN(len - got, piece);
                 if (ic->lowat > (int)want) /* only after a short receive: never above the want */
                         rx_lowat(ic, want >= SHOAL_RPC_LOWAT_MIN ? (int)want : 1);
-                ssize_t n = rx_recv(ic, dst ? dst + got : sink, want, MSG_WAITALL);
+                /* Never a blocking recv here: one that has taken part of a piece sleeps until
+                 * the queue alone reaches the low mark again, which the rest of the piece never
+                 * does (a 200 ms stall per answer, until RX_POLL_MS). poll wakes once the low
+                 * mark is queued, and the recv then takes it without sleeping. */
+                ssize_t n = rx_recv(ic, dst ? dst + got : sink, want, MSG_DONTWAIT);
                 if (n < 0) {
                         rc = (int)n;
                         break;
                 }
                 if (n == 0) {
+                        struct pollfd pfd = {.fd = ic->fd, .events = POLLIN};
+                        if (poll(&pfd, 1, RX_POLL_MS) > 0)
+                                continue;
                         if (rx_should_stop(ic)) {
                                 rc = -ECONNRESET;
                                 break;
