@@ -45,7 +45,7 @@ cleanup() {
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
   for k in $(seq 1 "$MAXN"); do ip netns del "$P-m$k" 2>/dev/null || true; done
   ip netns del "$CNS" 2>/dev/null || true
-  rm -rf "$D"
+  if [ -n "${KEEP:-}" ]; then echo "kept $D" >&2; else rm -rf "$D"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -124,7 +124,11 @@ t, n, rate, link = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]) * 1024, flo
 b = [int(x) for x in sys.argv[5].split()]
 a = [int(x) for x in sys.argv[6].split()]
 d = [y - x for x, y in zip(b, a)]
-tot = sum(d) or 1
+tot = sum(d)
+if tot <= 0 or rate <= 0:
+    print("%-6s N=%d  %7.1f MiB/s  the members' remotecache_serve_bytes did not move (%s -> %s): "
+          "the reads did not come from them" % (t, n, rate, sys.argv[5], sys.argv[6]))
+    sys.exit(0)
 shares = [x / tot for x in d]
 bound = n * link * (1 / n) / max(shares)
 print("%-6s N=%d  %7.1f MiB/s  = x%.3f of N links (%.0f MiB/s)  shares %s  placement bound %.1f MiB/s (x%.3f of it)"
@@ -141,7 +145,7 @@ served() {
     local addr v
     addr=$(grep -o 'prometheus metrics listening on [^ ]*' "$D/m$1.$k.log" | tail -n 1 | awk '{print $NF}')
     v=$(ip netns exec "$P-m$k" curl -s --max-time 5 "http://$addr/metrics" |
-      awk '$1 ~ /^remotecache_serve_bytes({|$)/ { s += $2 } END { printf "%d", s }')
+      awk '$1 ~ /^remotecache_serve_bytes({|$)/ { s += $2 } END { printf "%.0f", s }')
     out="$out $v"
   done
   echo "$out"
