@@ -763,6 +763,29 @@ ssize_t shoal_fab_cq_next(struct fid_cq *cq, const char *place, struct fi_cq_msg
         return n;
 }
 
+bool shoal_fab_cq_drain(struct fid_cq *cq, const char *place, int budget, shoal_fab_done_fn done,
+                        uint64_t now)
+{
+        struct fi_cq_msg_entry e[32];
+        for (int got = 0; got < budget;) {
+                void *ctx = NULL;
+                int err = 0;
+                ssize_t n = shoal_fab_cq_next(cq, place, e, sizeof(e) / sizeof(e[0]), &ctx, &err);
+                if (n == -FI_EAVAIL) {
+                        if (ctx)
+                                done(ctx, 0, err, now);
+                        got++;
+                        continue;
+                }
+                if (n <= 0)
+                        return false;
+                for (ssize_t i = 0; i < n; i++)
+                        done(e[i].op_context, e[i].len, 0, now);
+                got += (int)n;
+        }
+        return true;
+}
+
 int shoal_fab_eq_next(struct fid_eq *eq, const char *place, struct shoal_fab_event *ev)
 {
         struct fi_eq_cm_entry entry;

@@ -245,6 +245,14 @@ int shoal_fab_post_write(struct fid_ep *ep, const char *peer, const void *buf, s
 ssize_t shoal_fab_cq_next(struct fid_cq *cq, const char *place, struct fi_cq_msg_entry *e,
                           size_t count, void **err_ctx, int *err);
 
+/* What a completion of an op is handed to: its length (0 on error) and its positive error code
+ * (0 on success). */
+typedef void (*shoal_fab_done_fn)(struct shoal_fab_op *op, size_t len, int err, uint64_t now);
+/* Hands the completions queued on CQ to DONE, up to BUDGET of them (one queue must not keep its
+ * thread from the others). Returns true when the budget ran out: more may be queued. */
+bool shoal_fab_cq_drain(struct fid_cq *cq, const char *place, int budget, shoal_fab_done_fn done,
+                        uint64_t now);
+
 /* One event of an EQ that several endpoints (and a listener) share. */
 struct shoal_fab_event {
         uint32_t event;       /* FI_CONNREQ, FI_CONNECTED, FI_SHUTDOWN, ...; 0 for an error */

@@ -61,7 +61,6 @@
 #define PARK_NS     (10ULL * 1000000000ULL)
 #define TICK_NS     (100ULL * 1000000ULL)
 #define BOUNCE_BUFS 8
-#define CQ_BATCH    32
 #define POLL_BUDGET 1024
 
 enum q_kind {
@@ -730,24 +729,7 @@ static void completion(struct shoal_fab_op *op, size_t len, int err, uint64_t no
 
 static bool cq_poll(struct rc_link *l, uint64_t now)
 {
-        struct fi_cq_msg_entry e[CQ_BATCH];
-        for (int got = 0; got < POLL_BUDGET;) {
-                void *ctx = NULL;
-                int err = 0;
-                ssize_t n = shoal_fab_cq_next(l->cq, l->addr, e, CQ_BATCH, &ctx, &err);
-                if (n == -FI_EAVAIL) {
-                        if (ctx)
-                                completion(ctx, 0, err, now);
-                        got++;
-                        continue;
-                }
-                if (n <= 0)
-                        return false;
-                for (ssize_t i = 0; i < n; i++)
-                        completion(e[i].op_context, e[i].len, 0, now);
-                got += (int)n;
-        }
-        return true;
+        return shoal_fab_cq_drain(l->cq, l->addr, POLL_BUDGET, completion, now);
 }
 
 /* Polls Q unless armed, then re-arms it; true when it must be polled again before sleeping. */

@@ -57,7 +57,6 @@
 #define PARK_NS            (10ULL * 1000000000ULL)
 #define STOP_WAIT_NS       (30ULL * 1000000000ULL)
 #define TICK_NS            (100ULL * 1000000ULL)
-#define CQ_BATCH           32
 #define POLL_BUDGET        1024 /* completions per queue and wake-up, for fairness */
 
 enum rs_kind {
@@ -487,24 +486,7 @@ static void completion(struct shoal_fab_op *op, size_t len, int err, uint64_t no
 
 static bool cq_poll(struct rs_rail *r, uint64_t now)
 {
-        struct fi_cq_msg_entry e[CQ_BATCH];
-        for (int got = 0; got < POLL_BUDGET;) {
-                void *ctx = NULL;
-                int err = 0;
-                ssize_t n = shoal_fab_cq_next(r->cq, r->addr, e, CQ_BATCH, &ctx, &err);
-                if (n == -FI_EAVAIL) {
-                        if (ctx)
-                                completion(ctx, 0, err, now);
-                        got++;
-                        continue;
-                }
-                if (n <= 0)
-                        return false;
-                for (ssize_t i = 0; i < n; i++)
-                        completion(e[i].op_context, e[i].len, 0, now);
-                got += (int)n;
-        }
-        return true;
+        return shoal_fab_cq_drain(r->cq, r->addr, POLL_BUDGET, completion, now);
 }
 
 static void drain_done(struct shoal_rdma_server *rs, uint64_t now)

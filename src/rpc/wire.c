@@ -436,15 +436,23 @@ static bool block_size_valid(uint32_t bs)
         return bs >= SHOAL_BLOCK_SIZE_MIN && bs <= SHOAL_BLOCK_SIZE_MAX && !(bs & (bs - 1));
 }
 
-static bool read_valid(const struct shoal_wire_read *m)
+/* The block a READ, CORRUPT or PUT_BLOCK names: a valid key and version, a valid block size, and
+ * an index inside the object. */
+static bool block_named_valid(const char *key, uint16_t key_len, const char *version,
+                              uint16_t version_len, uint64_t obj_size, uint32_t block_size,
+                              uint32_t block_index)
 {
-        if (!m->key || !m->version || !shoal_key_valid(m->key, m->key_len) ||
-            !shoal_version_valid(m->version, m->version_len))
-                return false;
-        if (!block_size_valid(m->block_size))
+        if (!key || !version || !shoal_key_valid(key, key_len) ||
+            !shoal_version_valid(version, version_len) || !block_size_valid(block_size))
                 return false;
         /* index < 2^32 and block_size <= 2^26: the product fits in 64 bits. */
-        if ((uint64_t)m->block_index * m->block_size >= m->obj_size)
+        return (uint64_t)block_index * block_size < obj_size;
+}
+
+static bool read_valid(const struct shoal_wire_read *m)
+{
+        if (!block_named_valid(m->key, m->key_len, m->version, m->version_len, m->obj_size,
+                               m->block_size, m->block_index))
                 return false;
         uint32_t blen = shoal_block_len(m->obj_size, m->block_size, m->block_index);
         return shoal_range_valid(blen, m->offset, m->length);
@@ -499,11 +507,8 @@ int shoal_wire_read_decode(const uint8_t *body, size_t len, struct shoal_wire_re
 
 static bool put_valid(const struct shoal_wire_put *m)
 {
-        if (!m->key || !m->version || !shoal_key_valid(m->key, m->key_len) ||
-            !shoal_version_valid(m->version, m->version_len) || !block_size_valid(m->block_size))
-                return false;
-        /* index < 2^32 and block_size <= 2^26: the product fits in 64 bits. */
-        return (uint64_t)m->block_index * m->block_size < m->obj_size;
+        return block_named_valid(m->key, m->key_len, m->version, m->version_len, m->obj_size,
+                                 m->block_size, m->block_index);
 }
 
 int shoal_wire_put_encode(uint8_t *out, size_t outlen, const struct shoal_wire_put *m)
