@@ -149,7 +149,13 @@ static void note_retry(const char *what, const char *key, int rc, unsigned attem
                         strerror(-rc), attempt);
 }
 
-static int part_send(struct shoal_upload *u, const struct part *pt, char *etag)
+/* One store request of an upload; *FINAL set: its answer stands, whatever it is. */
+typedef int (*upload_call)(struct shoal_upload *u, void *arg, bool *final);
+
+/* Runs CALL until it succeeds, the store's retry policy gives up, or the store's deadline passes.
+ * WHAT names it in the logs; NULL: no retries counted or logged, and the last error as it came
+ * (for a best-effort abort). */
+static int with_retries(struct shoal_upload *u, const char *what, upload_call call, void *arg)
 {
         struct shoal_store *st = u->st;
         uint64_t start = shoal_now_ns();
@@ -157,69 +163,87 @@ static int part_send(struct shoal_upload *u, const struct part *pt, char *etag)
         int rc;
         shoal_store_deadline_set(start + st->cfg.deadline_ns);
         for (attempt = 1;; attempt++) {
-                uint64_t t0 = shoal_now_ns();
-                shoal_metric_inc(SHOAL_M_object_put_requests);
-                rc = st->ops->mpu_part(st, u->key, u->id, pt->num, pt->buf, pt->len, etag,
-                                       UPLOAD_ETAG_MAX);
-                shoal_metric_observe(SHOAL_M_object_put_dur, shoal_now_ns() - t0);
-                if (!rc) {
-                        shoal_metric_add(SHOAL_M_object_put_bytes, pt->len);
+                bool final = false;
+                rc = call(u, arg, &final);
+                if (!rc || final || !shoal_store_retry_wait(st, rc, attempt))
                         break;
-                }
-                if (!shoal_store_retry_wait(st, rc, attempt))
-                        break;
-                note_retry("upload part", u->key, rc, attempt);
+                if (what)
+                        note_retry(what, u->key, rc, attempt);
         }
         shoal_store_deadline_set(0);
+        return what ? shoal_store_give_up(rc, what, u->key, attempt, start) : rc;
+}
+
+/* A PUT of bytes (a part or the whole object), timed and counted. */
+static int counted_put(int rc, uint64_t t0, size_t len)
+{
+        shoal_metric_inc(SHOAL_M_object_put_requests);
+        shoal_metric_observe(SHOAL_M_object_put_dur, shoal_now_ns() - t0);
+        if (!rc)
+                shoal_metric_add(SHOAL_M_object_put_bytes, len);
+        return rc;
+}
+
+struct part_call {
+        const struct part *pt;
+        char *etag;
+};
+
+static int call_part(struct shoal_upload *u, void *arg, bool *final)
+{
+        (void) final;
+        const struct part_call *pc = arg;
+        uint64_t t0 = shoal_now_ns();
+        int rc = u->st->ops->mpu_part(u->st, u->key, u->id, pc->pt->num, pc->pt->buf, pc->pt->len,
+                                      pc->etag, UPLOAD_ETAG_MAX);
+        return counted_put(rc, t0, pc->pt->len);
+}
+
+static int part_send(struct shoal_upload *u, const struct part *pt, char *etag)
+{
         char what[32];
         snprintf(what, sizeof(what), "upload part %u of", pt->num);
-        return shoal_store_give_up(rc, what, u->key, attempt, start);
+        struct part_call pc = {.pt = pt, .etag = etag};
+        return with_retries(u, what, call_part, &pc);
+}
+
+struct version_out {
+        char *version;
+        size_t vlen;
+};
+
+static int call_put(struct shoal_upload *u, void *arg, bool *final)
+{
+        (void) final;
+        const struct version_out *vo = arg;
+        uint64_t t0 = shoal_now_ns();
+        int rc =
+                u->st->ops->put(u->st, u->key, u->cur, u->cur_len, u->flags, vo->version, vo->vlen);
+        return counted_put(rc, t0, u->cur_len);
 }
 
 static int put_whole(struct shoal_upload *u, char *version, size_t vlen)
 {
-        struct shoal_store *st = u->st;
-        uint64_t start = shoal_now_ns();
-        unsigned attempt;
-        int rc;
-        shoal_store_deadline_set(start + st->cfg.deadline_ns);
-        for (attempt = 1;; attempt++) {
-                uint64_t t0 = shoal_now_ns();
-                shoal_metric_inc(SHOAL_M_object_put_requests);
-                rc = st->ops->put(st, u->key, u->cur, u->cur_len, u->flags, version, vlen);
-                shoal_metric_observe(SHOAL_M_object_put_dur, shoal_now_ns() - t0);
-                if (!rc) {
-                        shoal_metric_add(SHOAL_M_object_put_bytes, u->cur_len);
-                        break;
-                }
-                if (!shoal_store_retry_wait(st, rc, attempt))
-                        break;
-                note_retry("put", u->key, rc, attempt);
-        }
-        shoal_store_deadline_set(0);
-        return shoal_store_give_up(rc, "put", u->key, attempt, start);
+        struct version_out vo = {version, vlen};
+        return with_retries(u, "put", call_put, &vo);
+}
+
+static int call_begin(struct shoal_upload *u, void *arg, bool *final)
+{
+        (void)arg;
+        (void) final;
+        return u->st->ops->mpu_begin(u->st, u->key, u->id, sizeof(u->id));
 }
 
 static int mpu_begin(struct shoal_upload *u)
 {
-        struct shoal_store *st = u->st;
-        uint64_t start = shoal_now_ns();
-        unsigned attempt;
-        int rc;
-        shoal_store_deadline_set(start + st->cfg.deadline_ns);
-        for (attempt = 1;; attempt++) {
-                rc = st->ops->mpu_begin(st, u->key, u->id, sizeof(u->id));
-                if (!rc || !shoal_store_retry_wait(st, rc, attempt))
-                        break;
-                note_retry("start multipart upload of", u->key, rc, attempt);
-        }
-        shoal_store_deadline_set(0);
+        int rc = with_retries(u, "start multipart upload of", call_begin, NULL);
         if (!rc) {
                 u->mpu = true;
                 shoal_metric_inc(SHOAL_M_object_multipart_uploads);
                 log_debug("store", "multipart upload of %s started (id %s)", u->key, u->id);
         }
-        return shoal_store_give_up(rc, "start multipart upload of", u->key, attempt, start);
+        return rc;
 }
 
 /* A CompleteMultipartUpload whose answer was lost may have worked: a retry then finds no such
@@ -240,49 +264,48 @@ static int complete_lost(struct shoal_upload *u, char *version, size_t vlen)
         return 0;
 }
 
+struct complete_call {
+        const char **etags;
+        struct version_out vo;
+};
+
+static int call_complete(struct shoal_upload *u, void *arg, bool *final)
+{
+        const struct complete_call *cc = arg;
+        int rc = u->st->ops->mpu_complete(u->st, u->key, u->id, cc->etags, u->nparts, u->flags,
+                                          cc->vo.version, cc->vo.vlen);
+        if (rc == -ENOENT) {
+                *final = true;
+                rc = complete_lost(u, cc->vo.version, cc->vo.vlen);
+        }
+        return rc;
+}
+
 static int mpu_complete(struct shoal_upload *u, char *version, size_t vlen)
 {
-        struct shoal_store *st = u->st;
         const char **etags = malloc(u->nparts * sizeof(*etags));
         if (!etags)
                 return -ENOMEM;
         for (unsigned i = 0; i < u->nparts; i++)
                 etags[i] = u->etags[i];
-        uint64_t start = shoal_now_ns();
-        unsigned attempt;
-        int rc;
-        shoal_store_deadline_set(start + st->cfg.deadline_ns);
-        for (attempt = 1;; attempt++) {
-                rc = st->ops->mpu_complete(st, u->key, u->id, etags, u->nparts, u->flags, version,
-                                           vlen);
-                if (rc == -ENOENT) {
-                        rc = complete_lost(u, version, vlen);
-                        break;
-                }
-                if (!rc || !shoal_store_retry_wait(st, rc, attempt))
-                        break;
-                note_retry("complete", u->key, rc, attempt);
-        }
-        shoal_store_deadline_set(0);
+        struct complete_call cc = {.etags = etags, .vo = {version, vlen}};
+        int rc = with_retries(u, "complete", call_complete, &cc);
         free(etags);
-        return shoal_store_give_up(rc, "complete", u->key, attempt, start);
+        return rc;
+}
+
+static int call_abort(struct shoal_upload *u, void *arg, bool *final)
+{
+        (void)arg;
+        (void) final;
+        return u->st->ops->mpu_abort(u->st, u->key, u->id);
 }
 
 /* Best effort: a failed abort leaves parts that the bucket's lifecycle rule must collect; it is
  * logged so that an operator knows. */
 static void mpu_abort(struct shoal_upload *u)
 {
-        struct shoal_store *st = u->st;
-        uint64_t start = shoal_now_ns();
-        unsigned attempt;
-        int rc;
-        shoal_store_deadline_set(start + st->cfg.deadline_ns);
-        for (attempt = 1;; attempt++) {
-                rc = st->ops->mpu_abort(st, u->key, u->id);
-                if (!rc || !shoal_store_retry_wait(st, rc, attempt))
-                        break;
-        }
-        shoal_store_deadline_set(0);
+        int rc = with_retries(u, NULL, call_abort, NULL);
         shoal_metric_inc(SHOAL_M_object_multipart_aborts);
         if (rc)
                 log_error("store",
