@@ -12,7 +12,11 @@
 # IORPC grows connections with the load [R5]), SIZES ("1048576 4194304"), DEPTHS ("1 16 64"),
 # MODES ("dio pagecache splice"), PEERS (1; 0 skips nginx, memcached, iperf3 and fio),
 # MANY (1; 0 skips the many-clients part), MANY_DEPTHS ("256 1024"), MANY_PROCS (4),
-# MANY_SIZES ("1048576 4194304"), MANY_MODE (splice), SHOAL_BIN (skips the build).
+# MANY_SIZES ("1048576 4194304"), MANY_MODE (splice), SHOAL_BIN (skips the build), CC (a TCP
+# congestion control for the run, e.g. cubic, Debian's default; empty: the machine's; restored
+# after). Under bbr without the fq qdisc the kernel paces every connection with a timer per burst
+# (tcp_pace_kick), which on loopback costs the sender more than the send itself: the header line
+# prints what the run used, and docs/benchmarks.md shows both.
 # The IORPC client is given SHOAL_IORPC_SCALE_PERIOD=250ms (growth judged four times a second)
 # so that RAMP reaches the connection count the load needs; the rule itself is unchanged.
 set -euo pipefail
@@ -44,6 +48,8 @@ D=$(mktemp -d /tmp/shoal-bench.XXXXXX)
 cc -O2 -pthread -o "$D/mcget" bench/mcget.c
 PIDS=()
 PIPE_MAX0=$(cat /proc/sys/fs/pipe-max-size)
+CC_PATH=/proc/sys/net/ipv4/tcp_congestion_control
+CC0=$(cat "$CC_PATH")
 cleanup() {
   trap - EXIT INT TERM
   local p
@@ -51,12 +57,17 @@ cleanup() {
   [ -f "$D/nginx.pid" ] && kill "$(cat "$D/nginx.pid")" 2>/dev/null || true
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
   [ "$(cat /proc/sys/fs/pipe-max-size)" = "$PIPE_MAX0" ] || echo "$PIPE_MAX0" >/proc/sys/fs/pipe-max-size
+  [ "$(cat "$CC_PATH")" = "$CC0" ] || echo "$CC0" >"$CC_PATH"
   rm -rf "$D"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 # splice mode needs pipes of 8 MiB [R2]; restored on exit.
 if [ "$PIPE_MAX0" -lt 8388608 ]; then echo 8388608 >/proc/sys/fs/pipe-max-size; fi
+if [ -n "${CC:-}" ] && [ "$CC" != "$CC0" ]; then
+  grep -qw "$CC" /proc/sys/net/ipv4/tcp_available_congestion_control || modprobe "tcp_$CC" 2>/dev/null || true
+  echo "$CC" >"$CC_PATH" || { echo "bench: cannot use congestion control $CC" >&2; exit 2; }
+fi
 
 port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # cpu PID... — CPU seconds used so far by these processes (and their threads)
@@ -67,6 +78,7 @@ row() { printf "$ROWFMT" "$@"; }
 record() { echo "$*" >>"$D/results"; row "$@"; }
 
 echo "machine: $(nproc) cores ($(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r); $(date -u '+%F %H:%M UTC'); load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "tcp: congestion control $(cat "$CC_PATH") (machine's: $CC0), default qdisc $(cat /proc/sys/net/core/default_qdisc), loopback qdisc $(tc qdisc show dev lo 2>/dev/null | awk 'NR == 1 {print $2}')"
 echo "shoal: $SHOAL; ${DUR}s per point after ${RAMP}s of untimed reading; cache dir on $(df --output=source "$D" | tail -n 1)"
 row system block depth "GiB/s" "p50 ms" "p99 ms" "srv s/GiB" "cli s/GiB" conns
 

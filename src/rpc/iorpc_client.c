@@ -1,21 +1,27 @@
 /* The IORPC client [R1, R3, R5]: many requests share a connection, matched by message id, and
  * answers come back in any order.
  *
- * The receive path is built for few wake-ups and one pass over the data while it is hot. Each
- * connection has a receiver thread that reads the stream through a small staging buffer (a
- * frame's header and body, often with the start of its payload, in one recv), finds the waiting
- * caller by id, checks the answer against the request, and receives the payload straight into
- * the caller's buffer in pieces of SHOAL_RPC_LOWAT_PIECE bytes with SO_RCVLOWAT set: one wake-up
- * per piece instead of one per segment. Each piece's chunk CRCs are checked right after it
- * landed, while it is still in this CPU's cache. The caller sleeps on a futex in its own waiter
- * and is woken once, with the verdict; it never touches the payload. A caller that gives up
- * (deadline) leaves its id in a short "abandoned" list so that a late answer is drained instead
- * of being taken for a protocol error; any other unknown or mismatched answer resets the
- * connection.
+ * The receive path is built for few wake-ups and one pass over the data while it is hot. There
+ * is no receiver thread: the callers of a connection take turns reading it (leader/follower).
+ * The caller that finds nobody reading becomes the reader; it reads frames through a small
+ * staging buffer (a frame's header and body, often with the start of its payload, in one recv),
+ * finds the waiting caller by id, checks the answer against the request, and receives the
+ * payload straight into that caller's buffer in pieces of SHOAL_RPC_LOWAT_PIECE bytes with
+ * SO_RCVLOWAT set: one wake-up per piece instead of one per segment. Each piece's chunk CRCs are
+ * checked right after it landed, while it is still in this CPU's cache. When its own answer is
+ * in, the reader hands the socket to the oldest caller still waiting (one futex wake-up) and
+ * returns. A caller alone on its connection thus sleeps only in poll and is woken by the kernel
+ * once its answer is there, as on a pool connection; a dedicated receiver thread cost a second
+ * wake-up and a thread switch per answer, paid partly by the member on loopback (the profile is
+ * in docs/benchmarks.md). Other callers sleep on a futex in their own waiter and are woken once,
+ * with the verdict or with the reader's role. A caller that gives up (deadline) leaves its id in
+ * a short "abandoned" list so that a late answer is drained instead of being taken for a protocol
+ * error; any other unknown or mismatched answer resets the connection.
  *
  * Locks: cl->mu guards the peers and their connection lists (and is taken before an ic->mu);
- * ic->mu guards one connection's waiters; ic->send_mu orders whole request frames on its socket.
- * Connection references and the in-flight count are atomics, so a request takes cl->mu once.
+ * ic->mu guards one connection's waiters and its reader role; ic->send_mu orders whole request
+ * frames on its socket. Connection references and the in-flight count are atomics, so a request
+ * takes cl->mu once.
  *
  * Connections per member scale with load: every grow period a member whose busiest connection
  * carries more than the grow thresholds gets one more connection; every shrink period a member
@@ -23,7 +29,6 @@
 #include "rpc/clients.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
@@ -46,7 +51,7 @@
 #define ABANDONED    256
 #define MAX_PEERS    1024
 #define STALL_NS     (10ULL * 1000000000ULL)
-#define RX_POLL_MS   200 /* the receiver looks at stop and drain flags this often when idle */
+#define RX_POLL_MS   200 /* a reader looks at its deadline and the flags this often when idle */
 #define REQ_MAX      2048
 /* Staging holds any whole frame without its payload: the largest body is a READ_RESP naming the
  * CRCs of a 64 MiB block (28 + 4 x 1024 bytes). */
@@ -54,8 +59,9 @@
 
 enum waiter_state {
         W_PENDING, /* in the table; the caller may still give up */
-        W_RECV,    /* taken by the receiver, which is filling the caller's buffer */
-        W_DONE     /* RC is final; the receiver no longer touches the waiter */
+        W_LEAD,    /* in the table, and handed the reader's role by the last reader */
+        W_RECV,    /* taken by the reader, which is filling the caller's buffer */
+        W_DONE     /* RC is final; the reader no longer touches the waiter */
 };
 
 struct waiter {
@@ -65,7 +71,8 @@ struct waiter {
         struct shoal_block_id want;
         uint32_t state; /* futex word, enum waiter_state (atomic) */
         int rc;
-        struct waiter *next;
+        struct waiter *next;          /* in its bucket */
+        struct waiter *older, *newer; /* in the order the requests were sent */
 };
 
 struct peer;
@@ -74,21 +81,22 @@ struct iconn {
         int fd;
         struct peer *peer;
         struct shoal_iorpc *cl;
-        pthread_t rx;
-        pthread_mutex_t mu;      /* the waiter table, inflight, the abandoned ids */
+        pthread_mutex_t mu;      /* the waiters, inflight, the abandoned ids, reading */
         pthread_mutex_t send_mu; /* one whole request frame at a time */
         struct waiter *table[WAIT_BUCKETS];
+        struct waiter *oldest, *newest;
         unsigned inflight; /* written under mu, read atomically by pick */
         uint32_t max_inflight;
+        bool reading;  /* a caller holds the reader's role (the socket, the staging buffer) */
         bool broken;   /* atomic; set under cl->mu */
         bool draining; /* atomic; set under cl->mu */
-        int refs;      /* atomic: the peer list, the receiver, each request */
+        int refs;      /* atomic: the peer list, each request */
         uint64_t abandoned[ABANDONED];
         unsigned ab_next;
         uint64_t win_bytes, win_reqs;   /* since the last grow tick (atomics) */
         uint64_t long_bytes, long_reqs; /* since the last shrink tick */
         struct iconn *next;
-        /* the receiver's own */
+        /* the reader's own, handed from reader to reader under mu */
         int lowat;
         size_t s_start, s_end;
         uint8_t stage[STAGE];
@@ -111,8 +119,7 @@ struct shoal_iorpc {
         struct peer *peers;
         unsigned npeers;
         uint64_t next_id;
-        bool stop;    /* atomic; set under mu */
-        unsigned nrx; /* receiver threads alive */
+        bool stop; /* atomic; set under mu */
         pthread_t scaler;
         uint64_t last_shrink;
 };
@@ -122,6 +129,11 @@ static void cond_wait_deadline(pthread_cond_t *c, pthread_mutex_t *mu, uint64_t 
         struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000ULL),
                               .tv_nsec = (long)(deadline % 1000000000ULL)};
         pthread_cond_timedwait(c, mu, &ts);
+}
+
+static bool flag_is(const bool *flag)
+{
+        return __atomic_load_n(flag, __ATOMIC_ACQUIRE);
 }
 
 /* ---- waiters ------------------------------------------------------------------------------- */
@@ -136,14 +148,21 @@ static void waiter_sleep(struct waiter *w, uint32_t seen, uint64_t until)
                 FUTEX_BITSET_MATCH_ANY);
 }
 
-/* Gives W its verdict RC and wakes its caller. W must be out of the table (or owned by the
- * receiver); after the store the caller may return at once, so W is not touched again (waking a
- * futex word that is gone is harmless: the kernel only uses the address as a key). */
-static void waiter_finish(struct waiter *w, int rc)
+static void waiter_set(struct waiter *w, uint32_t state, bool wake)
+{
+        __atomic_store_n(&w->state, state, __ATOMIC_RELEASE);
+        if (wake)
+                syscall(SYS_futex, &w->state, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* Gives W its verdict RC and wakes its caller (unless WAKE is false: the reader's own). W must
+ * be out of the table (or owned by the reader); after the store the caller may return at once,
+ * so W is not touched again (waking a futex word that is gone is harmless: the kernel only uses
+ * the address as a key). */
+static void waiter_finish(struct waiter *w, int rc, bool wake)
 {
         w->rc = rc;
-        __atomic_store_n(&w->state, W_DONE, __ATOMIC_RELEASE);
-        syscall(SYS_futex, &w->state, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+        waiter_set(w, W_DONE, wake);
 }
 
 static struct waiter **bucket(struct iconn *ic, uint64_t id)
@@ -160,15 +179,41 @@ static struct waiter *waiter_find(struct iconn *ic, uint64_t id)
 }
 
 /* ic->mu held. */
+static void waiter_link(struct iconn *ic, struct waiter *w)
+{
+        struct waiter **bk = bucket(ic, w->id);
+        w->next = *bk;
+        *bk = w;
+        w->older = ic->newest;
+        w->newer = NULL;
+        if (ic->newest)
+                ic->newest->newer = w;
+        else
+                ic->oldest = w;
+        ic->newest = w;
+        __atomic_store_n(&ic->inflight, ic->inflight + 1, __ATOMIC_RELAXED);
+}
+
+/* ic->mu held. */
 static void waiter_unlink(struct iconn *ic, struct waiter *w)
 {
         for (struct waiter **pp = bucket(ic, w->id); *pp; pp = &(*pp)->next) {
                 if (*pp == w) {
                         *pp = w->next;
+                        *(w->older ? &w->older->newer : &ic->oldest) = w->newer;
+                        *(w->newer ? &w->newer->older : &ic->newest) = w->older;
                         __atomic_store_n(&ic->inflight, ic->inflight - 1, __ATOMIC_RELAXED);
                         return;
                 }
         }
+}
+
+/* W's caller gives up on its request: a late answer is drained. ic->mu held, W pending. */
+static void waiter_abandon_locked(struct iconn *ic, struct waiter *w)
+{
+        waiter_unlink(ic, w);
+        ic->abandoned[ic->ab_next++ % ABANDONED] = w->id;
+        waiter_finish(w, -ETIMEDOUT, false);
 }
 
 /* ---- connections --------------------------------------------------------------------------- */
@@ -182,11 +227,6 @@ static void iconn_put(struct iconn *ic)
         pthread_mutex_destroy(&ic->send_mu);
         shoal_metric_gauge_add(SHOAL_M_remotecache_connections, -1);
         free(ic);
-}
-
-static bool flag_is(const bool *flag)
-{
-        return __atomic_load_n(flag, __ATOMIC_ACQUIRE);
 }
 
 /* cl->mu held. */
@@ -203,9 +243,9 @@ static void peer_unlink_locked(struct iconn *ic)
         }
 }
 
-/* Marks IC broken: every waiter still pending fails (retryable), no new request picks it. The
- * one whose buffer the receiver is filling is finished by the receiver (its recv fails at once
- * on the shut-down socket). cl->mu held. */
+/* Marks IC broken: every waiter not being filled fails (retryable), no new request picks it. The
+ * one whose buffer the reader is filling is finished by the reader (its recv fails at once on
+ * the shut-down socket), and so is the reader's own. cl->mu held. */
 static void iconn_break_locked(struct iconn *ic)
 {
         if (flag_is(&ic->broken))
@@ -213,17 +253,12 @@ static void iconn_break_locked(struct iconn *ic)
         __atomic_store_n(&ic->broken, true, __ATOMIC_RELEASE);
         shutdown(ic->fd, SHUT_RDWR);
         pthread_mutex_lock(&ic->mu);
-        for (unsigned b = 0; b < WAIT_BUCKETS; b++) {
-                struct waiter **pp = &ic->table[b];
-                while (*pp) {
-                        struct waiter *w = *pp;
-                        if (__atomic_load_n(&w->state, __ATOMIC_RELAXED) == W_PENDING) {
-                                *pp = w->next;
-                                __atomic_store_n(&ic->inflight, ic->inflight - 1, __ATOMIC_RELAXED);
-                                waiter_finish(w, -ECONNRESET);
-                        } else {
-                                pp = &w->next;
-                        }
+        for (struct waiter *w = ic->oldest, *nx; w; w = nx) {
+                nx = w->newer;
+                uint32_t st = __atomic_load_n(&w->state, __ATOMIC_RELAXED);
+                if (st == W_PENDING || st == W_LEAD) {
+                        waiter_unlink(ic, w);
+                        waiter_finish(w, -ECONNRESET, true);
                 }
         }
         pthread_mutex_unlock(&ic->mu);
@@ -239,24 +274,30 @@ static bool was_abandoned(struct iconn *ic, uint64_t id)
         return false;
 }
 
-/* ---- the receiver -------------------------------------------------------------------------- */
+/* ---- the reader ---------------------------------------------------------------------------- */
 
 static bool rx_should_stop(struct iconn *ic)
 {
-        return flag_is(&ic->cl->stop) || flag_is(&ic->broken) ||
-               (flag_is(&ic->draining) && !__atomic_load_n(&ic->inflight, __ATOMIC_ACQUIRE));
+        return flag_is(&ic->cl->stop) || flag_is(&ic->broken);
 }
 
-/* One recv on the blocking socket (it times out every RX_POLL_MS). Returns the bytes received,
- * 0 on a timeout, or -ECONNRESET. */
-static ssize_t rx_recv(struct iconn *ic, void *buf, size_t len, int flags)
+/* One recv that never sleeps. Returns the bytes received, 0 when none are queued, or
+ * -ECONNRESET. */
+static ssize_t rx_recv(struct iconn *ic, void *buf, size_t len)
 {
-        ssize_t n = recv(ic->fd, buf, len, flags);
+        ssize_t n = recv(ic->fd, buf, len, MSG_DONTWAIT);
         if (n > 0)
                 return n;
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
                 return 0;
         return -ECONNRESET;
+}
+
+/* Sleeps until the socket is readable or MS milliseconds passed. */
+static void rx_poll(struct iconn *ic, int ms)
+{
+        struct pollfd pfd = {.fd = ic->fd, .events = POLLIN};
+        poll(&pfd, 1, ms);
 }
 
 static void rx_lowat(struct iconn *ic, int want)
@@ -266,8 +307,8 @@ static void rx_lowat(struct iconn *ic, int want)
 }
 
 /* Makes at least N bytes available in the staging buffer. IDLE: between frames, where waiting
- * is normal: returns -EAGAIN after a quiet poll period so that the caller can look at its flags.
- * Inside a frame a peer that stalls for STALL_NS is dropped. Returns 0 or -errno. */
+ * is normal: returns -EAGAIN after a quiet poll period so that the reader can look at its
+ * deadline. Inside a frame a peer that stalls for STALL_NS is dropped. Returns 0 or -errno. */
 static int stage_need(struct iconn *ic, size_t n, bool idle)
 {
         uint64_t t0 = 0;
@@ -277,7 +318,7 @@ static int stage_need(struct iconn *ic, size_t n, bool idle)
                         ic->s_end -= ic->s_start;
                         ic->s_start = 0;
                 }
-                ssize_t got = rx_recv(ic, ic->stage + ic->s_end, STAGE - ic->s_end, 0);
+                ssize_t got = rx_recv(ic, ic->stage + ic->s_end, STAGE - ic->s_end);
                 if (got < 0)
                         return (int)got;
                 if (got > 0) {
@@ -286,13 +327,15 @@ static int stage_need(struct iconn *ic, size_t n, bool idle)
                 }
                 if (rx_should_stop(ic))
                         return -ECONNRESET;
-                if (idle && ic->s_end == ic->s_start)
-                        return -EAGAIN;
                 uint64_t now = shoal_now_ns();
-                if (!t0)
+                if (!t0) {
                         t0 = now;
-                else if (now - t0 > STALL_NS)
+                } else if (idle && ic->s_end == ic->s_start) {
+                        return -EAGAIN;
+                } else if (now - t0 > STALL_NS) {
                         return -ETIMEDOUT;
+                }
+                rx_poll(ic, RX_POLL_MS);
         }
         return 0;
 }
@@ -330,17 +373,14 @@ static int rx_payload(struct iconn *ic, char *dst, uint32_t len, void (*check)(v
                         rx_lowat(ic, want >= SHOAL_RPC_LOWAT_MIN ? (int)want : 1);
                 /* Never a blocking recv here: one that has taken part of a piece sleeps until
                  * the queue alone reaches the low mark again, which the rest of the piece never
-                 * does (a 200 ms stall per answer, until RX_POLL_MS). poll wakes once the low
-                 * mark is queued, and the recv then takes it without sleeping. */
-                ssize_t n = rx_recv(ic, dst ? dst + got : sink, want, MSG_DONTWAIT);
+                 * does. poll wakes once the low mark is queued, and the recv then takes it (and
+                 * whatever else of the payload is queued) without sleeping. */
+                ssize_t n = rx_recv(ic, dst ? dst + got : sink, dst ? len - got : want);
                 if (n < 0) {
                         rc = (int)n;
                         break;
                 }
                 if (n == 0) {
-                        struct pollfd pfd = {.fd = ic->fd, .events = POLLIN};
-                        if (poll(&pfd, 1, RX_POLL_MS) > 0)
-                                continue;
                         if (rx_should_stop(ic)) {
                                 rc = -ECONNRESET;
                                 break;
@@ -349,6 +389,7 @@ static int rx_payload(struct iconn *ic, char *dst, uint32_t len, void (*check)(v
                                 rc = -ETIMEDOUT;
                                 break;
                         }
+                        rx_poll(ic, RX_POLL_MS);
                         continue;
                 }
                 got += (uint32_t)n;
@@ -392,8 +433,10 @@ static int rx_orphan(struct iconn *ic, const struct shoal_wire_hdr *h, bool aban
         return h->payload_len ? rx_payload(ic, NULL, h->payload_len, NULL, NULL) : 0;
 }
 
-/* A READ_RESP whose header and body (BODY, checked) are in the staging buffer. */
-static int rx_read_resp(struct iconn *ic, const struct shoal_wire_hdr *h, const uint8_t *body)
+/* A READ_RESP whose header and body (BODY, checked) are in the staging buffer; ME is the
+ * reader's own waiter (finished without a wake-up). */
+static int rx_read_resp(struct iconn *ic, const struct shoal_wire_hdr *h, const uint8_t *body,
+                        const struct waiter *me)
 {
         struct shoal_wire_read_resp resp;
         if (shoal_rpc_decode_answer(SHOAL_SERVICE_IORPC, body, h->body_len, &resp))
@@ -409,20 +452,21 @@ static int rx_read_resp(struct iconn *ic, const struct shoal_wire_hdr *h, const 
         if (h->payload_len != w->len ||
             shoal_rpc_check_answer_id(&w->want, w->off, w->len, h, &resp)) {
                 pthread_mutex_unlock(&ic->mu);
-                waiter_finish(w, -EPROTO);
+                waiter_finish(w, -EPROTO, w != me);
                 return -EPROTO;
         }
-        /* The caller cannot leave while its buffer is being filled. */
+        /* The caller cannot leave while its buffer is being filled. (No waiter is W_LEAD while
+         * a reader reads: the role is handed over only when the reader stops.) */
         __atomic_store_n(&w->state, W_RECV, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&ic->mu);
         struct verify v = {.w = w, .resp = &resp};
         int rc = rx_payload(ic, w->dst, w->len, verify_upto, &v);
         __atomic_fetch_add(&ic->win_bytes, w->len, __ATOMIC_RELAXED);
-        waiter_finish(w, rc ? rc : v.bad ? -EBADMSG : 0);
+        waiter_finish(w, rc ? rc : v.bad ? -EBADMSG : 0, w != me);
         return rc;
 }
 
-static int rx_error(struct iconn *ic, const struct shoal_wire_hdr *h)
+static int rx_error(struct iconn *ic, const struct shoal_wire_hdr *h, const struct waiter *me)
 {
         pthread_mutex_lock(&ic->mu);
         struct waiter *w = waiter_find(ic, h->id);
@@ -432,13 +476,13 @@ static int rx_error(struct iconn *ic, const struct shoal_wire_hdr *h)
         pthread_mutex_unlock(&ic->mu);
         if (!w)
                 return rx_orphan(ic, h, ab);
-        waiter_finish(w, shoal_rpc_status_errno(h->status));
+        waiter_finish(w, shoal_rpc_status_errno(h->status), w != me);
         return 0;
 }
 
 /* Receives and dispatches one frame. Returns 0, -EAGAIN (nothing arrived for a poll period) or
  * another -errno: the connection is done. */
-static int rx_frame(struct iconn *ic)
+static int rx_frame(struct iconn *ic, const struct waiter *me)
 {
         int rc = stage_need(ic, SHOAL_WIRE_HDR_LEN, true);
         if (rc)
@@ -456,9 +500,9 @@ static int rx_frame(struct iconn *ic)
         ic->s_start += SHOAL_WIRE_HDR_LEN + h.body_len;
         switch (h.type) {
         case SHOAL_MSG_READ_RESP:
-                return rx_read_resp(ic, &h, hdr + SHOAL_WIRE_HDR_LEN);
+                return rx_read_resp(ic, &h, hdr + SHOAL_WIRE_HDR_LEN, me);
         case SHOAL_MSG_ERROR:
-                return rx_error(ic, &h);
+                return rx_error(ic, &h, me);
         default:
                 log_ratelimited(SHOAL_LOG_WARN, "iorpc", "message type %u from %s: resetting",
                                 h.type, ic->peer->addr);
@@ -466,30 +510,86 @@ static int rx_frame(struct iconn *ic)
         }
 }
 
-static void *rx_main(void *arg)
+/* Gives up the reader's role: to the oldest caller still waiting, whose answer is likely the
+ * next one, or to nobody (the next caller takes it). */
+static void reader_leave(struct iconn *ic)
 {
-        struct iconn *ic = arg;
-        struct shoal_iorpc *cl = ic->cl;
+        pthread_mutex_lock(&ic->mu);
+        struct waiter *next = NULL;
+        if (!flag_is(&ic->broken))
+                for (struct waiter *w = ic->oldest; w && !next; w = w->newer)
+                        if (__atomic_load_n(&w->state, __ATOMIC_RELAXED) == W_PENDING)
+                                next = w;
+        ic->reading = next != NULL;
+        if (next)
+                waiter_set(next, W_LEAD, true);
+        pthread_mutex_unlock(&ic->mu);
+}
+
+/* Takes the reader's role for ME if nobody holds it (or it was handed to ME). ic->mu held. */
+static bool reader_take_locked(struct iconn *ic, struct waiter *me)
+{
+        uint32_t st = __atomic_load_n(&me->state, __ATOMIC_RELAXED);
+        if (st == W_LEAD) {
+                __atomic_store_n(&me->state, W_PENDING, __ATOMIC_RELAXED);
+                return true;
+        }
+        if (st != W_PENDING || ic->reading || flag_is(&ic->broken))
+                return false;
+        ic->reading = true;
+        return true;
+}
+
+/* ME reads the connection until its own answer is in, its DEADLINE passes while no frame is
+ * arriving, or the connection fails; then hands the role on. */
+static void reader_run(struct iconn *ic, struct waiter *me, uint64_t deadline)
+{
+        while (__atomic_load_n(&me->state, __ATOMIC_ACQUIRE) != W_DONE) {
+                int rc = rx_frame(ic, me);
+                if (rc == -EAGAIN) {
+                        if (shoal_now_ns() < deadline)
+                                continue;
+                        pthread_mutex_lock(&ic->mu);
+                        if (__atomic_load_n(&me->state, __ATOMIC_RELAXED) == W_PENDING)
+                                waiter_abandon_locked(ic, me);
+                        pthread_mutex_unlock(&ic->mu);
+                } else if (rc) {
+                        pthread_mutex_lock(&ic->cl->mu);
+                        iconn_break_locked(ic); /* fails ME too, unless it is done */
+                        pthread_mutex_unlock(&ic->cl->mu);
+                }
+        }
+        reader_leave(ic);
+}
+
+/* Waits for W's verdict, reading the connection whenever nobody else does. A caller past
+ * DEADLINE whose request nobody has taken yet gives up; one whose buffer is being filled waits
+ * for the reader, which is bounded by STALL_NS. */
+static int waiter_wait(struct iconn *ic, struct waiter *w, uint64_t deadline)
+{
         for (;;) {
-                if (rx_should_stop(ic))
-                        break;
-                int rc = rx_frame(ic);
-                if (rc && rc != -EAGAIN)
-                        break;
+                uint32_t st = __atomic_load_n(&w->state, __ATOMIC_ACQUIRE);
+                if (st == W_DONE)
+                        return w->rc;
+                if (st != W_RECV) {
+                        pthread_mutex_lock(&ic->mu);
+                        bool lead = reader_take_locked(ic, w);
+                        pthread_mutex_unlock(&ic->mu);
+                        if (lead) {
+                                reader_run(ic, w, deadline);
+                                continue;
+                        }
+                }
+                uint64_t now = shoal_now_ns();
+                if (st == W_PENDING && now >= deadline) {
+                        pthread_mutex_lock(&ic->mu);
+                        if (__atomic_load_n(&w->state, __ATOMIC_RELAXED) == W_PENDING)
+                                waiter_abandon_locked(ic, w);
+                        pthread_mutex_unlock(&ic->mu);
+                        continue;
+                }
+                waiter_sleep(w, st, st == W_RECV ? now + 100000000ULL : deadline);
         }
-        pthread_mutex_lock(&cl->mu);
-        if (flag_is(&ic->draining) && !flag_is(&ic->broken)) {
-                /* Scaled down: no waiter is left; just close. */
-                __atomic_store_n(&ic->broken, true, __ATOMIC_RELEASE);
-                shutdown(ic->fd, SHUT_RDWR);
-        } else {
-                iconn_break_locked(ic);
-        }
-        cl->nrx--;
-        pthread_cond_broadcast(&cl->cond);
-        pthread_mutex_unlock(&cl->mu);
-        iconn_put(ic);
-        return NULL;
 }
 
 static struct peer *peer_find_locked(struct shoal_iorpc *cl, const char *addr)
@@ -504,18 +604,6 @@ static struct peer *peer_find_locked(struct shoal_iorpc *cl, const char *addr)
         return p;
 }
 
-/* The socket for a receiver thread: blocking reads that time out every RX_POLL_MS (senders pass
- * MSG_DONTWAIT and wait on poll themselves). Returns 0 or -errno. */
-static int rx_socket(int fd)
-{
-        struct timeval tv = {.tv_sec = 0, .tv_usec = RX_POLL_MS * 1000};
-        int fl = fcntl(fd, F_GETFL);
-        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) ||
-            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)))
-                return -errno;
-        return 0;
-}
-
 /* Opens one more connection to P (cl->mu held on entry and exit; dropped while connecting). */
 static int add_conn_locked(struct shoal_iorpc *cl, struct peer *p, uint64_t deadline)
 {
@@ -525,11 +613,10 @@ static int add_conn_locked(struct shoal_iorpc *cl, struct peer *p, uint64_t dead
         int fd = shoal_rpc_connect(p->addr, SHOAL_SERVICE_IORPC, &cl->key, deadline, &peer);
         struct iconn *ic = NULL;
         if (fd >= 0) {
-                int rc = rx_socket(fd);
-                ic = rc ? NULL : calloc(1, sizeof(*ic));
+                ic = calloc(1, sizeof(*ic));
                 if (!ic) {
                         close(fd);
-                        fd = rc ? rc : -ENOMEM;
+                        fd = -ENOMEM;
                 }
         }
         pthread_mutex_lock(&cl->mu);
@@ -542,18 +629,9 @@ static int add_conn_locked(struct shoal_iorpc *cl, struct peer *p, uint64_t dead
         ic->cl = cl;
         ic->lowat = 1;
         ic->max_inflight = peer.max_inflight ? peer.max_inflight : 1;
-        ic->refs = 2; /* the peer list and the receiver */
+        ic->refs = 1; /* the peer list */
         pthread_mutex_init(&ic->mu, NULL);
         pthread_mutex_init(&ic->send_mu, NULL);
-        if (pthread_create(&ic->rx, NULL, rx_main, ic)) {
-                pthread_mutex_destroy(&ic->mu);
-                pthread_mutex_destroy(&ic->send_mu);
-                close(fd);
-                free(ic);
-                return -EAGAIN;
-        }
-        pthread_detach(ic->rx);
-        cl->nrx++;
         ic->next = p->conns;
         p->conns = ic;
         p->nconns++;
@@ -565,15 +643,21 @@ static int add_conn_locked(struct shoal_iorpc *cl, struct peer *p, uint64_t dead
         return 0;
 }
 
-/* Picks the least loaded usable connection to ADDR, opening the first one if needed. Returns it
- * with a reference, or NULL with *ERR. */
-static struct iconn *pick(struct shoal_iorpc *cl, const char *addr, uint64_t deadline, int *err)
+/* Whether IC, which nobody reads while it carries no request, was closed by its peer (a member
+ * that restarted): such a connection is dropped before a request is lost on it. An answer that
+ * is already coming (another caller just sent on it) is not a hang-up. */
+static bool iconn_hung_up(const struct iconn *ic)
 {
-        pthread_mutex_lock(&cl->mu);
-        struct peer *p = peer_find_locked(cl, addr);
-        struct iconn *best = NULL;
-        unsigned best_n = 0;
-        while (p && !best) {
+        struct pollfd pfd = {.fd = ic->fd, .events = POLLRDHUP};
+        return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* The least loaded usable connection of P, or NULL. cl->mu held. */
+static struct iconn *least_loaded_locked(struct peer *p)
+{
+        for (;;) {
+                struct iconn *best = NULL;
+                unsigned best_n = 0;
                 for (struct iconn *ic = p->conns; ic; ic = ic->next) {
                         unsigned n = __atomic_load_n(&ic->inflight, __ATOMIC_RELAXED);
                         if (!flag_is(&ic->broken) && !flag_is(&ic->draining) &&
@@ -582,8 +666,20 @@ static struct iconn *pick(struct shoal_iorpc *cl, const char *addr, uint64_t dea
                                 best_n = n;
                         }
                 }
-                if (best)
-                        break;
+                if (!best || best_n || !iconn_hung_up(best))
+                        return best;
+                iconn_break_locked(best);
+        }
+}
+
+/* Picks the least loaded usable connection to ADDR, opening the first one if needed. Returns it
+ * with a reference, or NULL with *ERR. */
+static struct iconn *pick(struct shoal_iorpc *cl, const char *addr, uint64_t deadline, int *err)
+{
+        pthread_mutex_lock(&cl->mu);
+        struct peer *p = peer_find_locked(cl, addr);
+        struct iconn *best = NULL;
+        while (p && !(best = least_loaded_locked(p))) {
                 if (p->connecting) {
                         if (shoal_now_ns() >= deadline) {
                                 *err = -ETIMEDOUT;
@@ -613,31 +709,6 @@ static void conn_fail(struct shoal_iorpc *cl, struct iconn *ic)
         pthread_mutex_unlock(&cl->mu);
 }
 
-/* Waits for W's verdict. A caller past DEADLINE whose request the receiver has not taken yet
- * gives up; one whose buffer is being filled waits for the receiver, which is bounded by
- * STALL_NS. */
-static int waiter_wait(struct iconn *ic, struct waiter *w, uint64_t deadline)
-{
-        for (;;) {
-                uint32_t st = __atomic_load_n(&w->state, __ATOMIC_ACQUIRE);
-                if (st == W_DONE)
-                        return w->rc;
-                uint64_t now = shoal_now_ns();
-                if (st == W_PENDING && now >= deadline) {
-                        pthread_mutex_lock(&ic->mu);
-                        if (__atomic_load_n(&w->state, __ATOMIC_RELAXED) == W_PENDING) {
-                                waiter_unlink(ic, w);
-                                ic->abandoned[ic->ab_next++ % ABANDONED] = w->id;
-                                w->rc = -ETIMEDOUT;
-                                __atomic_store_n(&w->state, W_DONE, __ATOMIC_RELAXED);
-                        }
-                        pthread_mutex_unlock(&ic->mu);
-                        continue;
-                }
-                waiter_sleep(w, st, st == W_RECV ? now + 100000000ULL : deadline);
-        }
-}
-
 static int request_once(struct shoal_iorpc *cl, const char *addr, const struct shoal_volume *vol,
                         const struct shoal_object *obj, uint32_t index, uint32_t off, uint32_t len,
                         void *dst, uint64_t view_version, uint64_t deadline, bool *conn_fault)
@@ -665,14 +736,10 @@ static int request_once(struct shoal_iorpc *cl, const char *addr, const struct s
                                               (size_t)n);
         int rc = 0;
         pthread_mutex_lock(&ic->mu);
-        if (flag_is(&ic->broken)) {
+        if (flag_is(&ic->broken))
                 rc = -ECONNRESET;
-        } else {
-                struct waiter **bk = bucket(ic, w.id);
-                w.next = *bk;
-                *bk = &w;
-                __atomic_store_n(&ic->inflight, ic->inflight + 1, __ATOMIC_RELAXED);
-        }
+        else
+                waiter_link(ic, &w);
         pthread_mutex_unlock(&ic->mu);
         if (!rc) {
                 pthread_mutex_lock(&ic->send_mu);
@@ -871,11 +938,6 @@ void shoal_iorpc_destroy(struct shoal_iorpc *cl)
                         iconn_break_locked(cl->peers[i].conns);
         pthread_mutex_unlock(&cl->mu);
         pthread_join(cl->scaler, NULL);
-        /* Receivers hold their own references and leave within their poll period. */
-        pthread_mutex_lock(&cl->mu);
-        while (cl->nrx)
-                cond_wait_deadline(&cl->cond, &cl->mu, shoal_now_ns() + 100000000ULL);
-        pthread_mutex_unlock(&cl->mu);
         pthread_mutex_destroy(&cl->mu);
         pthread_cond_destroy(&cl->cond);
         pthread_condattr_destroy(&cl->cond_attr);
