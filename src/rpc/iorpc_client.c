@@ -29,6 +29,7 @@
 #include "rpc/clients.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
@@ -281,11 +282,12 @@ static bool rx_should_stop(struct iconn *ic)
         return flag_is(&ic->cl->stop) || flag_is(&ic->broken);
 }
 
-/* One recv that never sleeps. Returns the bytes received, 0 when none are queued, or
- * -ECONNRESET. */
-static ssize_t rx_recv(struct iconn *ic, void *buf, size_t len)
+/* One recv. Without MSG_DONTWAIT in FLAGS it sleeps until something is queued, at most
+ * RX_POLL_MS (SO_RCVTIMEO): a reader between frames waits there, woken once per frame. Returns
+ * the bytes received, 0 when none are queued, or -ECONNRESET. */
+static ssize_t rx_recv(struct iconn *ic, void *buf, size_t len, int flags)
 {
-        ssize_t n = recv(ic->fd, buf, len, MSG_DONTWAIT);
+        ssize_t n = recv(ic->fd, buf, len, flags);
         if (n > 0)
                 return n;
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -318,7 +320,7 @@ static int stage_need(struct iconn *ic, size_t n, bool idle)
                         ic->s_end -= ic->s_start;
                         ic->s_start = 0;
                 }
-                ssize_t got = rx_recv(ic, ic->stage + ic->s_end, STAGE - ic->s_end);
+                ssize_t got = rx_recv(ic, ic->stage + ic->s_end, STAGE - ic->s_end, 0);
                 if (got < 0)
                         return (int)got;
                 if (got > 0) {
@@ -327,15 +329,13 @@ static int stage_need(struct iconn *ic, size_t n, bool idle)
                 }
                 if (rx_should_stop(ic))
                         return -ECONNRESET;
-                uint64_t now = shoal_now_ns();
-                if (!t0) {
-                        t0 = now;
-                } else if (idle && ic->s_end == ic->s_start) {
+                if (idle && ic->s_end == ic->s_start)
                         return -EAGAIN;
-                } else if (now - t0 > STALL_NS) {
+                uint64_t now = shoal_now_ns();
+                if (!t0)
+                        t0 = now;
+                else if (now - t0 > STALL_NS)
                         return -ETIMEDOUT;
-                }
-                rx_poll(ic, RX_POLL_MS);
         }
         return 0;
 }
@@ -375,7 +375,8 @@ static int rx_payload(struct iconn *ic, char *dst, uint32_t len, void (*check)(v
                  * the queue alone reaches the low mark again, which the rest of the piece never
                  * does. poll wakes once the low mark is queued, and the recv then takes it (and
                  * whatever else of the payload is queued) without sleeping. */
-                ssize_t n = rx_recv(ic, dst ? dst + got : sink, dst ? len - got : want);
+                ssize_t n =
+                        rx_recv(ic, dst ? dst + got : sink, dst ? len - got : want, MSG_DONTWAIT);
                 if (n < 0) {
                         rc = (int)n;
                         break;
@@ -604,6 +605,18 @@ static struct peer *peer_find_locked(struct shoal_iorpc *cl, const char *addr)
         return p;
 }
 
+/* The socket of a connection: reads between frames sleep in recv and time out every RX_POLL_MS
+ * (everything else passes MSG_DONTWAIT and waits in poll). Returns 0 or -errno. */
+static int iconn_socket(int fd)
+{
+        struct timeval tv = {.tv_sec = 0, .tv_usec = RX_POLL_MS * 1000};
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) ||
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)))
+                return -errno;
+        return 0;
+}
+
 /* Opens one more connection to P (cl->mu held on entry and exit; dropped while connecting). */
 static int add_conn_locked(struct shoal_iorpc *cl, struct peer *p, uint64_t deadline)
 {
@@ -613,10 +626,11 @@ static int add_conn_locked(struct shoal_iorpc *cl, struct peer *p, uint64_t dead
         int fd = shoal_rpc_connect(p->addr, SHOAL_SERVICE_IORPC, &cl->key, deadline, &peer);
         struct iconn *ic = NULL;
         if (fd >= 0) {
-                ic = calloc(1, sizeof(*ic));
+                int rc = iconn_socket(fd);
+                ic = rc ? NULL : calloc(1, sizeof(*ic));
                 if (!ic) {
                         close(fd);
-                        fd = -ENOMEM;
+                        fd = rc ? rc : -ENOMEM;
                 }
         }
         pthread_mutex_lock(&cl->mu);
@@ -643,33 +657,48 @@ static int add_conn_locked(struct shoal_iorpc *cl, struct peer *p, uint64_t dead
         return 0;
 }
 
-/* Whether IC, which nobody reads while it carries no request, was closed by its peer (a member
- * that restarted): such a connection is dropped before a request is lost on it. An answer that
- * is already coming (another caller just sent on it) is not a hang-up. */
+/* The least loaded usable connection of P, or NULL. cl->mu held. */
+static struct iconn *least_loaded_locked(struct peer *p)
+{
+        struct iconn *best = NULL;
+        unsigned best_n = 0;
+        for (struct iconn *ic = p->conns; ic; ic = ic->next) {
+                unsigned n = __atomic_load_n(&ic->inflight, __ATOMIC_RELAXED);
+                if (!flag_is(&ic->broken) && !flag_is(&ic->draining) && (!best || n < best_n)) {
+                        best = ic;
+                        best_n = n;
+                }
+        }
+        return best;
+}
+
+/* Whether IC's member closed it: one that restarted (or stopped) closed them all. An answer
+ * already coming is not a hang-up. */
 static bool iconn_hung_up(const struct iconn *ic)
 {
         struct pollfd pfd = {.fd = ic->fd, .events = POLLRDHUP};
         return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-/* The least loaded usable connection of P, or NULL. cl->mu held. */
-static struct iconn *least_loaded_locked(struct peer *p)
+/* Drops P's connections that carry no request (nobody reads those) and that their member hung
+ * up on. cl->mu held. */
+static void drop_hung_up_locked(struct peer *p)
 {
-        for (;;) {
-                struct iconn *best = NULL;
-                unsigned best_n = 0;
-                for (struct iconn *ic = p->conns; ic; ic = ic->next) {
-                        unsigned n = __atomic_load_n(&ic->inflight, __ATOMIC_RELAXED);
-                        if (!flag_is(&ic->broken) && !flag_is(&ic->draining) &&
-                            (!best || n < best_n)) {
-                                best = ic;
-                                best_n = n;
-                        }
-                }
-                if (!best || best_n || !iconn_hung_up(best))
-                        return best;
-                iconn_break_locked(best);
+        for (struct iconn *ic = p->conns, *nx; ic; ic = nx) {
+                nx = ic->next;
+                if (!__atomic_load_n(&ic->inflight, __ATOMIC_RELAXED) && iconn_hung_up(ic))
+                        iconn_break_locked(ic);
         }
+}
+
+/* After a connection to ADDR failed: the retry must not fail on another dead one. */
+static void drop_hung_up(struct shoal_iorpc *cl, const char *addr)
+{
+        pthread_mutex_lock(&cl->mu);
+        struct peer *p = peer_find_locked(cl, addr);
+        if (p)
+                drop_hung_up_locked(p);
+        pthread_mutex_unlock(&cl->mu);
 }
 
 /* Picks the least loaded usable connection to ADDR, opening the first one if needed. Returns it
@@ -790,10 +819,13 @@ int shoal_iorpc_read(struct shoal_iorpc *cl, const char *addr, const struct shoa
                  * connection before the member is blamed. */
                 if (!conn_fault || rc == -ETIMEDOUT || ++resets > 1 || shoal_now_ns() >= deadline)
                         return rc;
+                drop_hung_up(cl, addr);
         }
 }
 
-/* Grow: one more connection when the busiest one carried more than the grow thresholds over the
+/* Every grow period, first: connections nobody reads that their member closed are closed here
+ * (a member that restarts listens on another port: they would never be used again).
+ * Grow: one more connection when the busiest one carried more than the grow thresholds over the
  * last grow period. Shrink: when every connection stayed under the shrink thresholds over the
  * shrink period, close connections down to what the total load needs at the shrink thresholds
  * (at least one). cl->mu held; dropped while connecting. */
@@ -803,6 +835,7 @@ static void scale_tick(struct shoal_iorpc *cl, bool shrink_time)
         double ssecs = (double)cl->cfg.shrink_period_ns / 1e9;
         for (unsigned i = 0; i < cl->npeers; i++) {
                 struct peer *p = &cl->peers[i];
+                drop_hung_up_locked(p);
                 bool grow = false, all_low = true;
                 unsigned usable = 0;
                 double tot_bytes = 0, tot_reqs = 0;

@@ -7,6 +7,7 @@ import concurrent.futures
 import io
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ import numpy
 import pytest
 
 import shoal
-from conftest import BLOCK, SANITIZER_RE, SHOAL, blocks_of, make_tree, python_env
+from conftest import BLOCK, SANITIZER_RE, SHOAL, blocks_of, make_tree, python_env, wait_until
 
 MULTI = [("multi/m%d.bin" % i, BLOCK * (i + 2) + 1000 * i) for i in range(4)]
 
@@ -141,6 +142,55 @@ def test_s3_store_without_group(harness, s3rver, tmp_path):
     with shoal.Client("s3://" + bucket, endpoint=endpoint, block_size="256K") as c:
         read_everything(c, objs)
     assert shoal.counter("object_get_requests") - before == blocks_of(objs)
+
+
+def _iorpc_port(harness, name):
+    """The IORPC port of NAME's newest process, from its "ready" line."""
+    found = re.findall(rb"ready: .*iorpc 127\.0\.0\.1:(\d+)", harness.procs[name].log_text())
+    return int(found[-1]) if found else 0
+
+
+def _client_sockets(port):
+    """This host's TCP sockets connected to PORT, but those in TIME-WAIT (no fd holds them)."""
+    out = subprocess.run(["ss", "-Htan", "dport = :%d" % port], capture_output=True, text=True,
+                         check=True).stdout
+    return [l for l in out.splitlines() if l.strip() and not l.startswith("TIME-WAIT")]
+
+
+def test_iorpc_connections_to_a_restarted_member_close(harness, tmp_path):
+    """IORPC callers read their own connections; nobody reads one that carries no request. A
+    member that restarts closes them and listens on another port: the client must close them
+    (the scaler looks every grow period), not keep them open for ever, and read on."""
+    root = str(tmp_path / "store")
+    objs = make_tree(root, MULTI)
+    os.makedirs(os.path.join(root, "after"))
+    storage = "file://" + root
+    meta = "sqlite3://%s/meta.db" % harness.tmp
+    flags = ("--meta", meta, "--cache-group", "g", "--block-size", "256K")
+    harness.member("a", storage, *flags)
+    harness.wait_members(meta, "g", 1)
+    wait_until("a's ready line", lambda: _iorpc_port(harness, "a"))
+    old = _iorpc_port(harness, "a")
+    with shoal.Client(storage, meta=meta, cache_group="g", block_size="256K",
+                      use_iorpc=True) as c:
+        read_everything(c, objs)
+        assert _client_sockets(old), "no IORPC connection to port %d" % old
+        harness.stop("a")
+        harness.member("a", storage, *flags)
+        harness.wait_members(meta, "g", 1)
+        wait_until("a's new ready line", lambda: _iorpc_port(harness, "a") not in (0, old))
+        # Closed by the member, nobody reading them: gone within a few grow periods.
+        wait_until("connections to the old port closed", lambda: not _client_sockets(old))
+        # A new object: no block of it is in this process's memory.
+        data = random.Random(7).randbytes(3 * BLOCK + 5)
+        with open(os.path.join(root, "after/restart.bin"), "wb") as f:
+            f.write(data)
+        fallbacks = shoal.counter("remotecache_fallbacks")
+        gets = shoal.counter("object_get_requests")
+        assert c.read("after/restart.bin") == data
+        assert _client_sockets(_iorpc_port(harness, "a")), "not reading over IORPC"
+        assert shoal.counter("remotecache_fallbacks") == fallbacks
+        assert shoal.counter("object_get_requests") == gets
 
 
 def test_bad_settings_raise_with_the_library_message(tmp_path):
