@@ -541,24 +541,26 @@ static bool reader_take_locked(struct iconn *ic, struct waiter *me)
         return true;
 }
 
-/* ME reads the connection until its own answer is in, its DEADLINE passes while no frame is
- * arriving, or the connection fails; then hands the role on. */
+/* ME reads the connection until its own answer is in, its DEADLINE passes (checked between
+ * frames: a reader kept busy by other callers' answers still gives up in time), or the
+ * connection fails; then hands the role on. */
 static void reader_run(struct iconn *ic, struct waiter *me, uint64_t deadline)
 {
         while (__atomic_load_n(&me->state, __ATOMIC_ACQUIRE) != W_DONE) {
                 int rc = rx_frame(ic, me);
-                if (rc == -EAGAIN) {
-                        if (shoal_now_ns() < deadline)
-                                continue;
-                        pthread_mutex_lock(&ic->mu);
-                        if (__atomic_load_n(&me->state, __ATOMIC_RELAXED) == W_PENDING)
-                                waiter_abandon_locked(ic, me);
-                        pthread_mutex_unlock(&ic->mu);
-                } else if (rc) {
+                if (rc && rc != -EAGAIN) {
                         pthread_mutex_lock(&ic->cl->mu);
                         iconn_break_locked(ic); /* fails ME too, unless it is done */
                         pthread_mutex_unlock(&ic->cl->mu);
+                        break;
                 }
+                if (__atomic_load_n(&me->state, __ATOMIC_ACQUIRE) == W_DONE ||
+                    shoal_now_ns() < deadline)
+                        continue;
+                pthread_mutex_lock(&ic->mu);
+                if (__atomic_load_n(&me->state, __ATOMIC_RELAXED) == W_PENDING)
+                        waiter_abandon_locked(ic, me);
+                pthread_mutex_unlock(&ic->mu);
         }
         reader_leave(ic);
 }
