@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A member under 16 concurrent IORPC readers [R1, R4]: cold (every block a fill, shared between
 # readers) and warm, sixteen `shoal cat --use-iorpc` at once are byte-exact and served by the
-# member, a 16-thread `shoal bench --use-iorpc` reads without errors, and the member stops on
-# SIGTERM with exit 0; a member with RDMA answers INFO with its RDMA addresses (set after its loops
-# started). Short and multi-threaded on purpose: it is the integration test the
+# member, a 16-thread `shoal bench --use-iorpc` reads without errors (also with all 16 threads on
+# one connection, taking turns reading it), and the member stops on SIGTERM with exit 0; a member
+# with RDMA answers INFO with its RDMA addresses (set after its loops started). Short and multi-threaded on purpose: it is the integration test the
 # ThreadSanitizer build runs (CMakeLists.txt TSAN_TESTS), where any race report fails it.
 . "$(dirname "$0")/lib.sh"
 export SHOAL_GROUP_TIMEOUT=10s SHOAL_GROUP_HEARTBEAT=200ms
@@ -44,6 +44,18 @@ grep "^result:" "$T/bench.out"
 grep -q "^result: .* 0 errors" "$T/bench.out" || fail "bench had errors"
 if grep -q -E 'Sanitizer|runtime error' "$T/bench.err"; then
   fail "bench: $(grep -m 3 -E 'Sanitizer|runtime error' "$T/bench.err")"
+fi
+
+echo "== shoal bench, 16 IORPC threads sharing one connection (callers take turns reading it)"
+SHOAL_IORPC_SCALE_PERIOD=1h "$SHOAL" bench "$S" --meta "$META" --cache-group g --use-iorpc \
+  --threads 16 --duration 3s --prefix d/ --log-level error >"$T/bench1.out" 2>"$T/bench1.err" ||
+  fail "bench on one connection failed: $(tail -n 3 "$T/bench1.out" "$T/bench1.err")"
+grep "^result:" "$T/bench1.out"
+grep -q "^result: .* 0 errors" "$T/bench1.out" || fail "bench on one connection had errors"
+grep -q "127.0.0.1:[0-9]*=1$" "$T/bench1.out" ||
+  fail "bench did not stay on one connection: $(grep -m 1 'connections per member' "$T/bench1.out")"
+if grep -q -E 'Sanitizer|runtime error' "$T/bench1.err"; then
+  fail "bench on one connection: $(grep -m 3 -E 'Sanitizer|runtime error' "$T/bench1.err")"
 fi
 
 echo "== a member with RDMA: its addresses, set after its loops started, in INFO answers"
