@@ -209,6 +209,15 @@ static void waiter_unlink(struct iconn *ic, struct waiter *w)
         }
 }
 
+/* The reader takes W out of the waiters to finish it after ic->mu is let go: W_RECV keeps its
+ * caller from giving up meanwhile, and so from leaving while W is still to be written. ic->mu
+ * held. */
+static void waiter_take_locked(struct iconn *ic, struct waiter *w)
+{
+        waiter_unlink(ic, w);
+        __atomic_store_n(&w->state, W_RECV, __ATOMIC_RELAXED);
+}
+
 /* W's caller gives up on its request: a late answer is drained. ic->mu held, W pending. */
 static void waiter_abandon_locked(struct iconn *ic, struct waiter *w)
 {
@@ -449,17 +458,15 @@ static int rx_read_resp(struct iconn *ic, const struct shoal_wire_hdr *h, const 
                 pthread_mutex_unlock(&ic->mu);
                 return rx_orphan(ic, h, ab);
         }
-        waiter_unlink(ic, w);
+        /* (No waiter is W_LEAD while a reader reads: the role is handed over only when the
+         * reader stops.) */
+        waiter_take_locked(ic, w);
+        pthread_mutex_unlock(&ic->mu);
         if (h->payload_len != w->len ||
             shoal_rpc_check_answer_id(&w->want, w->off, w->len, h, &resp)) {
-                pthread_mutex_unlock(&ic->mu);
                 waiter_finish(w, -EPROTO, w != me);
                 return -EPROTO;
         }
-        /* The caller cannot leave while its buffer is being filled. (No waiter is W_LEAD while
-         * a reader reads: the role is handed over only when the reader stops.) */
-        __atomic_store_n(&w->state, W_RECV, __ATOMIC_RELAXED);
-        pthread_mutex_unlock(&ic->mu);
         struct verify v = {.w = w, .resp = &resp};
         int rc = rx_payload(ic, w->dst, w->len, verify_upto, &v);
         __atomic_fetch_add(&ic->win_bytes, w->len, __ATOMIC_RELAXED);
@@ -473,7 +480,7 @@ static int rx_error(struct iconn *ic, const struct shoal_wire_hdr *h, const stru
         struct waiter *w = waiter_find(ic, h->id);
         bool ab = !w && was_abandoned(ic, h->id);
         if (w)
-                waiter_unlink(ic, w);
+                waiter_take_locked(ic, w);
         pthread_mutex_unlock(&ic->mu);
         if (!w)
                 return rx_orphan(ic, h, ab);
