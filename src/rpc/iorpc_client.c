@@ -10,10 +10,10 @@
  * SO_RCVLOWAT set: one wake-up per piece instead of one per segment. Each piece's chunk CRCs are
  * checked right after it landed, while it is still in this CPU's cache. When its own answer is
  * in, the reader hands the socket to the oldest caller still waiting (one futex wake-up) and
- * returns. A caller alone on its connection thus sleeps only in poll and is woken by the kernel
- * once its answer is there, as on a pool connection; a dedicated receiver thread cost a second
- * wake-up and a thread switch per answer, paid partly by the member on loopback (the profile is
- * in docs/benchmarks.md). Other callers sleep on a futex in their own waiter and are woken once,
+ * returns. A caller alone on its connection thus sleeps only in the kernel (recv, poll) and is
+ * woken once its answer is there, as on a pool connection; a dedicated receiver thread cost a
+ * second wake-up and a thread switch per answer, paid partly by the member on loopback (the profile
+ * is in docs/benchmarks.md). Other callers sleep on a futex in their own waiter and are woken once,
  * with the verdict or with the reader's role. A caller that gives up (deadline) leaves its id in
  * a short "abandoned" list so that a late answer is drained instead of being taken for a protocol
  * error; any other unknown or mismatched answer resets the connection.
@@ -48,19 +48,18 @@
 #include "metrics/metrics.h"
 #include "rpc/client_conn.h"
 
-#define WAIT_BUCKETS 256
-#define ABANDONED    256
-#define MAX_PEERS    1024
-#define STALL_NS     (10ULL * 1000000000ULL)
-#define RX_POLL_MS   200 /* a reader looks at its deadline and the flags this often when idle */
-#define REQ_MAX      2048
+#define ABANDONED  256
+#define MAX_PEERS  1024
+#define STALL_NS   (10ULL * 1000000000ULL)
+#define RX_POLL_MS 200 /* a reader looks at its deadline and the flags this often when idle */
+#define REQ_MAX    2048
 /* Staging holds any whole frame without its payload: the largest body is a READ_RESP naming the
  * CRCs of a 64 MiB block (28 + 4 x 1024 bytes). */
 #define STAGE 16384
 
 enum waiter_state {
-        W_PENDING, /* in the table; the caller may still give up */
-        W_LEAD,    /* in the table, and handed the reader's role by the last reader */
+        W_PENDING, /* among the waiters; the caller may still give up */
+        W_LEAD,    /* among the waiters, and handed the reader's role by the last reader */
         W_RECV,    /* taken by the reader, which is filling the caller's buffer */
         W_DONE     /* RC is final; the reader no longer touches the waiter */
 };
@@ -72,8 +71,7 @@ struct waiter {
         struct shoal_block_id want;
         uint32_t state; /* futex word, enum waiter_state (atomic) */
         int rc;
-        struct waiter *next;          /* in its bucket */
-        struct waiter *older, *newer; /* in the order the requests were sent */
+        struct waiter *older, *newer; /* the connection's waiters, in the order sent */
 };
 
 struct peer;
@@ -84,7 +82,8 @@ struct iconn {
         struct shoal_iorpc *cl;
         pthread_mutex_t mu;      /* the waiters, inflight, the abandoned ids, reading */
         pthread_mutex_t send_mu; /* one whole request frame at a time */
-        struct waiter *table[WAIT_BUCKETS];
+        /* Answers come back nearly in order, so finding one from the oldest end is short, and
+         * the oldest waiting caller is the one the reader's role passes to. */
         struct waiter *oldest, *newest;
         unsigned inflight; /* written under mu, read atomically by pick */
         uint32_t max_inflight;
@@ -157,7 +156,7 @@ static void waiter_set(struct waiter *w, uint32_t state, bool wake)
 }
 
 /* Gives W its verdict RC and wakes its caller (unless WAKE is false: the reader's own). W must
- * be out of the table (or owned by the reader); after the store the caller may return at once,
+ * be out of the waiters (or owned by the reader); after the store the caller may return at once,
  * so W is not touched again (waking a futex word that is gone is harmless: the kernel only uses
  * the address as a key). */
 static void waiter_finish(struct waiter *w, int rc, bool wake)
@@ -166,14 +165,9 @@ static void waiter_finish(struct waiter *w, int rc, bool wake)
         waiter_set(w, W_DONE, wake);
 }
 
-static struct waiter **bucket(struct iconn *ic, uint64_t id)
-{
-        return &ic->table[(id ^ (id >> 8)) % WAIT_BUCKETS];
-}
-
 static struct waiter *waiter_find(struct iconn *ic, uint64_t id)
 {
-        for (struct waiter *w = *bucket(ic, id); w; w = w->next)
+        for (struct waiter *w = ic->oldest; w; w = w->newer)
                 if (w->id == id)
                         return w;
         return NULL;
@@ -182,31 +176,20 @@ static struct waiter *waiter_find(struct iconn *ic, uint64_t id)
 /* ic->mu held. */
 static void waiter_link(struct iconn *ic, struct waiter *w)
 {
-        struct waiter **bk = bucket(ic, w->id);
-        w->next = *bk;
-        *bk = w;
         w->older = ic->newest;
         w->newer = NULL;
-        if (ic->newest)
-                ic->newest->newer = w;
-        else
-                ic->oldest = w;
+        *(ic->newest ? &ic->newest->newer : &ic->oldest) = w;
         ic->newest = w;
         __atomic_store_n(&ic->inflight, ic->inflight + 1, __ATOMIC_RELAXED);
 }
 
-/* ic->mu held. */
+/* W is among the waiters (W_PENDING or W_LEAD): every unlink moves it on to W_RECV or W_DONE
+ * under the same hold of ic->mu, so it is never unlinked twice. ic->mu held. */
 static void waiter_unlink(struct iconn *ic, struct waiter *w)
 {
-        for (struct waiter **pp = bucket(ic, w->id); *pp; pp = &(*pp)->next) {
-                if (*pp == w) {
-                        *pp = w->next;
-                        *(w->older ? &w->older->newer : &ic->oldest) = w->newer;
-                        *(w->newer ? &w->newer->older : &ic->newest) = w->older;
-                        __atomic_store_n(&ic->inflight, ic->inflight - 1, __ATOMIC_RELAXED);
-                        return;
-                }
-        }
+        *(w->older ? &w->older->newer : &ic->oldest) = w->newer;
+        *(w->newer ? &w->newer->older : &ic->newest) = w->older;
+        __atomic_store_n(&ic->inflight, ic->inflight - 1, __ATOMIC_RELAXED);
 }
 
 /* The reader takes W out of the waiters to finish it after ic->mu is let go: W_RECV keeps its
