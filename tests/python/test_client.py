@@ -151,10 +151,11 @@ def _iorpc_port(harness, name):
 
 
 def _client_sockets(port):
-    """This host's TCP sockets connected to PORT, but those in TIME-WAIT (no fd holds them)."""
-    out = subprocess.run(["ss", "-Htan", "dport = :%d" % port], capture_output=True, text=True,
+    """This process's TCP sockets connected to PORT (another test may listen on it later)."""
+    out = subprocess.run(["ss", "-Htanp", "dport = :%d" % port], capture_output=True, text=True,
                          check=True).stdout
-    return [l for l in out.splitlines() if l.strip() and not l.startswith("TIME-WAIT")]
+    mine = "pid=%d," % os.getpid()
+    return [l for l in out.splitlines() if mine in l]
 
 
 def test_iorpc_connections_to_a_restarted_member_close(harness, tmp_path):
