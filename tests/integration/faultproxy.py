@@ -28,7 +28,8 @@ import time
 
 listen_port, target, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 thost, tport = target.rsplit(":", 1)
-stats = {"conns": 0, "flips": 0, "cuts": 0, "resets": 0, "answers": 0, "clean_closes": 0}
+stats = {"conns": 0, "flips": 0, "cuts": 0, "resets": 0, "answers": 0, "clean_closes": 0,
+         "spared": 0}
 lock = threading.Lock()
 READ_RESP = 17  # frame type of an answer to a read (docs/iorpc-protocol.md)
 cut_points = [10, 32, 100000, 32 + 28 + 4 * 64 + 4 * 1024 * 1024 - 1]
@@ -93,6 +94,7 @@ def mix_conn(server, client, n):
     life = 1 if mode == "once" else rnd.randint(1, 40)
     damage = ["cut", "reset", "flip"][(n // 30) % 3] if n % 30 == 0 and mode == "mix" else None
     hit = rnd.randint(1, life)
+    applied = False
     k = 0
     sbuf = bytearray()
     end = "closed"
@@ -123,6 +125,7 @@ def mix_conn(server, client, n):
                         continue
                     k += 1
                     if damage and k == hit:
+                        applied = True
                         at = rnd.randrange(len(frame))
                         if damage == "flip":
                             frame[at] ^= 1 << rnd.randrange(8)
@@ -141,6 +144,10 @@ def mix_conn(server, client, n):
                             stats["clean_closes"] += 1
     except (OSError, StopIteration):
         pass
+    if damage and not applied:
+        # Chosen, but the client closed it (or the run ended) before the answer to damage.
+        with lock:
+            stats["spared"] += 1
     if end == "reset":
         client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     else:

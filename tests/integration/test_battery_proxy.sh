@@ -53,10 +53,13 @@ remote=$(result_field mix remote)
 # The rest: buffer hits, reads that joined another thread's fill of the same block, and reads
 # in the moment a failed member is avoided.
 [ "$remote" -ge $((READS * 85 / 100)) ] || fail "only $remote of $READS reads went to the proxy"
-# 1 in 30 connections damaged, each kind by turns: enough of each to mean something.
-[ "$conns" -ge $((READS / 60)) ] && [ $((damaged * 30)) -ge $((conns - 30)) ] &&
-  [ $((damaged * 30)) -le $((conns + 30)) ] ||
-  fail "the proxy damaged $damaged of $conns connections"
+# 1 in 30 connections damaged, each kind by turns: enough of each to mean something. A chosen
+# connection is spared when the client closed it before the answer to damage, or still held it
+# when the readers stopped (16 threads: at most one each): no more than 17 of them.
+spared=$(pstat spared)
+chosen=$((conns / 30))
+[ "$conns" -ge $((READS / 60)) ] && [ "$damaged" -le "$chosen" ] && [ $((chosen - damaged)) -le 17 ] ||
+  fail "the proxy damaged $damaged of $conns connections ($chosen chosen; $spared spared before the end)"
 [ "$cuts" -ge $((READS / 6000)) ] && [ "$resets" -ge $((READS / 6000)) ] && [ "$flips" -ge $((READS / 6000)) ] ||
   fail "too few of each fault: cut $cuts, reset $resets, corrupted $flips"
 fb=$(result_field mix fallbacks)
