@@ -8,9 +8,10 @@ PKGS=(
   libfabric-dev libfabric-bin libfuse3-dev fuse3 liburing-dev libcurl4-openssl-dev
   libsqlite3-dev sqlite3 libhiredis-dev redis-server libssl-dev libcmocka-dev
   nginx memcached iperf3 fio wrk time iproute2 procps psmisc util-linux curl python3
-  prometheus python3-yaml
+  prometheus python3-yaml systemd
 )
 
+# systemd brings systemd-analyze, with which test_deploy verifies the units in deploy/.
 # clang and libclang-rt-dev (the default clang's libFuzzer and sanitizer runtimes) build the fuzz
 # targets that scripts/fuzz.sh runs, also as a step of scripts/test.sh.
 

@@ -611,9 +611,13 @@ def session(addr, secret_file):
 
 
 def answer(s):
-    """'resp', 'error STATUS', or 'closed' for the next answer on S (10 s at most)."""
+    """'resp', 'error STATUS', 'closed' (the member closed: EOF or a reset), or 'timeout' (no
+    answer within S's timeout: a member gone silent is not one that closed) for the next answer
+    on S."""
     try:
         typ, status, _, body, _ = read_frame(s)
+    except socket.timeout:
+        return "timeout"
     except (ConnectionError, OSError):
         return "closed"
     if typ == PUT_RESP:

@@ -35,6 +35,10 @@ export IPATH_NO_BACKTRACE=1
 # What counts as a report in a log or a sanitizer file.
 REPORT_RE='terminated with signal [0-9]+ at PC|ERROR: [A-Za-z]*Sanitizer|SUMMARY: [A-Za-z]*Sanitizer|[A-Za-z]*Sanitizer:DEADLYSIGNAL|runtime error:|Assertion .* failed|Segmentation fault|stack smashing detected|double free or corruption|malloc\(\): |free\(\): invalid'
 
+# What also counts as a report in a helper's log (the Python helpers: fakemember.py,
+# faultproxy.py, frames.py...): an uncaught exception, in the main thread or another one.
+HELPER_RE='Traceback \(most recent call last\)|^Exception in thread '
+
 # Compatibility: tests may still add PIDs here; the harness stops them like any other process.
 PIDS=()
 MOUNTS=()
@@ -306,7 +310,10 @@ _verdict() {
     esac
   fi
   # shellcheck disable=SC2086
-  scan_reports ${P_LOGS[$i]} "$T/san/report.$pid"
+  case $kind in
+    helper) REPORT_RE="$REPORT_RE|$HELPER_RE" scan_reports ${P_LOGS[$i]} "$T/san/report.$pid" ;;
+    *) scan_reports ${P_LOGS[$i]} "$T/san/report.$pid" ;;
+  esac
 }
 
 # stop_proc NAME [SECONDS] — SIGTERM (after SIGCONT, when it is stopped), waits (default 30 s,
@@ -574,6 +581,16 @@ wait_members() {
   done
   "$SHOAL" group --meta "$1" --cache-group "$2" >&2 || true
   fail "group $2 did not reach $3 live members"
+}
+
+# wait_member_alive META GROUP ID — waits until the member ID itself is listed alive (another
+# member's record, or a stale one of a process just killed, must not do).
+wait_member_alive() {
+  _member_alive() { "$SHOAL" group --meta "$1" --cache-group "$2" 2>/dev/null | awk -v id="$3" '$1 == id && $8 == "yes" {f = 1} END {exit !f}'; }
+  wait_until 20 _member_alive "$@" || {
+    "$SHOAL" group --meta "$1" --cache-group "$2" >&2 || true
+    fail "member $3 is not alive in group $2"
+  }
 }
 
 # start_redis — a redis-server on a free loopback port; sets REDIS_URL.

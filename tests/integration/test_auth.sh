@@ -83,10 +83,8 @@ read_all "$META" g "$T/sum.right" --group-secret-file "$T/secret"
 [ "$(sum_field "object store GETs" "$T/sum.right")" -eq 0 ] || fail "the member did not serve the right secret"
 
 echo "== a fake member relays the handshake to the real one: refused, nothing read from it"
-python3 "$HERE/fakemember.py" attack relay "$T/meta.db" g "$S" 4194304 "127.0.0.1:$POOL" \
-  "$T/fake.stats" >"$T/fake.out" &
-FAKE=$!
-PIDS+=("$FAKE")
+start_bg fake -- python3 "$HERE/fakemember.py" attack relay "$T/meta.db" g "$S" 4194304 \
+  "127.0.0.1:$POOL" "$T/fake.stats"
 wait_members "$META" g 2
 FPORT=$(awk '{print $2}' "$T/fake.out")
 read_all "$META" g "$T/sum.relay" --group-secret-file "$T/secret"
@@ -103,17 +101,14 @@ scrape "127.0.0.1:$MPORT" /metrics "$T/metrics"
 mfail=$(awk '$1 ~ /^remotecache_auth_failures/ {print $2; exit}' "$T/metrics")
 echo "  member: remotecache_auth_failures $mfail"
 [ -n "$mfail" ] && [ "${mfail%.*}" -ge 1 ] || fail "the member counted no auth failure"
-kill "$FAKE"
-wait "$FAKE" 2>/dev/null || true
+stop_proc fake # exit 0 or 143, no traceback
 python3 -c "import sqlite3; c=sqlite3.connect('$T/meta.db'); c.execute(\"DELETE FROM shoal_members WHERE record LIKE '%|proxy|%'\"); c.commit()"
 wait_members "$META" g 1
 
 echo "== a fake member that does not ask for the secret: refused; a client without one is fooled"
 rm -f "$T/fake.stats"
-python3 "$HERE/fakemember.py" attack noauth "$T/meta.db" g "$S" 4194304 "127.0.0.1:$POOL" \
-  "$T/fake.stats" >"$T/fake.out" &
-FAKE=$!
-PIDS+=("$FAKE")
+start_bg fake -- python3 "$HERE/fakemember.py" attack noauth "$T/meta.db" g "$S" 4194304 \
+  "127.0.0.1:$POOL" "$T/fake.stats"
 wait_members "$META" g 2
 FPORT=$(awk '{print $2}' "$T/fake.out")
 read_all "$META" g "$T/sum.noauth" --group-secret-file "$T/secret"
@@ -137,8 +132,7 @@ for i in $(seq 0 $((N - 1))); do
 done
 echo "  control: $fooled of $N objects came forged from the fake to a client without a secret"
 [ "$fooled" -ge 1 ] && [ "$(fake_stat reads)" -ge 1 ] || fail "the fake could not forge anything: the refusals above prove nothing"
-kill "$FAKE"
-wait "$FAKE" 2>/dev/null || true
+stop_proc fake # exit 0 or 143, no traceback
 
 echo "== a client with a secret refuses a member without one"
 start_member n "$S" --meta "sqlite3://$T/meta2.db" --cache-group g2 --group-ip 127.0.0.1 2>"$T/n.err"

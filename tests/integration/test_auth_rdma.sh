@@ -64,8 +64,7 @@ grep -q "refusing to listen for RDMA on va-$$ (10.203.0.1) without a group secre
 "${IN_NS[@]}" "$SHOAL" serve "$S" --cache-dir "$T/v.cache" --meta "sqlite3://$T/x.db" \
   --cache-group gx --group-ip 127.0.0.1 --rdma-network "va-$$" --group-secret-file "$T/secret" \
   --log-file "$T/v.log" 2>"$T/v.err" &
-PID_v=$!
-PIDS+=("$PID_v")
+track v $! member "$T/v.log" "$T/v.err"
 wait_for grep -q "rdma listening on 10.203.0.1:" "$T/v.log" || fail "member with a secret did not listen: $(tail -n 3 "$T/v.log")"
 stop_member v
 
@@ -94,31 +93,41 @@ echo "== a relay to the member's RDMA listener through another address is refuse
 BPOOL=$(grep -o "tcp pool 127.0.0.1:[0-9]*" "$T/b.log" | head -n 1 | cut -d: -f2)
 BRDMA=$(grep -o "rdma listening on 127.0.0.1:[0-9]*" "$T/b.log" | head -n 1 | awk '{print $NF}')
 PP=$(free_port)
-python3 "$HERE/faultproxy.py" "$PP" "$BRDMA" pass >"$T/proxy.out" &
-PROXY=$!
-PIDS+=("$PROXY")
-python3 "$HERE/fakemember.py" attack relay "$T/b.db" gb "$S" 4194304 "127.0.0.1:$BPOOL" \
-  "$T/fake.stats" "127.0.0.1:$PP" >"$T/fake.out" &
-FAKE=$!
-PIDS+=("$FAKE")
+start_bg proxy -- python3 "$HERE/faultproxy.py" "$PP" "$BRDMA" pass
+start_bg fake -- python3 "$HERE/fakemember.py" attack relay "$T/b.db" gb "$S" 4194304 \
+  "127.0.0.1:$BPOOL" "$T/fake.stats" "127.0.0.1:$PP"
+# Wait for the fake's own record (the real member's alone, or a stale one, must not do).
+wait_for grep -q . "$T/fake.out" || fail "the fake member did not start: $(cat "$T/fake.err")"
+FID=$(awk '{print $1; exit}' "$T/fake.out")
+wait_member_alive "sqlite3://$T/b.db" gb "$FID"
 wait_members "sqlite3://$T/b.db" gb 2
+# The member's RDMA refusals are logged by its RDMA connections ("rdma: peer ..."), its TCP ones
+# by the server ("server: peer ..."): count the RDMA ones before the relay step, so that the
+# lines the wrong-secret step wrote do not count.
+WRONG_RE='<WARNING>: rdma: peer [^ ]* failed the handshake: wrong proof'
+n0=$(grep -c -E "$WRONG_RE" "$T/b.log" || true)
 scrape "127.0.0.1:$MPORT" /metrics "$T/m0"
 read_all "sqlite3://$T/b.db" gb "$T/sum.relay" --group-secret-file "$T/secret"
 scrape "127.0.0.1:$MPORT" /metrics "$T/m1"
-kill -TERM "$PROXY"
-wait "$PROXY" 2>/dev/null || true
+stop_proc proxy # exit 0 or 143, no traceback
+stop_proc fake
+n1=$(grep -c -E "$WRONG_RE" "$T/b.log" || true)
 metric() { awk -v n="$1" '$1 ~ "^"n"({|$)" {print $2; exit}' "$2"; }
 f0=$(metric remotecache_auth_failures "$T/m0")
 f1=$(metric remotecache_auth_failures "$T/m1")
-echo "  proxy: $(cat "$T/proxy.out"); fake: $(tr '\n' ' ' <"$T/fake.stats"); member auth failures $f0 -> $f1"
+fake_stat() { awk -v k="$1" '$1 == k {print $2}' "$T/fake.stats"; }
+tcp_refused=$(fake_stat member_refused)
+echo "  proxy: $(cat "$T/proxy.out"); fake: $(tr '\n' ' ' <"$T/fake.stats"); member auth failures $f0 -> $f1; RDMA wrong-proof lines $n0 -> $n1"
 grep -q "conns [1-9]" "$T/proxy.out" || fail "no client dialed the relayed RDMA address"
-[ "${f1%.*}" -gt "${f0%.*}" ] || fail "the member refused no relayed RDMA handshake"
+# The fake's TCP relay moves the same counter: what it saw refused is taken off, and the rest
+# must be the member's RDMA listener refusing the relayed proofs.
+[ $((${f1%.*} - ${f0%.*})) -gt "${tcp_refused:-0}" ] ||
+  fail "the member refused no relayed RDMA handshake (auth failures $f0 -> $f1, $tcp_refused of them the fake's TCP relay)"
+[ "$n1" -gt "$n0" ] || fail "the member's RDMA listener logged no wrong proof during the relay step"
 grep -q "rdma: handshake with member 127.0.0.1:$PP failed" "$T/sum.relay.log" ||
   fail "the client logged no refusal of the relayed RDMA member"
-grep -q "peer .* failed the handshake: wrong proof" "$T/b.log" || fail "the member logged no wrong proof"
-[ "$(awk '$1 == "reads" {print $2}' "$T/fake.stats")" -eq 0 ] || fail "the fake was sent reads"
-kill "$FAKE"
-wait "$FAKE" 2>/dev/null || true
+[ "$(sum_field "rdma bytes" "$T/sum.relay")" -gt 0 ] || fail "the real member served nothing over RDMA"
+[ "$(fake_stat reads)" -eq 0 ] || fail "the fake was sent reads"
 
 for m in a b; do stop_member "$m"; done
 echo "PASS test_auth_rdma"

@@ -2,14 +2,15 @@
 # Battery: the server-wide in-flight cap [R4; RELIABILITY: overload]. 3000 reads of 1 MiB are
 # pipelined over sixty IORPC connections (50 each, under one connection's bound of 64) and none of
 # their answers is read until the test has looked at the member: with the answers stuck in socket
-# buffers, the member must hold exactly 2048 requests in process (mount_iorpc_inflight, and its
-# high-water mark, exactly 2048) and the rest waiting in its queue (mount_iorpc_queued > 0). A cap
-# of 1, or of 4096, fails here. Then every answer is read, all 3000 arrive without an error, the
+# buffers, the member must hold exactly its cap of requests in process (mount_iorpc_inflight, and
+# its high-water mark, exactly the cap) and the rest waiting in its queue (mount_iorpc_queued > 0).
+# The cap follows RLIMIT_NOFILE (src/rpc/server.c limits_derive: 2048 at most); the member logs
+# the one it derived ("N requests in process"), and the test holds it to that. A cap of 1, or of
+# 4096, fails here. Then every answer is read, all 3000 arrive without an error, the
 # gauges return to 0, and a client reads every object byte-exact through the member.
 . "$(dirname "$0")/lib.sh"
 export SHOAL_GROUP_TIMEOUT=10s SHOAL_GROUP_HEARTBEAT=200ms
 FRAMES="python3 $(dirname "$0")/frames.py"
-CAP=2048
 STORE=$T/store
 make_object "$STORE/x.bin" $((40 * 1024 * 1024))
 S="file://$STORE"
@@ -17,6 +18,10 @@ META="sqlite3://$T/meta.db"
 start_member m "$S" --meta "$META" --cache-group g --group-ip 127.0.0.1 --metrics 127.0.0.1:0
 wait_members "$META" g 1
 M=$(metrics_addr m)
+CAP=$(grep -o -E '[0-9]+ requests in process' "$T/m.log" | tail -n 1 | cut -d' ' -f1)
+[ -n "$CAP" ] || fail "the member logged no in-process cap: $(grep -m 1 'open files' "$T/m.log")"
+[ "$CAP" -ge 8 ] && [ "$CAP" -le 2048 ] || fail "in-process cap $CAP outside 8..2048"
+echo "  in-process cap $CAP ($(grep -o -E 'open files: [0-9]+' "$T/m.log" | tail -n 1))"
 RPC=$(member_port m iorpc)
 readers warm "$S" --all --verify-dir "$STORE" --meta "$META" --cache-group g --threads 2
 [ "$(result_field warm fallbacks)" -eq 0 ] || fail "the member did not serve the warm-up"

@@ -66,7 +66,16 @@ sleep 1
 rss1=$(rss_kb)
 gets=$((g1 - g0))
 echo "  store GETs for $NOBJ reads of closed connections: $gets; resident ${rss0} -> ${rss1} KiB"
-[ "$gets" -le $((NOBJ / 2)) ] || fail "requests of closed connections still ran: $gets store GETs"
+# The bound comes from the member's limits (src/rpc/server.c): a connection has at most
+# CONN_ACTIVE_MAX (64) requests read and not answered, taken in batches of READ_BUDGET (32) frames
+# a loop round; the peer has closed before the member reads them, so the close is seen right after
+# the second batch is read and that batch's requests, queued, must never start. A member that
+# starts a closed connection's queued requests makes every one it read a store GET: CONNS x 64
+# (992 of 1024 measured with that check removed, docs/reliability.md); one that drops them makes
+# about one batch a connection (458 measured). Three quarters of CONNS x 64 is the line between.
+CONNS=$((NOBJ / 128))
+[ "$gets" -le $((CONNS * 64 * 3 / 4)) ] ||
+  fail "requests of closed connections still ran: $gets store GETs (at most $((CONNS * 64 * 3 / 4)) of the $((CONNS * 64)) read may)"
 [ $((rss1 - rss0)) -lt $((16 * 1024)) ] || fail "memory grew by $(((rss1 - rss0) / 1024)) MiB"
 kill -0 "$PID_m" || fail "member died"
 

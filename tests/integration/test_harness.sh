@@ -151,6 +151,11 @@ case_ pids 1 'sleep 30 & PIDS+=($!); kill -KILL $!'
 echo "== a process in PIDS that exited 1, which the test waited for and checked: pass"
 case_ pids-waited 0 'bash -c "exit 1" & p=$!; PIDS+=($p); wait_exit $p; [ "$EXIT_RC" -eq 1 ] || fail rc'
 case_ pids-waited2 0 'bash -c "exit 1" & p=$!; PIDS+=($p); wait $p || true'
+echo "== a Python helper with a traceback in a thread, stopped by SIGTERM: fail"
+case_ helper-traceback 1 'start_bg h -- python3 -c "import threading, time; t = threading.Thread(target=lambda: 1 / 0); t.start(); t.join(); time.sleep(60)"; wait_log "$T/h.err" ZeroDivisionError'
+echo "== a Python helper that exits 3 on its own: fail; one stopped by SIGTERM: pass"
+case_ helper-exit 1 'start_bg h -- python3 -c "import sys; sys.exit(3)"; wait_until 20 eval "! proc_running h"'
+case_ helper-clean 0 'start_bg h -- python3 -c "import time; time.sleep(60)"'
 echo "== skip outside CI: 77, recorded"
 : >"$T/skips"
 case_ skip 77 'skip "no frobnicator"'

@@ -57,6 +57,8 @@ if command -v c++ >/dev/null; then
   echo '#include <shoal/shoal.h>
 int main() { return shoal_version() ? 0 : 1; }' | c++ -x c++ -Wall -Werror -fsyntax-only \
     $(pkg-config --cflags shoal) - || fail "the header does not compile as C++"
+else
+  skip_section "no C++ compiler (c++, from build-essential): the header's C++ check did not run"
 fi
 
 echo "== a tree with awkward keys"

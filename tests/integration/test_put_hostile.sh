@@ -36,9 +36,14 @@ refused=$(metric "$AM" remotecache_put_refused)
 echo "== the true put is what a reader gets: the block is served from the cache, no store read"
 mark=$(log_mark m)
 "$SHOAL" cat "$S" good.bin --meta "$META" --cache-group ph --no-sharing --cache-size 0 \
-  --block-size 64K --group-secret-file "$T/secret" --log-level error >"$T/good.out" ||
-  fail "reading good.bin failed"
+  --block-size 64K --group-secret-file "$T/secret" --log-level error --summary >"$T/good.out" \
+  2>"$T/good.sum" || fail "reading good.bin failed"
 cmp -s "$T/good.out" "$STORE/good.bin" || fail "good.bin read through the group differs"
+# The member's log shows no store GET of block 0 also when the client read it from the store
+# itself: the client's own summary says the member served both blocks.
+[ "$(summary_field fallbacks "$T/good.sum")" -eq 0 ] || fail "the client fell back: $(cat "$T/good.sum")"
+[ "$(summary_field "object store GETs" "$T/good.sum")" -eq 0 ] ||
+  fail "the client read good.bin from the store: $(cat "$T/good.sum")"
 gets=$(store_gets_since m "$mark" | grep -c '^good.bin 0$' || true)
 [ "$gets" -eq 0 ] || fail "block 0 of good.bin was read from the store $gets times"
 

@@ -58,9 +58,7 @@ start_member a "$S" --meta "sqlite3://$T/a.db" --cache-group ga --group-ip 127.0
   --group-secret-file "$T/secret" "${BS[@]}" --metrics "127.0.0.1:$MP" 2>"$T/a.err"
 wait_members "sqlite3://$T/a.db" ga 1
 RA=$(grep -o "rdma listening on 127.0.0.1:[0-9]*" "$T/a.log" | head -n 1 | awk '{print $NF}')
-"$PEER" flood "$RA" 127.0.0.2 200 600 "$T/flood.stats" 2>"$T/flood.err" &
-FLOOD=$!
-PIDS+=("$FLOOD")
+start_bg flood -- "$PEER" flood "$RA" 127.0.0.2 200 600 "$T/flood.stats"
 wait_for grep -q "refused [1-9]" "$T/flood.stats" || fail "the flood was never refused: $(cat "$T/flood.stats" "$T/flood.err" 2>/dev/null)"
 sleep 1
 pre=$(int "$(metric "127.0.0.1:$MP" rdma_preauth_conns)")
@@ -73,8 +71,7 @@ echo "  flood: $(tr '\n' ' ' <"$T/flood.stats"); member: $pre authenticating, $r
 read_all "sqlite3://$T/a.db" ga "$T/sum.flood"
 [ "$(sum_field "rdma bytes" "$T/sum.flood")" -gt 0 ] || fail "the client did not read over RDMA during the flood"
 [ "$(sum_field "object store GETs" "$T/sum.flood")" -eq 0 ] || fail "the client went to the store"
-kill "$FLOOD"
-wait "$FLOOD" 2>/dev/null || true
+stop_proc flood
 wait_for test "$(int "$(metric "127.0.0.1:$MP" rdma_preauth_conns)")" -eq 0 || fail "authenticating connections left after the flood"
 wait_for test "$(int "$(metric "127.0.0.1:$MP" rdma_registered_bytes)")" -eq 0 || fail "registered memory left after the clients"
 stop_member a
@@ -84,18 +81,20 @@ MP=$(free_port)
 prlimit --nofile=256:256 "$SHOAL" serve "$S" --cache-dir "$T/f.cache" --log-file "$T/f.log" \
   --meta "sqlite3://$T/f.db" --cache-group gf --group-ip 127.0.0.1 --rdma-network lo \
   --group-secret-file "$T/secret" "${BS[@]}" --metrics "127.0.0.1:$MP" 2>"$T/f.err" &
-PID_f=$!
-PIDS+=("$PID_f")
+track f $! member "$T/f.log" "$T/f.err"
 wait_members "sqlite3://$T/f.db" gf 1
 RF=$(grep -o "rdma listening on 127.0.0.1:[0-9]*" "$T/f.log" | head -n 1 | awk '{print $NF}')
-"$PEER" flood "$RF" 127.0.0.2 200 600 "$T/flood2.stats" 2>"$T/flood2.err" &
-FLOOD=$!
-PIDS+=("$FLOOD")
+start_bg flood2 -- "$PEER" flood "$RF" 127.0.0.2 200 600 "$T/flood2.stats"
 wait_for grep -q "refused [1-9]" "$T/flood2.stats" || fail "the flood at nofile 256 was never refused"
 read_all "sqlite3://$T/f.db" gf "$T/sum.nofile"
-echo "  flood: $(tr '\n' ' ' <"$T/flood2.stats"); reads: rdma $(sum_field "rdma bytes" "$T/sum.nofile"), iorpc $(sum_field "iorpc bytes" "$T/sum.nofile")"
-kill "$FLOOD"
-wait "$FLOOD" 2>/dev/null || true
+echo "  flood: $(tr '\n' ' ' <"$T/flood2.stats"); reads: rdma $(sum_field "rdma bytes" "$T/sum.nofile"), iorpc $(sum_field "iorpc bytes" "$T/sum.nofile"), fallbacks $(sum_field fallbacks "$T/sum.nofile"), store GETs $(sum_field "object store GETs" "$T/sum.nofile")"
+# Exact bytes alone pass when every read fell back to the store: the member must have served them.
+[ "$(sum_field "object store GETs" "$T/sum.nofile")" -eq 0 ] ||
+  fail "at nofile 256 the client read from the store: $(tail -n 1 "$T/sum.nofile")"
+[ "$(sum_field fallbacks "$T/sum.nofile")" -eq 0 ] || fail "at nofile 256 the client fell back"
+[ $(($(sum_field "rdma bytes" "$T/sum.nofile") + $(sum_field "iorpc bytes" "$T/sum.nofile"))) -gt 0 ] ||
+  fail "at nofile 256 the member served nothing over RDMA or IORPC"
+stop_proc flood2
 stop_member f
 
 echo "== a member that rewrites requesters' buffers after answering changes no byte"
@@ -103,16 +102,14 @@ start_member b "$S" --meta "sqlite3://$T/b.db" --cache-group gb --group-ip 127.0
   --group-secret-file "$T/secret" "${BS[@]}" 2>"$T/b.err"
 wait_members "sqlite3://$T/b.db" gb 1
 BPOOL=$(grep -o "tcp pool 127.0.0.1:[0-9]*" "$T/b.log" | head -n 1 | cut -d: -f2)
-"$PEER" evil "$T/secret" 0123456789abcdef0123456789abcdef "$STORE" "$S" 65536 300 "$T/evil.stats" \
-  >"$T/evil.port" 2>"$T/evil.err" &
-EVIL=$!
-PIDS+=("$EVIL")
-wait_for test -s "$T/evil.port" || fail "the evil member did not start: $(cat "$T/evil.err")"
+start_bg evil -- "$PEER" evil "$T/secret" 0123456789abcdef0123456789abcdef "$STORE" "$S" 65536 300 \
+  "$T/evil.stats"
+wait_for test -s "$T/evil.out" || fail "the evil member did not start: $(cat "$T/evil.err")"
 # Registered as a member whose TCP side is b's pool (honest) and whose RDMA side is the evil peer.
-python3 "$HERE/fakemember.py" "$T/b.db" gb "127.0.0.1:$BPOOL" "$S" 65536 \
-  "127.0.0.1:$(cat "$T/evil.port")" >"$T/fake.id" &
-FAKE=$!
-PIDS+=("$FAKE")
+start_bg fake -- python3 "$HERE/fakemember.py" "$T/b.db" gb "127.0.0.1:$BPOOL" "$S" 65536 \
+  "127.0.0.1:$(cat "$T/evil.out")"
+wait_for test -s "$T/fake.out" || fail "the fake record did not start: $(cat "$T/fake.err")"
+wait_member_alive "sqlite3://$T/b.db" gb "$(head -n 1 "$T/fake.out")"
 wait_members "sqlite3://$T/b.db" gb 2
 MNT=$T/mnt
 start_mount m "$S" "$MNT" --meta "sqlite3://$T/b.db" --cache-group gb --no-sharing --cache-size 0 \
@@ -133,24 +130,28 @@ echo "  evil member: $(tr '\n' ' ' <"$T/evil.stats")"
 stop_mount m "$MNT"
 
 echo "== ... and one that writes at once behind its answer: still no wrong byte"
-kill "$EVIL"
-wait "$EVIL" 2>/dev/null || true
-: >"$T/evil.port"
-"$PEER" evil "$T/secret" 0123456789abcdef0123456789abcdef "$STORE" "$S" 65536 0 "$T/evil.stats" \
-  >"$T/evil.port" 2>"$T/evil.err" &
-EVIL=$!
-PIDS+=("$EVIL")
-wait_for test -s "$T/evil.port" || fail "the evil member did not restart"
-kill "$FAKE"
-wait "$FAKE" 2>/dev/null || true
-python3 "$HERE/fakemember.py" "$T/b.db" gb "127.0.0.1:$BPOOL" "$S" 65536 \
-  "127.0.0.1:$(cat "$T/evil.port")" >"$T/fake2.id" &
-PIDS+=($!)
-sleep 1
+stop_proc evil
+start_bg evil0 -- "$PEER" evil "$T/secret" 0123456789abcdef0123456789abcdef "$STORE" "$S" 65536 0 \
+  "$T/evil0.stats"
+wait_for test -s "$T/evil0.out" || fail "the evil member did not restart: $(cat "$T/evil0.err")"
+OLD=$(head -n 1 "$T/fake.out")
+stop_proc fake
+start_bg fake2 -- python3 "$HERE/fakemember.py" "$T/b.db" gb "127.0.0.1:$BPOOL" "$S" 65536 \
+  "127.0.0.1:$(cat "$T/evil0.out")"
+wait_for test -s "$T/fake2.out" || fail "the second fake record did not start: $(cat "$T/fake2.err")"
+# The new record alive, and the killed fake's stale one (pointing at the stopped evil peer) gone:
+# two live members can be b and that stale record, with the new evil peer never used.
+wait_member_alive "sqlite3://$T/b.db" gb "$(head -n 1 "$T/fake2.out")"
 wait_members "sqlite3://$T/b.db" gb 2
+"$SHOAL" group --meta "sqlite3://$T/b.db" --cache-group gb | awk -v id="$OLD" '$1 == id && $8 == "yes" {exit 1}' ||
+  fail "the stopped fake's record is still alive"
 read_all "sqlite3://$T/b.db" gb "$T/sum.evil0"
-echo "  evil member: $(tr '\n' ' ' <"$T/evil.stats")"
-kill "$EVIL"
-wait "$EVIL" 2>/dev/null || true
+stat0() { awk -v n="$1" '$1 == n {print $2}' "$T/evil0.stats"; }
+echo "  evil member: $(tr '\n' ' ' <"$T/evil0.stats")"
+[ "$(stat0 reads)" -gt 0 ] || fail "the evil member (writes at once) was sent no RDMA read"
+[ "$(stat0 rewrites)" -gt 0 ] || fail "the evil member (writes at once) tried no write"
+[ "$(stat0 landed)" -eq 0 ] || fail "$(stat0 landed) writes at once landed in the requester's buffers"
+stop_proc evil0
+stop_proc fake2
 stop_member b
 echo "PASS test_rdma_attack"
