@@ -66,18 +66,66 @@ sleep 1
 rss1=$(rss_kb)
 gets=$((g1 - g0))
 echo "  store GETs for $NOBJ reads of closed connections: $gets; resident ${rss0} -> ${rss1} KiB"
-# The bound comes from the member's limits (src/rpc/server.c): a connection has at most
-# CONN_ACTIVE_MAX (64) requests read and not answered, taken in batches of READ_BUDGET (32) frames
-# a loop round; the peer has closed before the member reads them, so the close is seen right after
-# the second batch is read and that batch's requests, queued, must never start. A member that
-# starts a closed connection's queued requests makes every one it read a store GET: CONNS x 64
-# (992 of 1024 measured with that check removed, docs/reliability.md); one that drops them makes
-# about one batch a connection (458 measured). Three quarters of CONNS x 64 is the line between.
-CONNS=$((NOBJ / 128))
-[ "$gets" -le $((CONNS * 64 * 3 / 4)) ] ||
-  fail "requests of closed connections still ran: $gets store GETs (at most $((CONNS * 64 * 3 / 4)) of the $((CONNS * 64)) read may)"
+# A loose bound only: how many of a closed connection's requests had started before the close
+# was seen depends on the machine (458 to 992 measured, docs/reliability.md). The section below
+# holds the queued ones back for sure and counts them.
+[ "$gets" -le $((NOBJ / 2)) ] || fail "requests of closed connections still ran: $gets store GETs"
 [ $((rss1 - rss0)) -lt $((16 * 1024)) ] || fail "memory grew by $(((rss1 - rss0) / 1024)) MiB"
 kill -0 "$PID_m" || fail "member died"
+
+echo "== queued requests of a closed connection never start: the cap held full, then let go"
+# A member whose server-wide in-process cap is small (it follows RLIMIT_NOFILE): a flood whose
+# answers are held unread fills the cap, so the FILL reads of two connections that pipeline and
+# close wait in the member's queue, read and not started. When the flood's answers are taken,
+# slots free up and the queue drains: a member that drops a closed connection's queued work makes
+# no store GET for them; one that starts it makes one per request it read (at least 32 each).
+QS=$T/qstore
+/usr/bin/python3 - "$QS" <<'PY'
+import os, sys
+os.makedirs(os.path.join(sys.argv[1], "c"))
+for i in range(256):
+    with open(os.path.join(sys.argv[1], "c", "o%d" % i), "wb") as f:
+        f.write(os.urandom(4096))
+PY
+make_object "$QS/x.bin" $((8 * 4 * MiB))
+QPORT=$(free_port)
+prlimit --nofile=256:256 "$SHOAL" serve "file://$QS" --cache-dir "$T/q.cache" --log-file "$T/q.log" \
+  --log-level debug --meta "sqlite3://$T/q.db" --cache-group q --group-ip 127.0.0.1 \
+  --metrics "127.0.0.1:$QPORT" 2>>"$T/q.err" &
+track q $! member "$T/q.log" "$T/q.err"
+wait_members "sqlite3://$T/q.db" q 1
+QRPC=$(member_port q iorpc)
+QM=127.0.0.1:$QPORT
+QCAP=$(grep -o -E '[0-9]+ requests in process' "$T/q.log" | tail -n 1 | cut -d' ' -f1)
+[ -n "$QCAP" ] && [ "$QCAP" -le 64 ] || fail "at nofile 256 the in-process cap is ${QCAP:-not logged}"
+# x.bin cached first, so that the flood itself makes no store GET
+timeout 120 "$SHOAL" cat "file://$QS" x.bin --meta "sqlite3://$T/q.db" --cache-group q --no-sharing \
+  --cache-size 0 --use-iorpc --log-level error >/dev/null || fail "warming x.bin failed"
+qv=$(/usr/bin/python3 -c "import os;s=os.stat('$QS/x.bin');print('%x-%x.%09d'%(s.st_size,int(s.st_mtime),s.st_mtime_ns%1000000000))")
+start_bg qflood -- $FRAMES flood-hold "127.0.0.1:$QRPC" 100 x.bin "$qv" $((8 * 4 * MiB)) $((4 * MiB)) \
+  $((1 * MiB)) "$T/qgo"
+wait_log "$T/qflood.out" "sent 100, holding" 60
+qfull() { [ "$(metric "$QM" mount_iorpc_inflight)" = "$QCAP" ] && [ "$(metric "$QM" mount_iorpc_queued)" -gt 0 ]; }
+wait_until 60 qfull || fail "the flood did not fill the cap of $QCAP: inflight $(metric "$QM" mount_iorpc_inflight), queued $(metric "$QM" mount_iorpc_queued)"
+q0=$(metric "$QM" mount_iorpc_queued)
+c0=$(metric "$QM" remotecache_connections)
+g0=$(metric "$QM" object_get_requests)
+$FRAMES pipeclose "127.0.0.1:$QRPC" "$QS" c/o 256 2 128 >/dev/null || fail "pipeclose c"
+# Both connections closed and seen closed, their requests read and waiting in the queue.
+qclosed() { [ "$(metric "$QM" remotecache_connections)" -le "$c0" ]; }
+wait_until 30 qclosed || fail "the member did not see the pipelining connections close"
+q1=$(metric "$QM" mount_iorpc_queued)
+[ "$q1" -ge $((q0 + 32)) ] || fail "the closed connections' requests are not queued ($q0 -> $q1)"
+touch "$T/qgo"
+wait_proc qflood 120
+[ "$EXIT_RC" -eq 0 ] || fail "the held flood was not answered: $(cat "$T/qflood.out")"
+qrest() { [ "$(metric "$QM" mount_iorpc_inflight)" = 0 ] && [ "$(metric "$QM" mount_iorpc_queued)" = 0 ]; }
+wait_until 30 qrest || fail "the queue did not drain"
+sleep 1
+g1=$(metric "$QM" object_get_requests)
+echo "  cap $QCAP; queued $q0 -> $q1 with the closed connections' reads; store GETs after the drain: $((g1 - g0))"
+[ "$g1" -eq "$g0" ] || fail "$((g1 - g0)) queued requests of closed connections started (store GETs)"
+stop_proc q
 
 echo "== a peer that never reads, and a CORRUPT flood, while an honest client reads"
 healthy() {
