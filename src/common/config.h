@@ -25,6 +25,11 @@ struct shoal_env {
         /* counts; 0 = not set */
         unsigned store_attempts;   /* SHOAL_STORE_ATTEMPTS, 1..1000 */
         unsigned s3_list_max_keys; /* SHOAL_S3_LIST_MAX_KEYS, 1..1000 */
+        /* connection growth thresholds (per second, over a grow period); 0 = the seeds' */
+        unsigned iorpc_grow_qps;   /* SHOAL_IORPC_GROW_QPS */
+        unsigned iorpc_grow_mibps; /* SHOAL_IORPC_GROW_MIBPS, MiB/s */
+        unsigned rdma_grow_qps;    /* SHOAL_RDMA_GROW_QPS */
+        unsigned rdma_grow_mibps;  /* SHOAL_RDMA_GROW_MIBPS, MiB/s */
         /* strings (pointing into the environment); NULL = not set */
         const char *group_secret; /* SHOAL_GROUP_SECRET, SHOAL_SECRET_MIN..MAX bytes */
         size_t group_secret_len;

@@ -906,6 +906,21 @@ static void *scaler_main(void *arg)
         return NULL;
 }
 
+/* SHOAL_IORPC_GROW_QPS / _MIBPS (tests, unusual loads) replace the grow thresholds; a shrink
+ * threshold is lowered to half of its grow one, so that a connection can still be found idle. */
+static void iorpc_env_thresholds(struct shoal_iorpc_config *c)
+{
+        const struct shoal_env *env = shoal_config_env();
+        if (env->iorpc_grow_qps) {
+                c->grow_qps = env->iorpc_grow_qps;
+                c->shrink_qps = SHOAL_MIN(c->shrink_qps, SHOAL_MAX(c->grow_qps / 2, 1));
+        }
+        if (env->iorpc_grow_mibps) {
+                c->grow_bytes_per_s = (uint64_t)env->iorpc_grow_mibps * SHOAL_MiB;
+                c->shrink_bytes_per_s = SHOAL_MIN(c->shrink_bytes_per_s, c->grow_bytes_per_s / 2);
+        }
+}
+
 struct shoal_iorpc *shoal_iorpc_create(const struct shoal_iorpc_config *cfg)
 {
         struct shoal_iorpc *cl = calloc(1, sizeof(*cl));
@@ -928,6 +943,7 @@ struct shoal_iorpc *shoal_iorpc_create(const struct shoal_iorpc_config *cfg)
                 cl->cfg.shrink_qps = 500;
         if (!cl->cfg.max_conns)
                 cl->cfg.max_conns = 16;
+        iorpc_env_thresholds(&cl->cfg);
         cl->peers = calloc(MAX_PEERS, sizeof(*cl->peers));
         /* Ids only need to be unique per connection; see pool_client.c. */
         if (!cl->peers || shoal_hs_key_init(&cl->key, &cfg->secret) ||

@@ -896,6 +896,16 @@ static void link_config(struct shoal_rdma_client *cl)
                 .shrink_bytes = 512 * SHOAL_MiB,
                 .shrink_qps = 2000,
         };
+        /* SHOAL_RDMA_GROW_QPS / _MIBPS: as for IORPC on TCP (iorpc_client.c) */
+        if (env->rdma_grow_qps) {
+                cl->lcfg.grow_qps = env->rdma_grow_qps;
+                cl->lcfg.shrink_qps =
+                        SHOAL_MIN(cl->lcfg.shrink_qps, SHOAL_MAX(cl->lcfg.grow_qps / 2, 1));
+        }
+        if (env->rdma_grow_mibps) {
+                cl->lcfg.grow_bytes = (uint64_t)env->rdma_grow_mibps * SHOAL_MiB;
+                cl->lcfg.shrink_bytes = SHOAL_MIN(cl->lcfg.shrink_bytes, cl->lcfg.grow_bytes / 2);
+        }
 }
 
 struct shoal_rdma_client *shoal_rdma_client_create(const struct shoal_rdma_client_config *cfg,

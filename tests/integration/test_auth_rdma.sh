@@ -45,7 +45,9 @@ if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null; then
 fi
 NS=shoal-auth-$$
 ip netns add "$NS" 2>/dev/null || skip "cannot create a network namespace"
-trap 'rc=$?; ip netns del "$NS" 2>/dev/null || true; (exit $rc); cleanup' EXIT
+# (through the harness, after every process is stopped: a trap of its own that ran `(exit 1)`
+# under set -e ended at that line on a failure, and the members were never stopped)
+AT_EXIT+=('ip netns del "$NS" 2>/dev/null')
 ip link add "va-$$" netns "$NS" type veth peer name "vb-$$" netns "$NS" 2>/dev/null || skip "cannot create a veth pair"
 ip -n "$NS" addr add 10.203.0.1/24 dev "va-$$"
 ip -n "$NS" link set "va-$$" up

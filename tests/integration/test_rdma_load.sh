@@ -3,10 +3,11 @@
 # - issue 14 finding 4: 200 reader threads on one member, more than a channel's credits: every
 #   read is answered and the run ends (requests waiting for a credit used to wait for the next
 #   submission, forever at the end of a run), with no failover and the bytes carried by RDMA;
-# - issue 15 [R5]: the requester's channels to a member grow under load (> 5000 requests/s on a
-#   channel) and shrink back to one after (SHOAL_IORPC_SCALE_PERIOD=100ms: grow every 100 ms,
-#   shrink every 6 s), seen in `shoal bench`'s per-member connection count and the requester's
-#   rdma_channels gauge.
+# - issue 15 [R5]: the requester's channels to a member grow under load and shrink back to one
+#   after (SHOAL_IORPC_SCALE_PERIOD=100ms: grow every 100 ms, shrink every 6 s), seen in `shoal
+#   bench`'s per-member connection count. The seeds' threshold (5000 requests/s on a channel) is
+#   a speed a busy machine does not reach under ASan: SHOAL_RDMA_GROW_QPS=200 (shrink below 100)
+#   tests the mechanism, not the machine.
 . "$(dirname "$0")/lib.sh"
 export SHOAL_GROUP_TIMEOUT=3s SHOAL_GROUP_HEARTBEAT=200ms FI_PROVIDER=tcp
 command -v fi_info >/dev/null && ! fi_info -p tcp >/dev/null 2>&1 && skip "libfabric has no tcp provider"
@@ -40,7 +41,7 @@ echo "  member RDMA writes $((${w1%.*} - ${w0%.*})) for $reqs timed requests (an
 [ "$((${w1%.*} - ${w0%.*}))" -ge "$reqs" ] || fail "RDMA did not carry the reads"
 
 echo "== channels grow under load and shrink back to one [R5]"
-SHOAL_IORPC_SCALE_PERIOD=100ms "$SHOAL" bench "$S" --meta "$META" --cache-group g1 "${BS[@]}" \
+SHOAL_IORPC_SCALE_PERIOD=100ms SHOAL_RDMA_GROW_QPS=200 "$SHOAL" bench "$S" --meta "$META" --cache-group g1 "${BS[@]}" \
   --rdma-network lo --threads 64 --duration 4s --linger 10s --warm --prefix small/ \
   --log-file "$T/scale.log" >"$T/scale.out" 2>&1 || fail "scale bench failed: $(tail -n 3 "$T/scale.out")"
 grep "^result\|^t=\|^idle" "$T/scale.out" | sed 's/^/  /'
