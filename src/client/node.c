@@ -236,10 +236,18 @@ static int start_client(struct shoal_node *n, struct plan *p, char *err, size_t 
         return 0;
 }
 
-/* The member id is drawn before the servers start, not at the join, because the handshake proofs
- * of the servers carry it (rpc/handshake.h). */
-static int draw_member_id(struct plan *p, char *err, size_t errlen)
+/* The member id is settled before the servers start, not at the join, because the handshake
+ * proofs of the servers carry it (rpc/handshake.h). A sharing member with a disk cache keeps its
+ * id in its cache folder, so that a restart is the same member and owns the same blocks; anyone
+ * else (consumers, members without a disk cache) draws one per start. */
+static int draw_member_id(struct shoal_node *n, struct plan *p, char *err, size_t errlen)
 {
+        if (p->sharing && shoal_cache_enabled(n->cache)) {
+                int rc = shoal_cache_member_id(n->cache, p->member_id, sizeof(p->member_id), err,
+                                               errlen);
+                if (rc != -ENOENT)
+                        return rc;
+        }
         unsigned char rnd[SHOAL_MEMBER_ID_LEN / 2];
         int rc = shoal_random_bytes(rnd, sizeof(rnd));
         if (rc) {
@@ -363,7 +371,7 @@ int shoal_node_start(const struct shoal_node_config *cfg, struct shoal_node **ou
         rc = start_client(n, &p, err, errlen);
         if (rc)
                 goto out_stop;
-        if (cfg->cache_group && (rc = draw_member_id(&p, err, errlen)))
+        if (cfg->cache_group && (rc = draw_member_id(n, &p, err, errlen)))
                 goto out_stop;
         if (p.sharing && (rc = start_servers(n, &p, err, errlen)))
                 goto out_stop;
