@@ -60,8 +60,7 @@ void shoal_cache_close(struct shoal_cache *c);
  * -ENOENT when the cache has no folder (no disk cache: the caller draws an id of its own);
  * -EINVAL with one line in ERR when a folder was made for another volume or block size, the
  * folders disagree, or the file is malformed; another negative errno on an I/O error. */
-int shoal_cache_member_id(struct shoal_cache *c, char *id, size_t idlen, char *err,
-                          size_t errlen);
+int shoal_cache_member_id(struct shoal_cache *c, char *id, size_t idlen, char *err, size_t errlen);
 
 /* True when the cache has at least one usable dir and a non-zero size. */
 bool shoal_cache_enabled(const struct shoal_cache *c);

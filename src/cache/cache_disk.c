@@ -1082,8 +1082,7 @@ void shoal_cache_close(struct shoal_cache *c)
         cache_free(c);
 }
 
-int shoal_cache_member_id(struct shoal_cache *c, char *id, size_t idlen, char *err,
-                          size_t errlen)
+int shoal_cache_member_id(struct shoal_cache *c, char *id, size_t idlen, char *err, size_t errlen)
 {
         if (!c || !c->folders.n || !c->volume)
                 return -ENOENT;

@@ -184,9 +184,10 @@ static int identity_read(const char *folder, struct identity *id, char *err, siz
         }
         buf[n] = '\0';
         memset(id, 0, sizeof(*id));
-        if (strncmp(buf, ID_TAG "\n", strlen(ID_TAG) + 1) || !field(buf, "id", id->id, sizeof(id->id)) ||
-            !id_chars_ok(id->id, ID_LEN, true) || !field(buf, "fingerprint", id->fp, sizeof(id->fp)) ||
-            !id_chars_ok(id->fp, 32, true) || !field(buf, "block_size", num, sizeof(num)) ||
+        if (strncmp(buf, ID_TAG "\n", strlen(ID_TAG) + 1) ||
+            !field(buf, "id", id->id, sizeof(id->id)) || !id_chars_ok(id->id, ID_LEN, true) ||
+            !field(buf, "fingerprint", id->fp, sizeof(id->fp)) || !id_chars_ok(id->fp, 32, true) ||
+            !field(buf, "block_size", num, sizeof(num)) ||
             shoal_parse_u64(num, UINT32_MAX, &id->block_size)) {
                 snprintf(err, errlen,
                          "member identity %s is malformed (remove it to give this folder a new "
@@ -205,9 +206,9 @@ static int identity_write(const char *folder, const struct identity *id)
         if ((size_t)snprintf(tmp, sizeof(tmp), "%s/%s", folder, ID_TMP_NAME) >= sizeof(tmp) ||
             (size_t)snprintf(dst, sizeof(dst), "%s/%s", folder, ID_NAME) >= sizeof(dst))
                 return -ENAMETOOLONG;
-        int len = snprintf(buf, sizeof(buf), "%s\nid %s\nfingerprint %s\nblock_size %" PRIu64
-                           "\nvolume %s\n",
-                           ID_TAG, id->id, id->fp, id->block_size, id->volume);
+        int len = snprintf(buf, sizeof(buf),
+                           "%s\nid %s\nfingerprint %s\nblock_size %" PRIu64 "\nvolume %s\n", ID_TAG,
+                           id->id, id->fp, id->block_size, id->volume);
         if (len < 0 || (size_t)len >= sizeof(buf))
                 return -EINVAL;
         unlink(tmp);
@@ -234,8 +235,8 @@ static void printable_url(const char *url, char *out, size_t outlen)
         out[o] = '\0';
 }
 
-int shoal_cache_folders_member_id(struct cache_folders *f, const struct shoal_volume *vol,
-                                  char *id, size_t idlen, char *err, size_t errlen)
+int shoal_cache_folders_member_id(struct cache_folders *f, const struct shoal_volume *vol, char *id,
+                                  size_t idlen, char *err, size_t errlen)
 {
         struct identity mine = {0}, got;
         const char *from = NULL;

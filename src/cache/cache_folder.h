@@ -37,7 +37,7 @@ int shoal_cache_folder_lock(struct cache_folders *f, const char *path, char *err
 void shoal_cache_folders_release(struct cache_folders *f);
 
 /* The member id kept in F's folders for VOL (see shoal_cache_member_id in cache.h). */
-int shoal_cache_folders_member_id(struct cache_folders *f, const struct shoal_volume *vol,
-                                  char *id, size_t idlen, char *err, size_t errlen);
+int shoal_cache_folders_member_id(struct cache_folders *f, const struct shoal_volume *vol, char *id,
+                                  size_t idlen, char *err, size_t errlen);
 
 #endif

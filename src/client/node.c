@@ -314,6 +314,8 @@ static int join_group(struct shoal_node *n, const struct plan *p, char *err, siz
         struct shoal_group_config gc = {
                 .meta_url = cfg->meta_url,
                 .group = cfg->cache_group,
+                .grace_ns = cfg->group_grace_ns,
+                .no_grace = cfg->group_no_grace,
         };
         struct shoal_member *me = &gc.self;
         shoal_strlcpy(me->id, p->member_id, sizeof(me->id));
@@ -392,6 +394,13 @@ void shoal_node_stop(struct shoal_node *n)
 {
         if (!n)
                 return;
+        /* A member that serves says goodbye first and keeps answering for about a heartbeat,
+         * so that readers move its blocks to the next members before its port closes instead
+         * of failing over one by one. */
+        if (n->group && n->server) {
+                uint64_t linger = shoal_group_goodbye(n->group);
+                shoal_sleep_ns(linger);
+        }
         shoal_metrics_http_stop(n->metrics);
         /* The server's workers and the reader use the group: stop them before it goes. */
         shoal_rdma_server_stop(n->rdma_server);
