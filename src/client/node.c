@@ -14,11 +14,15 @@
 #include "common/util.h"
 #include "group/group.h"
 #include "metrics/http.h"
+#include "metrics/metrics.h"
 #include "net/iface.h"
 #include "net/remote.h"
 #include "rpc/rdma.h"
 #include "rpc/server.h"
 #include "store/store.h"
+
+/* The longest a member that stops keeps answering after its goodbye (linger). */
+#define LINGER_MAX_NS (10 * SHOAL_NS_PER_SEC)
 
 /* The group agent's usage callback: the cache use this member publishes with each heartbeat. A
  * process without a disk cache publishes a capacity of 0. */
@@ -390,17 +394,45 @@ out_stop:
         return rc;
 }
 
+/* Block reads this process has answered for other members so far. */
+static uint64_t served_requests(void)
+{
+        struct shoal_metrics_snap snap;
+        if (shoal_metrics_snap_take(&snap))
+                return 0;
+        uint64_t n = snap.counters[SHOAL_M_remotecache_serve_requests];
+        shoal_metrics_snap_free(&snap);
+        return n;
+}
+
+/* A member that serves says goodbye first and keeps answering until nobody asks any more (a
+ * heartbeat and a half without a request), for at most LINGER_MAX_NS: readers move its blocks to
+ * the next members before its port closes, and those members, missing a block, ask it (their
+ * previous owner) while it is still there. So the blocks read during a restart are copied from it,
+ * not fetched from the store. */
+static void linger(struct shoal_node *n)
+{
+        uint64_t notice = shoal_group_goodbye(n->group); /* about a heartbeat and a half */
+        uint64_t t0 = shoal_now_ns(), step = notice / 3 ? notice / 3 : SHOAL_NS_PER_MS;
+        shoal_sleep_ns(notice);
+        uint64_t last = served_requests();
+        unsigned quiet = 0;
+        while (quiet < 3 && shoal_now_ns() - t0 < LINGER_MAX_NS) {
+                shoal_sleep_ns(step);
+                uint64_t now = served_requests();
+                quiet = now == last ? quiet + 1 : 0;
+                last = now;
+        }
+        log_info("node", "lingered %llu ms after the goodbye",
+                 (unsigned long long)((shoal_now_ns() - t0) / SHOAL_NS_PER_MS));
+}
+
 void shoal_node_stop(struct shoal_node *n)
 {
         if (!n)
                 return;
-        /* A member that serves says goodbye first and keeps answering for about a heartbeat,
-         * so that readers move its blocks to the next members before its port closes instead
-         * of failing over one by one. */
-        if (n->group && n->server) {
-                uint64_t linger = shoal_group_goodbye(n->group);
-                shoal_sleep_ns(linger);
-        }
+        if (n->group && n->server)
+                linger(n);
         shoal_metrics_http_stop(n->metrics);
         /* The server's workers and the reader use the group: stop them before it goes. */
         shoal_rdma_server_stop(n->rdma_server);

@@ -232,6 +232,10 @@ static void log_member(const struct shoal_group *g, const struct shoal_member *m
                 snprintf(what, sizeof(what),
                          "left group \"%s\" (%s; it keeps its place for %" PRIu64 " s)", g->group,
                          m->leaving ? "said goodbye" : "stopped beating", m->grace_left_ms / 1000);
+        else if (from == M_SERVING && to == M_SERVING && was && was->weight != m->weight)
+                snprintf(what, sizeof(what),
+                         "of group \"%s\" now has weight %" PRIu32 " (was %" PRIu32 ")", g->group,
+                         m->weight, was->weight);
         else if (from == M_SERVING)
                 snprintf(what, sizeof(what), "left");
         else if (from == M_AWAY && to == M_SERVING)
@@ -242,10 +246,6 @@ static void log_member(const struct shoal_group *g, const struct shoal_member *m
         else if (from == M_AWAY)
                 snprintf(what, sizeof(what),
                          "is out of the ring of group \"%s\": its grace period is over", g->group);
-        else if (to == M_SERVING && was && was->weight != m->weight)
-                snprintf(what, sizeof(what),
-                         "of group \"%s\" now has weight %" PRIu32 " (was %" PRIu32 ")", g->group,
-                         m->weight, was->weight);
         else
                 return;
         bool plain = !strcmp(what, "joined") || !strcmp(what, "left");
@@ -299,7 +299,20 @@ static void adopt_weight(struct shoal_group *g, const struct shoal_member *liste
 static void track_prev(struct shoal_group *g, const struct shoal_group_view *old,
                        const struct shoal_member *members, size_t n, int64_t now)
 {
-        if (old && placement_hash(old->members, old->n) != placement_hash(members, n)) {
+        /* At the join the previous placement is the group without this member: what a
+         * newcomer, or a member back from a restart, now owns was served by others till now. */
+        struct shoal_group_view without = {.members = (struct shoal_member *)members};
+        if (!old) {
+                struct shoal_member *p = malloc((n + 1) * sizeof(*p));
+                if (!p)
+                        return;
+                for (size_t i = 0; i < n; i++)
+                        if (strcmp(members[i].id, g->self.id))
+                                p[without.n++] = members[i];
+                without.members = p;
+                old = &without;
+        }
+        if (placement_hash(old->members, old->n) != placement_hash(members, n)) {
                 struct shoal_member *p = malloc((old->n + 1) * sizeof(*p));
                 if (p) {
                         size_t k = 0;
@@ -318,6 +331,8 @@ static void track_prev(struct shoal_group *g, const struct shoal_group_view *old
                 g->prev = NULL;
                 g->n_prev = 0;
         }
+        if (old == &without)
+                free(without.members);
 }
 
 /* Deletes a record silent for long (its grace period included). True when it is gone. */

@@ -130,7 +130,8 @@ int shoal_group_start(const struct shoal_group_config *cfg, struct shoal_group *
                       size_t errlen);
 /* Says goodbye without stopping: the record says "leaving" from now on (written at once), so
  * that every reader stops sending requests here within a heartbeat while this member still
- * answers the ones in flight. Returns the time a reader needs to notice (about one heartbeat). */
+ * answers the ones in flight. Returns the time a reader needs to notice (a heartbeat and a half,
+ * at most 3 s). */
 uint64_t shoal_group_goodbye(struct shoal_group *g);
 /* Leaves and stops the agent: the record stays, saying "leaving", for the grace period (then
  * any reader deletes it); without a grace period it is deleted now. */
@@ -163,6 +164,17 @@ int shoal_group_prev_owner(const struct shoal_group_view *v, const struct shoal_
  * one line in ERR. */
 int shoal_group_set_weight(const char *meta_url, const char *group, const char *member,
                            uint32_t weight, struct shoal_member *out, char *err, size_t errlen);
+
+/* The block's rendezvous order: the indexes into V->members of its first K (at most
+ * SHOAL_GROUP_RANK_MAX) live providers of weight > 0, best first (OUT[0] is shoal_group_owner's
+ * answer). Returns how many were found. */
+#define SHOAL_GROUP_RANK_MAX 4
+unsigned shoal_group_owners(const struct shoal_group_view *v, const struct shoal_block_id *id,
+                            int *out, unsigned k);
+/* MEMBER_ID's place in the block's order in V: 0 for its owner, 1 for the next member (the one
+ * that serves it while the owner is away or unreachable), -1 for anyone else. */
+int shoal_group_rank(const struct shoal_group_view *v, const struct shoal_block_id *id,
+                     const char *member_id);
 
 /* Placement score of a member for a block (exposed for tests). */
 double shoal_placement_score(const char *member_id, uint32_t weight,
