@@ -318,7 +318,7 @@ static int read_prev_owner(struct shoal_reader *r, struct shoal_group *g, struct
         if (shoal_group_prev_owner(v, &mb->id, &p) >= 0 && strcmp(p->id, shoal_group_self_id(g)) &&
             !shoal_remote_avoided(r->cfg.remote, p->id)) {
                 rc = shoal_remote_read(r->cfg.remote, p, r->cfg.vol, obj, index, 0, mb->len,
-                                       mb->buf, v->version);
+                                       mb->buf, SHOAL_VIEW_COPY_ONLY);
                 if (!rc) {
                         shoal_metric_inc(SHOAL_M_group_prev_owner_fetches);
                         log_debug("group", "copy %s [%llu+%u] from previous owner %s", obj->key,

@@ -122,7 +122,7 @@ static uint64_t view_version(const struct shoal_member *v, size_t n)
                         h = shoal_group_hash64(m->rdma_addr[j],
                                                strnlen(m->rdma_addr[j], SHOAL_ADDR_LEN), h);
         }
-        return h;
+        return h == SHOAL_VIEW_COPY_ONLY ? h - 1 : h;
 }
 
 /* Allocates a view with room for N members, N_AWAY away and N_PREV of the previous placement

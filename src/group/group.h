@@ -150,6 +150,11 @@ void shoal_group_view_put(struct shoal_group_view *v);
  * -1 when there is none. Pure function of (V's providers, ID). */
 int shoal_group_owner(const struct shoal_group_view *v, const struct shoal_block_id *id);
 
+/* A view version no view has (versions are hashes; the agent never publishes this one): a read
+ * sent with it asks only for a copy the member holds, never a fill (a new owner asking the
+ * previous one, which must not ask back). */
+#define SHOAL_VIEW_COPY_ONLY UINT64_MAX
+
 /* The owner of block ID in V's previous placement, when that is another member than its owner
  * now and one that can still answer (live, or saying goodbye but still beating): an index into
  * V->members (or, for one saying goodbye, V->n + its index in V->away), else -1. A new owner

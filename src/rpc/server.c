@@ -1161,6 +1161,10 @@ static struct srv_req *req_from_read(struct shoal_server *s, int svc, uint8_t ty
         r->id = id;
         r->type = type;
         r->flags = flags;
+        /* A new owner asking for its previous owner's copy: a hit or a miss, never a fill (it
+         * would ask the new owner back). */
+        if (rd.view_version == SHOAL_VIEW_COPY_ONLY)
+                r->flags &= (uint16_t)~SHOAL_WF_FILL;
         r->t_start = t0;
         memcpy(r->obj.key, rd.key, rd.key_len);
         r->obj.key[rd.key_len] = '\0';
