@@ -52,6 +52,9 @@ for cmd in "cat $S d/o0" "serve $S --meta $META --cache-group g9" "warmup --stor
 done
 echo "  $(cat "$T/last.err")"
 
+expect_exit 2 "$SHOAL" serve "$S" --meta "$META" --cache-group g --cache-dir "$T/x.cache" --group-grace soon
+grep -q -- "--group-grace" "$T/last.err" || fail "bad --group-grace: $(cat "$T/last.err")"
+
 echo "== three members, warm"
 start_member b "$S" "${M[@]}"
 start_member c "$S" "${M[@]}"
@@ -73,6 +76,9 @@ wait_log "$T/roll.out" "progress reads=[1-9]" 60
 declare -A ID=([a]=$ida [b]=$idb [c]=$idc)
 for m in a b c; do
   stop_proc "$m"
+  "$SHOAL" group --meta "$META" --cache-group g >"$T/group.txt"
+  grep "^${ID[$m]} " "$T/group.txt" | grep -q -E " no .* leaving +[0-9]+s " ||
+    fail "shoal group does not show $m leaving with its grace: $(cat "$T/group.txt")"
   start_member "$m" "$S" "${M[@]}"
   [ "$(id_of "$m")" = "${ID[$m]}" ] || fail "$m came back as $(id_of "$m"), not ${ID[$m]}"
   for o in a b c; do
