@@ -14,11 +14,15 @@
 #include "common/util.h"
 #include "group/group.h"
 #include "metrics/http.h"
+#include "metrics/metrics.h"
 #include "net/iface.h"
 #include "net/remote.h"
 #include "rpc/rdma.h"
 #include "rpc/server.h"
 #include "store/store.h"
+
+/* The longest a member that stops keeps answering after its goodbye (linger). */
+#define LINGER_MAX_NS (10 * SHOAL_NS_PER_SEC)
 
 /* The group agent's usage callback: the cache use this member publishes with each heartbeat. A
  * process without a disk cache publishes a capacity of 0. */
@@ -236,10 +240,18 @@ static int start_client(struct shoal_node *n, struct plan *p, char *err, size_t 
         return 0;
 }
 
-/* The member id is drawn before the servers start, not at the join, because the handshake proofs
- * of the servers carry it (rpc/handshake.h). */
-static int draw_member_id(struct plan *p, char *err, size_t errlen)
+/* The member id is settled before the servers start, not at the join, because the handshake
+ * proofs of the servers carry it (rpc/handshake.h). A sharing member with a disk cache keeps its
+ * id in its cache folder, so that a restart is the same member and owns the same blocks; anyone
+ * else (consumers, members without a disk cache) draws one per start. */
+static int draw_member_id(struct shoal_node *n, struct plan *p, char *err, size_t errlen)
 {
+        if (p->sharing && shoal_cache_enabled(n->cache)) {
+                int rc = shoal_cache_member_id(n->cache, p->member_id, sizeof(p->member_id), err,
+                                               errlen);
+                if (rc != -ENOENT)
+                        return rc;
+        }
         unsigned char rnd[SHOAL_MEMBER_ID_LEN / 2];
         int rc = shoal_random_bytes(rnd, sizeof(rnd));
         if (rc) {
@@ -306,6 +318,8 @@ static int join_group(struct shoal_node *n, const struct plan *p, char *err, siz
         struct shoal_group_config gc = {
                 .meta_url = cfg->meta_url,
                 .group = cfg->cache_group,
+                .grace_ns = cfg->group_grace_ns,
+                .no_grace = cfg->group_no_grace,
         };
         struct shoal_member *me = &gc.self;
         shoal_strlcpy(me->id, p->member_id, sizeof(me->id));
@@ -363,7 +377,7 @@ int shoal_node_start(const struct shoal_node_config *cfg, struct shoal_node **ou
         rc = start_client(n, &p, err, errlen);
         if (rc)
                 goto out_stop;
-        if (cfg->cache_group && (rc = draw_member_id(&p, err, errlen)))
+        if (cfg->cache_group && (rc = draw_member_id(n, &p, err, errlen)))
                 goto out_stop;
         if (p.sharing && (rc = start_servers(n, &p, err, errlen)))
                 goto out_stop;
@@ -380,10 +394,45 @@ out_stop:
         return rc;
 }
 
+/* Block reads this process has answered for other members so far. */
+static uint64_t served_requests(void)
+{
+        struct shoal_metrics_snap snap;
+        if (shoal_metrics_snap_take(&snap))
+                return 0;
+        uint64_t n = snap.counters[SHOAL_M_remotecache_serve_requests];
+        shoal_metrics_snap_free(&snap);
+        return n;
+}
+
+/* A member that serves says goodbye first and keeps answering until nobody asks any more (a
+ * heartbeat and a half without a request), for at most LINGER_MAX_NS: readers move its blocks to
+ * the next members before its port closes, and those members, missing a block, ask it (their
+ * previous owner) while it is still there. So the blocks read during a restart are copied from it,
+ * not fetched from the store. */
+static void linger(struct shoal_node *n)
+{
+        uint64_t notice = shoal_group_goodbye(n->group); /* about a heartbeat and a half */
+        uint64_t t0 = shoal_now_ns(), step = notice / 3 ? notice / 3 : SHOAL_NS_PER_MS;
+        shoal_sleep_ns(notice);
+        uint64_t last = served_requests();
+        unsigned quiet = 0;
+        while (quiet < 3 && shoal_now_ns() - t0 < LINGER_MAX_NS) {
+                shoal_sleep_ns(step);
+                uint64_t now = served_requests();
+                quiet = now == last ? quiet + 1 : 0;
+                last = now;
+        }
+        log_info("node", "lingered %llu ms after the goodbye",
+                 (unsigned long long)((shoal_now_ns() - t0) / SHOAL_NS_PER_MS));
+}
+
 void shoal_node_stop(struct shoal_node *n)
 {
         if (!n)
                 return;
+        if (n->group && n->server)
+                linger(n);
         shoal_metrics_http_stop(n->metrics);
         /* The server's workers and the reader use the group: stop them before it goes. */
         shoal_rdma_server_stop(n->rdma_server);

@@ -304,6 +304,111 @@ static int read_store(struct shoal_reader *r, struct mblock *mb, const struct sh
         return 0;
 }
 
+/* A block this member owns and misses may have moved here (a join, a drain, a weight change, a
+ * return within the grace period): its owner in the previous view is asked before the store.
+ * That member answers from its cache or refuses (it owns the block no more, so it does not fill
+ * it), and only a member that still answers is asked (shoal_group_prev_owner). Fills the whole
+ * of MB; returns 0 or the failure (then the store is read). */
+static int read_prev_owner(struct shoal_reader *r, struct shoal_group *g, struct mblock *mb,
+                           const struct shoal_object *obj, uint32_t index)
+{
+        struct shoal_group_view *v = shoal_group_view_get(g);
+        const struct shoal_member *p;
+        int rc = -ENOENT;
+        if (shoal_group_prev_owner(v, &mb->id, &p) >= 0 && strcmp(p->id, shoal_group_self_id(g)) &&
+            !shoal_remote_avoided(r->cfg.remote, p->id)) {
+                rc = shoal_remote_read(r->cfg.remote, p, r->cfg.vol, obj, index, 0, mb->len,
+                                       mb->buf, SHOAL_VIEW_COPY_ONLY);
+                if (!rc) {
+                        shoal_metric_inc(SHOAL_M_group_prev_owner_fetches);
+                        log_debug("group", "copy %s [%llu+%u] from previous owner %s", obj->key,
+                                  (unsigned long long)index * r->cfg.vol->block_size, mb->len,
+                                  p->id);
+                } else {
+                        shoal_metric_inc(SHOAL_M_group_prev_owner_misses);
+                        /* A refusal (not cached there) says nothing about the member. */
+                        if (rc != -EREMOTEIO && rc != -ESTALE && rc != -ENOENT)
+                                shoal_remote_avoid(r->cfg.remote, p->id);
+                }
+        }
+        shoal_group_view_put(v);
+        return rc;
+}
+
+/* Fills [off, off+len) of MB (chunk-aligned, none of it valid yet) from the layers below the
+ * buffer. ALLOW_REMOTE: false on an owner answering a peer (it must not bounce the request). */
+/* One read of [OFF, OFF+LEN) of MB from member M of V. Returns 0 or the transport's error (a
+ * failure that says nothing about the block avoids the member for a while). */
+static int read_member(struct shoal_reader *r, struct shoal_group_view *v,
+                       const struct shoal_member *m, struct mblock *mb,
+                       const struct shoal_object *obj, uint32_t index, uint32_t off, uint32_t len)
+{
+        int rc = shoal_remote_read(r->cfg.remote, m, r->cfg.vol, obj, index, off, len,
+                                   mb->buf + off, v->version);
+        if (rc && rc != -ESTALE && rc != -ENOENT) {
+                log_ratelimited(SHOAL_LOG_WARN, "reader", "read from member %s (%s) failed: %s",
+                                m->id, m->tcp_addr, strerror(-rc));
+                if (rc != -EREMOTEIO)
+                        shoal_remote_avoid(r->cfg.remote, m->id);
+        }
+        return rc;
+}
+
+static bool usable(struct shoal_reader *r, const struct shoal_member *m, const char *self)
+{
+        return r->cfg.remote && strcmp(m->id, self) && !shoal_remote_avoided(r->cfg.remote, m->id);
+}
+
+/* Where a block comes from in the group, for FILL. Sets *OWNER_IS_SELF (this process caches what
+ * it reads from the store: it owns the block, or serves it in place of an owner that is away or
+ * unreachable). Returns 0 when the group delivered [OFF, OFF+LEN), -ESTALE or -ENOENT from a
+ * member (the object changed or is gone), else a failure after which the store is read.
+ *
+ * A client asks the block's owner, then, if that fails, the next member in the block's
+ * rendezvous order, which fills it in the owner's place. A member answering a peer (ALLOW_REMOTE
+ * false) that is that next member asks the owner first: the requester's view had the owner
+ * away while this one still sees it (views change a heartbeat apart). */
+static int fill_from_group(struct shoal_reader *r, struct shoal_group *g, struct mblock *mb,
+                           const struct shoal_object *obj, uint32_t index, uint32_t off,
+                           uint32_t len, bool allow_remote, bool *owner_is_self)
+{
+        struct shoal_group_view *v = shoal_group_view_get(g);
+        const char *self = shoal_group_self_id(g);
+        int top[2];
+        unsigned nt = shoal_group_owners(v, &mb->id, top, 2);
+        int rc = -EHOSTUNREACH;
+        *owner_is_self = false;
+        if (nt == 0)
+                goto out;
+        const struct shoal_member *o = &v->members[top[0]];
+        const struct shoal_member *next = nt > 1 ? &v->members[top[1]] : NULL;
+        if (!strcmp(o->id, self)) {
+                *owner_is_self = true;
+                goto out;
+        }
+        bool substitute = next && !strcmp(next->id, self);
+        if (!allow_remote && !substitute)
+                goto out;
+        if (usable(r, o, self)) {
+                rc = read_member(r, v, o, mb, obj, index, off, len);
+                if (!rc || rc == -ESTALE || rc == -ENOENT)
+                        goto out;
+        }
+        if (substitute) {
+                *owner_is_self = true; /* from the store, kept here */
+                goto out;
+        }
+        if (allow_remote && next && usable(r, next, self)) {
+                rc = read_member(r, v, next, mb, obj, index, off, len);
+                if (!rc || rc == -ESTALE || rc == -ENOENT)
+                        goto out;
+        }
+        shoal_metric_inc(SHOAL_M_remotecache_fallbacks);
+out:
+        shoal_group_view_put(v);
+        return rc;
+}
+
 /* Fills [off, off+len) of MB (chunk-aligned, none of it valid yet) from the layers below the
  * buffer. ALLOW_REMOTE: false on an owner answering a peer (it must not bounce the request). */
 static int fill(struct shoal_reader *r, struct mblock *mb, const struct shoal_object *obj,
@@ -320,36 +425,15 @@ static int fill(struct shoal_reader *r, struct mblock *mb, const struct shoal_ob
         struct shoal_group *g = __atomic_load_n(&r->cfg.group, __ATOMIC_ACQUIRE);
         bool owner_is_self = !g;
         if (g) {
-                struct shoal_group_view *v = shoal_group_view_get(g);
-                int o = shoal_group_owner(v, &mb->id);
-                const char *self = shoal_group_self_id(g);
-                if (o < 0) {
-                        owner_is_self = false;
-                } else if (!strcmp(v->members[o].id, self)) {
-                        owner_is_self = true;
-                } else if (allow_remote && r->cfg.remote &&
-                           !shoal_remote_avoided(r->cfg.remote, v->members[o].id)) {
-                        rc = shoal_remote_read(r->cfg.remote, &v->members[o], r->cfg.vol, obj,
-                                               index, off, len, mb->buf + off, v->version);
-                        if (!rc) {
-                                shoal_group_view_put(v);
-                                if (!r->cfg.sharing && off == 0 && len == mb->len &&
-                                    should_cache_locally(r, false))
-                                        shoal_cache_insert(r->cfg.cache, &mb->id, mb->buf, mb->len);
-                                return 0;
-                        }
-                        if (rc == -ESTALE || rc == -ENOENT) {
-                                shoal_group_view_put(v);
-                                return rc;
-                        }
-                        shoal_metric_inc(SHOAL_M_remotecache_fallbacks);
-                        log_ratelimited(SHOAL_LOG_WARN, "reader",
-                                        "read from member %s (%s) failed: %s; reading the store",
-                                        v->members[o].id, v->members[o].tcp_addr, strerror(-rc));
-                        if (rc != -EREMOTEIO)
-                                shoal_remote_avoid(r->cfg.remote, v->members[o].id);
+                rc = fill_from_group(r, g, mb, obj, index, off, len, allow_remote, &owner_is_self);
+                if (!rc) {
+                        if ((!r->cfg.sharing || owner_is_self) && off == 0 && len == mb->len &&
+                            should_cache_locally(r, owner_is_self))
+                                shoal_cache_insert(r->cfg.cache, &mb->id, mb->buf, mb->len);
+                        return 0;
                 }
-                shoal_group_view_put(v);
+                if (rc == -ESTALE || rc == -ENOENT)
+                        return rc;
         }
         /* From the store: the whole block when nothing of it is held yet, so that it can be
          * cached; only the missing range otherwise (valid chunks are never rewritten). */
@@ -357,10 +441,27 @@ static int fill(struct shoal_reader *r, struct mblock *mb, const struct shoal_ob
                 off = 0;
                 len = mb->len;
         }
+        if (whole && owner_is_self && g && r->cfg.remote && r->cfg.sharing &&
+            !read_prev_owner(r, g, mb, obj, index)) {
+                if (should_cache_locally(r, true))
+                        shoal_cache_insert(r->cfg.cache, &mb->id, mb->buf, mb->len);
+                *filled_off = 0;
+                *filled_len = mb->len;
+                return 0;
+        }
         rc = read_store(r, mb, obj, index, off, len, should_cache_locally(r, owner_is_self));
         *filled_off = off;
         *filled_len = len;
         return rc;
+}
+
+bool shoal_reader_filling(struct shoal_reader *r, const struct shoal_block_id *id)
+{
+        pthread_mutex_lock(&r->mu);
+        struct mblock *mb = hash_find(r, id);
+        bool filling = mb && mb->filling;
+        pthread_mutex_unlock(&r->mu);
+        return filling;
 }
 
 /* Makes [off, off+len) of block INDEX valid in MB (held), sharing fills with other threads. */

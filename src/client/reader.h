@@ -92,6 +92,11 @@ int shoal_reader_hold_block(struct shoal_reader *r, const struct shoal_object *o
                             struct shoal_held_block *hb);
 void shoal_reader_release(struct shoal_reader *r, struct shoal_held_block *hb);
 
+/* True while a fill of block ID is under way in R (a member answering as the next member in a
+ * block's order refuses a second request for it rather than wait on a fill that may be waiting
+ * for that very requester). */
+bool shoal_reader_filling(struct shoal_reader *r, const struct shoal_block_id *id);
+
 /* Sets the group once it has been joined (the server side starts before the join). */
 void shoal_reader_set_group(struct shoal_reader *r, struct shoal_group *g);
 

@@ -108,3 +108,47 @@ int shoal_group_owner(const struct shoal_group_view *v, const struct shoal_block
         }
         return owner;
 }
+
+unsigned shoal_group_owners(const struct shoal_group_view *v, const struct shoal_block_id *id,
+                            int *out, unsigned k)
+{
+        uint64_t bh = block_hash(id);
+        double best[SHOAL_GROUP_RANK_MAX];
+        unsigned n = 0;
+
+        if (k > SHOAL_GROUP_RANK_MAX)
+                k = SHOAL_GROUP_RANK_MAX;
+        for (size_t i = 0; i < v->n && k; i++) {
+                const struct shoal_member *m = &v->members[i];
+                if (m->role != SHOAL_ROLE_PROVIDER || m->weight == 0)
+                        continue;
+                double s = score(member_hash(m->id), m->weight, bh);
+                /* insertion into the K best, ties broken by id as shoal_group_owner does */
+                unsigned j = n < k ? n++ : k;
+                while (j > 0 &&
+                       (s > best[j - 1] ||
+                        (s == best[j - 1] && strcmp(m->id, v->members[out[j - 1]].id) < 0))) {
+                        if (j < k) {
+                                best[j] = best[j - 1];
+                                out[j] = out[j - 1];
+                        }
+                        j--;
+                }
+                if (j < k) {
+                        best[j] = s;
+                        out[j] = (int)i;
+                }
+        }
+        return n;
+}
+
+int shoal_group_rank(const struct shoal_group_view *v, const struct shoal_block_id *id,
+                     const char *member_id)
+{
+        int top[2];
+        unsigned n = shoal_group_owners(v, id, top, 2);
+        for (unsigned i = 0; i < n; i++)
+                if (!strcmp(v->members[top[i]].id, member_id))
+                        return (int)i;
+        return -1;
+}

@@ -542,6 +542,21 @@ static bool put_is_owner(void *arg, const struct shoal_block_id *id)
         return is_owner(arg, id);
 }
 
+/* Whether this member fills a missed block from the store for a requester: as its owner, or as
+ * the next member in the block's order (the requester saw the owner away or could not reach
+ * it; the reader asks the owner first) unless a fill of it is under way here already: that one
+ * may be waiting for the very member asking now (a cycle would last until the deadlines). */
+static bool may_fill(struct shoal_server *s, const struct shoal_block_id *id)
+{
+        struct shoal_group *g = atomic_load(&s->group);
+        if (!g)
+                return true;
+        struct shoal_group_view *v = shoal_group_view_get(g);
+        int rank = shoal_group_rank(v, id, shoal_group_self_id(g));
+        shoal_group_view_put(v);
+        return rank == 0 || (rank == 1 && !shoal_reader_filling(s->cfg.reader, id));
+}
+
 /* Disk worker: a requester saw a bad checksum. The member checks its own file against its own
  * header, chunk by chunk into a small buffer of its own (never a pool buffer: a disk worker must
  * not wait), and the cache removes it only if a chunk fails. The notice's claimed length only
@@ -734,9 +749,10 @@ static void disk_work(struct shoal_work *w)
                 if (hit_work(r))
                         return;
         }
-        /* A miss: only the owner fills from the store, so that a member with a stale view does
-         * not download blocks another member owns. */
-        if (!(r->flags & SHOAL_WF_FILL) || !is_owner(s, &id)) {
+        /* A miss: only the owner (or the next member in the block's order) fills from the
+         * store, so that a member with a stale view does not download blocks another member
+         * owns. */
+        if (!(r->flags & SHOAL_WF_FILL) || !may_fill(s, &id)) {
                 r->status = (r->flags & SHOAL_WF_FILL) ? SHOAL_ST_NOT_OWNER : SHOAL_ST_MISS;
                 req_finish(r);
                 return;
@@ -1145,6 +1161,10 @@ static struct srv_req *req_from_read(struct shoal_server *s, int svc, uint8_t ty
         r->id = id;
         r->type = type;
         r->flags = flags;
+        /* A new owner asking for its previous owner's copy: a hit or a miss, never a fill (it
+         * would ask the new owner back). */
+        if (rd.view_version == SHOAL_VIEW_COPY_ONLY)
+                r->flags &= (uint16_t)~SHOAL_WF_FILL;
         r->t_start = t0;
         memcpy(r->obj.key, rd.key, rd.key_len);
         r->obj.key[rd.key_len] = '\0';

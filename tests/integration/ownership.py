@@ -10,7 +10,8 @@ copy, and checks what placement and single flight promise:
                                            each once, by a survivor that held no copy; every
                                            block of it not fetched again is held by a survivor
   ownership.py join STATE NEWCOMER GETS    a member joined: only it fetched (the blocks it now
-                                           owns), each once
+                                           owns), each once, from the store or (lines
+                                           "MEMBER copy KEY OFF") from the block's previous owner
 
 STATE is a JSON file. Each command prints one summary line, or one line per problem and exits 1.
 """
@@ -100,7 +101,7 @@ def main():
                     holders[b].append(who)
             if not taken:
                 problems.append("%s joined but took no block" % who)
-            summary = "%s joined and took %d of %d blocks (one GET each)" % (who, len(taken), len(owner))
+            summary = "%s joined and took %d of %d blocks (one GET or copy each)" % (who, len(taken), len(owner))
         else:
             sys.exit("unknown command " + cmd)
     if problems:

@@ -36,13 +36,18 @@ join() {
   LIVE+=("$1")
 }
 
-# gets_since FILE — every live member's store reads since its mark, as "MEMBER KEY OFFSET".
+# gets_since FILE — every live member's store reads since its mark, as "MEMBER KEY OFFSET", and
+# the blocks it copied from their previous owner instead (a newcomer's, issue 26) the same way.
 declare -A MARK
 mark_all() { local m; for m in "${LIVE[@]}"; do MARK[$m]=$(log_mark "$m"); done; }
 gets_since() {
   local m
   : >"$1"
-  for m in "${LIVE[@]}"; do store_gets_since "$m" "${MARK[$m]:-0}" | sed "s/^/$m /" >>"$1"; done
+  for m in "${LIVE[@]}"; do
+    store_gets_since "$m" "${MARK[$m]:-0}" | sed "s/^/$m /" >>"$1"
+    { tail -n +"$((${MARK[$m]:-0} + 1))" "$T/$m.log" | grep -o -E 'group: copy [^ ]+ \[[0-9]+' || true; } |
+      sed -E "s/^group: copy ([^ ]+) \[([0-9]+)$/$m \1 \2/" >>"$1"
+  done
 }
 
 # verify LABEL — every block of every object, byte-exact, all from members.
