@@ -124,8 +124,10 @@ static struct shoal_group_view *view_alloc(size_t n)
 
 void shoal_group_view_put(struct shoal_group_view *v)
 {
-        if (v && __atomic_sub_fetch(&v->refs, 1, __ATOMIC_ACQ_REL) == 0)
+        if (v && __atomic_sub_fetch(&v->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+                shoal_group_view_unindex(v);
                 free(v);
+        }
 }
 
 struct shoal_group_view *shoal_group_view_get(struct shoal_group *g)
@@ -240,6 +242,7 @@ static int refresh(struct shoal_group *g, struct shoal_member *list, size_t n)
                 qsort(v->members, v->n, sizeof(*v->members), cmp_member);
         }
         v->version = view_version(v->members, v->n);
+        shoal_group_view_index(v);
 
         free(g->seen);
         g->seen = seen;

@@ -76,8 +76,9 @@ int shoal_registry_list(struct shoal_registry *r, struct shoal_member **out, siz
 struct shoal_group_view {
         uint64_t version; /* changes whenever the set of live providers or a weight changes */
         size_t n;
-        struct shoal_member *members; /* live members, providers and consumers, sorted by id */
-        int refs;                     /* internal */
+        struct shoal_member *members;  /* live members, providers and consumers, sorted by id */
+        int refs;                      /* internal */
+        struct shoal_placement *place; /* internal: shoal_group_view_index's, or NULL */
 };
 
 struct shoal_group_config {
@@ -118,6 +119,12 @@ void shoal_group_view_put(struct shoal_group_view *v);
 /* The owner of block ID among V's live providers with weight > 0: an index into V->members, or
  * -1 when there is none. Pure function of (V's providers, ID). */
 int shoal_group_owner(const struct shoal_group_view *v, const struct shoal_block_id *id);
+
+/* Builds V's placement index (its providers' hashes, once) for faster shoal_group_owner; call
+ * once V's members are final, before V is shared. Without memory V simply stays unindexed. The
+ * owners are the same with and without it. unindex frees it (view_put does). */
+void shoal_group_view_index(struct shoal_group_view *v);
+void shoal_group_view_unindex(struct shoal_group_view *v);
 
 /* Placement score of a member for a block (exposed for tests). */
 double shoal_placement_score(const char *member_id, uint32_t weight,
