@@ -37,19 +37,30 @@
 struct shoal_cache;
 
 struct shoal_cache_config {
-        const char *dirs;        /* colon-separated, globs allowed (glob(3)); NULL/"" = none */
+        /* colon-separated, globs allowed (glob(3)); NULL/"" = none. Each folder is locked for
+         * this process while the cache is open: one process per folder. */
+        const char *dirs;
         int64_t size_bytes;      /* 0 = no disk cache, -1 = unlimited, else a byte limit */
         double free_space_ratio; /* keep at least this fraction free per filesystem (0.1) */
-        const struct shoal_volume *volume;
+        const struct shoal_volume *volume; /* must outlive the cache */
 };
 
 /* Opens (creating folders as needed) and indexes the cache into *OUT. Returns 0, or a negative
  * errno with one line in ERR: -EINVAL when the configuration cannot work (a size below -1, a
- * free-space ratio outside [0, 1), no volume); any other errno is a failure at run time (no dir
+ * free-space ratio outside [0, 1), no volume, a folder that another process holds: the message
+ * names the folder and the holder's pid); any other errno is a failure at run time (no dir
  * matched, a dir cannot be created, indexing failed, no memory). */
 int shoal_cache_open(const struct shoal_cache_config *cfg, struct shoal_cache **out, char *err,
                      size_t errlen);
 void shoal_cache_close(struct shoal_cache *c);
+
+/* The group member id kept in the cache's folders (FOLDER/.shoal-member) for the cache's volume:
+ * read when a folder holds one, else drawn now and written into every folder, so that a restart
+ * on the same folders is the same member [issue 26]. Returns 0 with the id in ID (IDLEN >= 33);
+ * -ENOENT when the cache has no folder (no disk cache: the caller draws an id of its own);
+ * -EINVAL with one line in ERR when a folder was made for another volume or block size, the
+ * folders disagree, or the file is malformed; another negative errno on an I/O error. */
+int shoal_cache_member_id(struct shoal_cache *c, char *id, size_t idlen, char *err, size_t errlen);
 
 /* True when the cache has at least one usable dir and a non-zero size. */
 bool shoal_cache_enabled(const struct shoal_cache *c);

@@ -31,6 +31,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "cache/cache_folder.h"
 #include "cache/cache_format.h"
 #include "cache/cache_internal.h"
 #include "common/log.h"
@@ -100,6 +101,8 @@ struct shoal_cache {
         uint64_t clock_skew; /* atomic; added to the clock of dir health (tests move time) */
         _Atomic unsigned dirs_down;
         _Atomic uint64_t tmp_seq;
+        struct cache_folders folders; /* locked for this process (cache_folder.h) */
+        const struct shoal_volume *volume;
 
         /* Guarded by lock. */
         struct cache_entry **buckets;
@@ -787,6 +790,8 @@ static int dirs_add_all(struct shoal_cache *c, const char *dirs, const struct sh
                         if (ret)
                                 set_err(err, errlen, "cache dir %s: %s", elem, strerror(-ret));
                         else
+                                ret = shoal_cache_folder_lock(&c->folders, elem, err, errlen);
+                        if (!ret)
                                 ret = dir_add(c, elem, vol, err, errlen);
                         continue;
                 }
@@ -805,7 +810,9 @@ static int dirs_add_all(struct shoal_cache *c, const char *dirs, const struct sh
                         struct stat st;
                         if (stat(g.gl_pathv[i], &st) || !S_ISDIR(st.st_mode))
                                 continue;
-                        ret = dir_add(c, g.gl_pathv[i], vol, err, errlen);
+                        ret = shoal_cache_folder_lock(&c->folders, g.gl_pathv[i], err, errlen);
+                        if (!ret)
+                                ret = dir_add(c, g.gl_pathv[i], vol, err, errlen);
                 }
                 globfree(&g);
         }
@@ -965,6 +972,7 @@ static void cache_free(struct shoal_cache *c)
         }
         free(c->buckets);
         free(c->dirs);
+        shoal_cache_folders_release(&c->folders);
         for (unsigned i = 0; i < PATH_LOCKS; i++)
                 pthread_mutex_destroy(&c->path_locks[i]);
         pthread_mutex_destroy(&c->lock);
@@ -1019,9 +1027,11 @@ int shoal_cache_open(const struct shoal_cache_config *cfg, struct shoal_cache **
                 goto out_free;
         }
 
+        c->volume = cfg->volume;
         ret = dirs_add_all(c, cfg->dirs, cfg->volume, err, errlen);
         if (ret) {
-                ret = runtime_err(ret);
+                /* A folder in use is the user's to fix, like a bad flag. */
+                ret = ret == -EBUSY ? -EINVAL : runtime_err(ret);
                 goto out_free;
         }
         if (c->ndirs == 0) {
@@ -1070,6 +1080,13 @@ void shoal_cache_close(struct shoal_cache *c)
         shoal_metric_gauge_add(SHOAL_M_blockcache_dirs, -(int64_t)(c->ndirs - c->dirs_down));
         shoal_metric_gauge_add(SHOAL_M_blockcache_dirs_down, -(int64_t)c->dirs_down);
         cache_free(c);
+}
+
+int shoal_cache_member_id(struct shoal_cache *c, char *id, size_t idlen, char *err, size_t errlen)
+{
+        if (!c || !c->folders.n || !c->volume)
+                return -ENOENT;
+        return shoal_cache_folders_member_id(&c->folders, c->volume, id, idlen, err, errlen);
 }
 
 bool shoal_cache_enabled(const struct shoal_cache *c)

@@ -184,6 +184,12 @@ static const struct opt_def opts[OPT__COUNT] = {
                                   .metavar = "SIZE",
                                   .help = "part size of s3:// multipart uploads, 5M to 5G (default "
                                           "16M)"},
+        [OPT_GROUP_GRACE] = {"group-grace", 0, true, CMD_MOUNT | CMD_SERVE, "TIME",
+                             "how long this member keeps its place in the group once away or "
+                             "stopped (default 60s; SHOAL_GROUP_GRACE)"},
+        [OPT_SET_WEIGHT] = {"set-weight", 0, true, CMD_GROUP, "MEMBER",
+                            "set the weight of MEMBER (an id or an address as listed) to the "
+                            "WEIGHT that follows; 0 drains it"},
 };
 
 static const struct {
@@ -394,6 +400,12 @@ int shoal_cli_node_config(struct shoal_cli *cli, const char *storage, struct sho
         char err[512];
         if (shoal_settings_build(&cli->set, storage, shoal_config_env(), cfg, err, sizeof(err)))
                 return shoal_cli_fail(cli, "%s", err);
+        const char *grace = cli->val[OPT_GROUP_GRACE];
+        if (grace && (shoal_parse_duration(grace, &cfg->group_grace_ns) ||
+                      cfg->group_grace_ns > 24 * 3600 * SHOAL_NS_PER_SEC))
+                return shoal_cli_fail(cli, "invalid --group-grace %s: expected a duration up to 1d",
+                                      grace);
+        cfg->group_no_grace = grace && cfg->group_grace_ns == 0;
         return 0;
 }
 

@@ -76,6 +76,8 @@ enum shoal_opt {
         OPT_ALLOW_OVERWRITE,
         OPT_ALLOW_DELETE,
         OPT_UPLOAD_PART_SIZE,
+        OPT_GROUP_GRACE,
+        OPT_SET_WEIGHT,
         OPT__COUNT
 };
 

@@ -38,6 +38,50 @@ static void fmt_rdma(const struct shoal_member *m, char *out, size_t outlen)
                 shoal_strlcpy(out, "-", outlen);
 }
 
+/* S as one token of printable characters (registry contents are anyone's), or "-". */
+static const char *token(const char *s, char *out, size_t outlen)
+{
+        size_t o = 0;
+        for (; *s && o + 1 < outlen; s++)
+                out[o++] = (unsigned char)*s <= 0x20 || *s == 0x7f ? '?' : *s;
+        out[o] = '\0';
+        return o ? out : "-";
+}
+
+/* What the member is doing for the group, one token. */
+static const char *state_of(const struct shoal_member *m)
+{
+        if (m->alive)
+                return m->role == SHOAL_ROLE_PROVIDER && m->weight == 0 ? "drain" : "live";
+        if (m->grace_left_ms)
+                return m->leaving ? "leaving" : "away";
+        return "gone";
+}
+
+/* shoal group --set-weight MEMBER WEIGHT */
+static int set_weight(struct shoal_cli *cli, const struct shoal_node_config *cfg)
+{
+        const char *member = cli->val[OPT_SET_WEIGHT];
+        uint64_t w;
+        if (cli->npos != 1)
+                return shoal_cli_fail(cli, "--set-weight MEMBER needs one WEIGHT after it");
+        if (shoal_parse_u64(cli->pos[0], 1000000, &w))
+                return shoal_cli_fail(cli, "invalid weight %s: expected 0 to 1000000", cli->pos[0]);
+        char err[1024];
+        struct shoal_member was;
+        int rc = shoal_group_set_weight(cfg->meta_url, cfg->cache_group, member, (uint32_t)w, &was,
+                                        err, sizeof(err));
+        if (rc) {
+                fprintf(stderr, "shoal group: %s\n", err);
+                return rc == -ENOENT || rc == -EINVAL ? 2 : 1;
+        }
+        printf("member %s (%s): weight %" PRIu64 " (was %" PRIu32 ")%s; members and clients apply "
+               "it within a few heartbeats\n",
+               was.id, was.tcp_addr[0] ? was.tcp_addr : "-", w, was.weight,
+               w == 0 ? ", draining" : "");
+        return 0;
+}
+
 int shoal_cmd_group(int argc, char **argv)
 {
         struct shoal_cli cli;
@@ -46,7 +90,7 @@ int shoal_cmd_group(int argc, char **argv)
                 return rc == 1 ? 0 : 2;
         if (shoal_cli_setup_log(&cli))
                 return 2;
-        if (cli.npos)
+        if (cli.npos && !cli.val[OPT_SET_WEIGHT])
                 return shoal_cli_fail(&cli, "unexpected argument %s", cli.pos[0]);
         if (!cli.val[OPT_CACHE_GROUP])
                 return shoal_cli_fail(&cli, "missing --cache-group NAME");
@@ -65,6 +109,8 @@ int shoal_cmd_group(int argc, char **argv)
                         cfg.meta_url, strerror(errno), cfg.meta_url);
                 return 1;
         }
+        if (cli.val[OPT_SET_WEIGHT])
+                return set_weight(&cli, &cfg);
         char err[1024];
         struct shoal_member *m = NULL;
         size_t n = 0;
@@ -81,8 +127,9 @@ int shoal_cmd_group(int argc, char **argv)
                         cfg.cache_group, cfg.meta_url);
                 return 1;
         }
-        printf("%-32s  %-16s  %-8s  %6s  %-21s  %-21s  %-21s  %-5s  %9s  %9s\n", "ID", "HOST",
-               "ROLE", "WEIGHT", "TCP POOL", "IORPC", "RDMA", "ALIVE", "CACHE", "CAPACITY");
+        printf("%-32s  %-16s  %-8s  %6s  %-21s  %-21s  %-21s  %-5s  %9s  %9s  %-7s  %6s  %s\n",
+               "ID", "HOST", "ROLE", "WEIGHT", "TCP POOL", "IORPC", "RDMA", "ALIVE", "CACHE",
+               "CAPACITY", "STATE", "GRACE", "METRICS");
         size_t live = 0;
         for (size_t i = 0; i < n; i++) {
                 char used[32], cap[32], rdma[SHOAL_RDMA_ADDRS * SHOAL_ADDR_LEN];
@@ -94,12 +141,18 @@ int shoal_cmd_group(int argc, char **argv)
                 else
                         fmt_size(m[i].cache_capacity, cap, sizeof(cap));
                 fmt_rdma(&m[i], rdma, sizeof(rdma));
-                printf("%-32s  %-16.16s  %-8s  %6" PRIu32 "  %-21s  %-21s  %-21s  %-5s  %9s  %9s\n",
+                char grace[24] = "-", metrics[SHOAL_ADDR_LEN];
+                if (m[i].grace_left_ms)
+                        snprintf(grace, sizeof(grace), "%" PRIu64 "s",
+                                 (m[i].grace_left_ms + 999) / 1000);
+                printf("%-32s  %-16.16s  %-8s  %6" PRIu32
+                       "  %-21s  %-21s  %-21s  %-5s  %9s  %9s  %-7s  %6s  %s\n",
                        m[i].id, m[i].host[0] ? m[i].host : "-",
                        m[i].role == SHOAL_ROLE_PROVIDER ? "provider" : "consumer", m[i].weight,
                        m[i].tcp_addr[0] ? m[i].tcp_addr : "-",
                        m[i].iorpc_addr[0] ? m[i].iorpc_addr : "-", rdma, m[i].alive ? "yes" : "no",
-                       used, cap);
+                       used, cap, state_of(&m[i]), grace,
+                       token(m[i].metrics_addr, metrics, sizeof(metrics)));
                 live += m[i].alive;
         }
         printf("%zu members, %zu alive\n", n, live);

@@ -236,10 +236,18 @@ static int start_client(struct shoal_node *n, struct plan *p, char *err, size_t 
         return 0;
 }
 
-/* The member id is drawn before the servers start, not at the join, because the handshake proofs
- * of the servers carry it (rpc/handshake.h). */
-static int draw_member_id(struct plan *p, char *err, size_t errlen)
+/* The member id is settled before the servers start, not at the join, because the handshake
+ * proofs of the servers carry it (rpc/handshake.h). A sharing member with a disk cache keeps its
+ * id in its cache folder, so that a restart is the same member and owns the same blocks; anyone
+ * else (consumers, members without a disk cache) draws one per start. */
+static int draw_member_id(struct shoal_node *n, struct plan *p, char *err, size_t errlen)
 {
+        if (p->sharing && shoal_cache_enabled(n->cache)) {
+                int rc = shoal_cache_member_id(n->cache, p->member_id, sizeof(p->member_id), err,
+                                               errlen);
+                if (rc != -ENOENT)
+                        return rc;
+        }
         unsigned char rnd[SHOAL_MEMBER_ID_LEN / 2];
         int rc = shoal_random_bytes(rnd, sizeof(rnd));
         if (rc) {
@@ -306,6 +314,8 @@ static int join_group(struct shoal_node *n, const struct plan *p, char *err, siz
         struct shoal_group_config gc = {
                 .meta_url = cfg->meta_url,
                 .group = cfg->cache_group,
+                .grace_ns = cfg->group_grace_ns,
+                .no_grace = cfg->group_no_grace,
         };
         struct shoal_member *me = &gc.self;
         shoal_strlcpy(me->id, p->member_id, sizeof(me->id));
@@ -363,7 +373,7 @@ int shoal_node_start(const struct shoal_node_config *cfg, struct shoal_node **ou
         rc = start_client(n, &p, err, errlen);
         if (rc)
                 goto out_stop;
-        if (cfg->cache_group && (rc = draw_member_id(&p, err, errlen)))
+        if (cfg->cache_group && (rc = draw_member_id(n, &p, err, errlen)))
                 goto out_stop;
         if (p.sharing && (rc = start_servers(n, &p, err, errlen)))
                 goto out_stop;
@@ -384,6 +394,13 @@ void shoal_node_stop(struct shoal_node *n)
 {
         if (!n)
                 return;
+        /* A member that serves says goodbye first and keeps answering for about a heartbeat,
+         * so that readers move its blocks to the next members before its port closes instead
+         * of failing over one by one. */
+        if (n->group && n->server) {
+                uint64_t linger = shoal_group_goodbye(n->group);
+                shoal_sleep_ns(linger);
+        }
         shoal_metrics_http_stop(n->metrics);
         /* The server's workers and the reader use the group: stop them before it goes. */
         shoal_rdma_server_stop(n->rdma_server);

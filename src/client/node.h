@@ -26,6 +26,8 @@ struct shoal_node_config {
         const char *group_network; /* --group-network */
         uint16_t group_port;
         uint32_t group_weight;
+        uint64_t group_grace_ns;          /* --group-grace; 0: the default (group.h) */
+        bool group_no_grace;              /* --group-grace 0: a stop leaves the ring at once */
         struct shoal_secret group_secret; /* the secret's bytes (len 0: none) */
         bool use_iorpc;
         int iorpc_mode; /* enum shoal_iorpc_mode */

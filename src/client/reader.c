@@ -304,6 +304,34 @@ static int read_store(struct shoal_reader *r, struct mblock *mb, const struct sh
         return 0;
 }
 
+/* A block this member owns and misses may have moved here (a join, a drain, a weight change, a
+ * return within the grace period): its owner in the previous view is asked before the store.
+ * That member answers from its cache or refuses (it owns the block no more, so it does not fill
+ * it), and only a member that still answers is asked (shoal_group_prev_owner). Fills the whole
+ * of MB; returns 0 or the failure (then the store is read). */
+static int read_prev_owner(struct shoal_reader *r, struct shoal_group *g, struct mblock *mb,
+                           const struct shoal_object *obj, uint32_t index)
+{
+        struct shoal_group_view *v = shoal_group_view_get(g);
+        const struct shoal_member *p;
+        int rc = -ENOENT;
+        if (shoal_group_prev_owner(v, &mb->id, &p) >= 0 && strcmp(p->id, shoal_group_self_id(g)) &&
+            !shoal_remote_avoided(r->cfg.remote, p->id)) {
+                rc = shoal_remote_read(r->cfg.remote, p, r->cfg.vol, obj, index, 0, mb->len,
+                                       mb->buf, v->version);
+                if (!rc) {
+                        shoal_metric_inc(SHOAL_M_group_prev_owner_fetches);
+                } else {
+                        shoal_metric_inc(SHOAL_M_group_prev_owner_misses);
+                        /* A refusal (not cached there) says nothing about the member. */
+                        if (rc != -EREMOTEIO && rc != -ESTALE && rc != -ENOENT)
+                                shoal_remote_avoid(r->cfg.remote, p->id);
+                }
+        }
+        shoal_group_view_put(v);
+        return rc;
+}
+
 /* Fills [off, off+len) of MB (chunk-aligned, none of it valid yet) from the layers below the
  * buffer. ALLOW_REMOTE: false on an owner answering a peer (it must not bounce the request). */
 static int fill(struct shoal_reader *r, struct mblock *mb, const struct shoal_object *obj,
@@ -356,6 +384,14 @@ static int fill(struct shoal_reader *r, struct mblock *mb, const struct shoal_ob
         if (whole) {
                 off = 0;
                 len = mb->len;
+        }
+        if (whole && owner_is_self && g && r->cfg.remote && r->cfg.sharing &&
+            !read_prev_owner(r, g, mb, obj, index)) {
+                if (should_cache_locally(r, true))
+                        shoal_cache_insert(r->cfg.cache, &mb->id, mb->buf, mb->len);
+                *filled_off = 0;
+                *filled_len = mb->len;
+                return 0;
         }
         rc = read_store(r, mb, obj, index, off, len, should_cache_locally(r, owner_is_self));
         *filled_off = off;

@@ -37,6 +37,7 @@ static const struct var vars[] = {
         {"SHOAL_GROUP_SECRET", K_SECRET, F(group_secret), 0},
         {"SHOAL_GROUP_HEARTBEAT", K_DURATION, F(group_heartbeat_ns), 0},
         {"SHOAL_GROUP_TIMEOUT", K_DURATION, F(group_timeout_ns), 0},
+        {"SHOAL_GROUP_GRACE", K_DURATION, F(group_grace_ns), 0},
         {"SHOAL_REMOTE_TIMEOUT", K_DURATION, F(remote_timeout_ns), 0},
         {"SHOAL_AVOID_DURATION", K_DURATION, F(avoid_ns), 0},
         {"SHOAL_IORPC_SCALE_PERIOD", K_DURATION, F(iorpc_scale_period_ns), 0},

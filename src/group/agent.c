@@ -29,9 +29,15 @@
 #define STALE_FACTOR          10
 #define ERROR_LOG_INTERVAL_NS (30 * SHOAL_NS_PER_SEC)
 
+/* The previous placement is asked for moved blocks only this long after it changed: past it,
+ * what the old owners held has likely been read from the new ones (or evicted). */
+#define PREV_WINDOW_NS (30 * 60 * SHOAL_NS_PER_SEC)
+#define LINGER_MAX_NS  (3 * SHOAL_NS_PER_SEC)
+
 struct seen {
         char id[SHOAL_MEMBER_ID_LEN + 1];
         uint64_t beat;
+        int64_t started_ms; /* a restart with the same id is a change even at the same beat */
         int64_t changed_ns; /* monotonic; estimated from wall age at first sight */
         int64_t first_ns;   /* monotonic time of first sight */
 };
@@ -39,7 +45,8 @@ struct seen {
 struct shoal_group {
         struct shoal_registry *reg;
         char group[SHOAL_GROUP_NAME_MAX + 1];
-        uint64_t heartbeat_ns, timeout_ns;
+        uint64_t heartbeat_ns, timeout_ns, grace_ns;
+        bool no_grace;
         pthread_t thread;
         void (*usage)(void *arg, uint64_t *bytes, uint64_t *capacity);
         void *usage_arg;
@@ -50,10 +57,15 @@ struct shoal_group {
         size_t n_seen;
         unsigned n_errors;
         uint64_t error_logged_ns;
+        struct shoal_member *prev; /* the placement before the last change of it */
+        size_t n_prev;
+        int64_t prev_ns; /* monotonic time of that change */
 
         pthread_mutex_t lock; /* guards what follows */
         pthread_cond_t cond;
         bool stopping;
+        bool leaving; /* shoal_group_goodbye was called */
+        bool wake;    /* beat now, not at the next heartbeat */
         uint64_t usage_bytes, usage_capacity;
         struct shoal_group_view *view;
 };
@@ -84,6 +96,8 @@ static int64_t first_sight_changed(int64_t now, int64_t wall_now_ms, const struc
 {
         int64_t age_ms = wall_now_ms - m->updated_ms;
         int64_t cap_ms = (int64_t)(timeout_ns / SHOAL_NS_PER_MS) * (STALE_FACTOR + 1);
+        /* (grace_ms is bounded by the decoder) */
+        cap_ms = SHOAL_MAX(cap_ms, (int64_t)m->grace_ms + (int64_t)(timeout_ns / SHOAL_NS_PER_MS));
 
         /* A clock ahead of ours gives a negative age; one far behind must not underflow. */
         if (m->updated_ms > wall_now_ms)
@@ -111,15 +125,65 @@ static uint64_t view_version(const struct shoal_member *v, size_t n)
         return h;
 }
 
-/* Allocates a view with room for N members in the same block (one free). */
-static struct shoal_group_view *view_alloc(size_t n)
+/* Allocates a view with room for N members, N_AWAY away and N_PREV of the previous placement
+ * in the same block (one free). */
+static struct shoal_group_view *view_alloc(size_t n, size_t n_away, size_t n_prev)
 {
-        struct shoal_group_view *v = calloc(1, sizeof(*v) + n * sizeof(struct shoal_member));
+        struct shoal_group_view *v =
+                calloc(1, sizeof(*v) + (n + n_away + n_prev) * sizeof(struct shoal_member));
         if (!v)
                 return NULL;
         v->members = (struct shoal_member *)(v + 1);
+        v->away = v->members + n;
+        v->prev = v->away + n_away;
         v->refs = 1;
         return v;
+}
+
+/* What placement depends on: the providers that own blocks and their weights. */
+static uint64_t placement_hash(const struct shoal_member *v, size_t n)
+{
+        uint64_t h = 0x706c6163656d656eULL;
+        for (size_t i = 0; i < n; i++) {
+                if (v[i].role != SHOAL_ROLE_PROVIDER || v[i].weight == 0)
+                        continue;
+                h = shoal_group_hash64(v[i].id, strlen(v[i].id) + 1, h);
+                h = shoal_group_hash64(&v[i].weight, sizeof(v[i].weight), h);
+        }
+        return h;
+}
+
+static const struct shoal_member *find_member(const struct shoal_member *v, size_t n,
+                                              const char *id)
+{
+        struct shoal_member key;
+        shoal_strlcpy(key.id, id, sizeof(key.id));
+        return n ? bsearch(&key, v, n, sizeof(*v), cmp_member) : NULL;
+}
+
+int shoal_group_prev_owner(const struct shoal_group_view *v, const struct shoal_block_id *id,
+                           const struct shoal_member **out)
+{
+        *out = NULL;
+        if (!v->n_prev)
+                return -1;
+        struct shoal_group_view pv = {.n = v->n_prev, .members = v->prev};
+        int p = shoal_group_owner(&pv, id);
+        int o = shoal_group_owner(v, id);
+        if (p < 0 || (o >= 0 && !strcmp(v->members[o].id, v->prev[p].id)))
+                return -1;
+        const struct shoal_member *m = find_member(v->members, v->n, v->prev[p].id);
+        if (m) {
+                *out = m;
+                return (int)(m - v->members);
+        }
+        /* One that said goodbye still answers while it beats (it lingers for that). */
+        m = find_member(v->away, v->n_away, v->prev[p].id);
+        if (m && m->alive) {
+                *out = m;
+                return (int)(v->n + (size_t)(m - v->away));
+        }
+        return -1;
 }
 
 void shoal_group_view_put(struct shoal_group_view *v)
@@ -139,50 +203,164 @@ struct shoal_group_view *shoal_group_view_get(struct shoal_group *g)
         return v;
 }
 
+enum mstate {
+        M_NONE,
+        M_SERVING,
+        M_AWAY
+};
+
+static enum mstate state_in(const struct shoal_group_view *v, const char *id,
+                            const struct shoal_member **m)
+{
+        if ((*m = find_member(v->members, v->n, id)))
+                return M_SERVING;
+        if ((*m = find_member(v->away, v->n_away, id)))
+                return M_AWAY;
+        return M_NONE;
+}
+
+/* One line per member whose place in the ring or whose service changed. "left group" is said
+ * when a member stops serving (its blocks go to the next members), whether or not it keeps its
+ * place; "out of the ring" when its grace period ends. */
+static void log_member(const struct shoal_group *g, const struct shoal_member *m, enum mstate from,
+                       enum mstate to, const struct shoal_member *was)
+{
+        char host[sizeof(m->host)], addr[sizeof(m->tcp_addr)], what[SHOAL_GROUP_NAME_MAX + 200];
+        if (!strcmp(m->id, g->self.id))
+                return;
+        if (from == M_NONE && to == M_SERVING)
+                snprintf(what, sizeof(what), "joined");
+        else if (from == M_SERVING && to == M_AWAY)
+                snprintf(what, sizeof(what),
+                         "left group \"%s\" (%s; it keeps its place for %" PRIu64 " s)", g->group,
+                         m->leaving ? "said goodbye" : "stopped beating", m->grace_left_ms / 1000);
+        else if (from == M_SERVING)
+                snprintf(what, sizeof(what), "left");
+        else if (from == M_AWAY && to == M_SERVING)
+                snprintf(what, sizeof(what),
+                         "is back in group \"%s\" within its grace period: its blocks are its own "
+                         "again",
+                         g->group);
+        else if (from == M_AWAY)
+                snprintf(what, sizeof(what),
+                         "is out of the ring of group \"%s\": its grace period is over", g->group);
+        else if (to == M_SERVING && was && was->weight != m->weight)
+                snprintf(what, sizeof(what),
+                         "of group \"%s\" now has weight %" PRIu32 " (was %" PRIu32 ")", g->group,
+                         m->weight, was->weight);
+        else
+                return;
+        bool plain = !strcmp(what, "joined") || !strcmp(what, "left");
+        log_info("group", "member %s (%s %s, weight %" PRIu32 "%s) %s%s%s%s", m->id,
+                 shoal_group_printable(m->host, sizeof(m->host), host, sizeof(host)),
+                 m->tcp_addr[0] ? shoal_group_printable(m->tcp_addr, sizeof(m->tcp_addr), addr,
+                                                        sizeof(addr))
+                                : "-",
+                 m->weight, m->role == SHOAL_ROLE_CONSUMER ? ", consumer" : "", what,
+                 plain ? " group \"" : "", plain ? g->group : "", plain ? "\"" : "");
+}
+
 static void log_changes(const struct shoal_group *g, const struct shoal_group_view *old,
                         const struct shoal_group_view *cur)
 {
-        size_t i = 0, j = 0;
-
-        while (i < old->n || j < cur->n) {
-                int c = i == old->n   ? 1
-                        : j == cur->n ? -1
-                                      : strcmp(old->members[i].id, cur->members[j].id);
-                const struct shoal_member *m = c < 0 ? &old->members[i] : &cur->members[j];
-                char host[sizeof(m->host)], addr[sizeof(m->tcp_addr)];
-                if (c != 0 && strcmp(m->id, g->self.id) != 0)
-                        log_info(
-                                "group", "member %s (%s %s, weight %" PRIu32 "%s) %s group \"%s\"",
-                                m->id,
-                                shoal_group_printable(m->host, sizeof(m->host), host, sizeof(host)),
-                                m->tcp_addr[0]
-                                        ? shoal_group_printable(m->tcp_addr, sizeof(m->tcp_addr),
-                                                                addr, sizeof(addr))
-                                        : "-",
-                                m->weight, m->role == SHOAL_ROLE_CONSUMER ? ", consumer" : "",
-                                c < 0 ? "left" : "joined", g->group);
-                i += c <= 0;
-                j += c >= 0;
+        const struct shoal_member *lists[2][2] = {{old->members, old->away},
+                                                  {cur->members, cur->away}};
+        size_t ns[2][2] = {{old->n, old->n_away}, {cur->n, cur->n_away}};
+        /* Everyone in the old view, then the newcomers of the new one. */
+        for (int k = 0; k < 2; k++) {
+                for (size_t i = 0; i < ns[0][k]; i++) {
+                        const struct shoal_member *was = &lists[0][k][i], *now;
+                        enum mstate to = state_in(cur, was->id, &now);
+                        enum mstate from = k == 0 ? M_SERVING : M_AWAY;
+                        if (to != from || (to == M_SERVING && now->weight != was->weight))
+                                log_member(g, now ? now : was, from, to, was);
+                }
+        }
+        for (size_t i = 0; i < cur->n; i++) {
+                const struct shoal_member *was;
+                if (state_in(old, cur->members[i].id, &was) == M_NONE)
+                        log_member(g, &cur->members[i], M_NONE, M_SERVING, NULL);
         }
 }
 
+/* The self record of a listing brings a weight set by `shoal group --set-weight`: adopt it, so
+ * that this member's record (read by every version) says it too. */
+static void adopt_weight(struct shoal_group *g, const struct shoal_member *listed)
+{
+        if (!listed->weight_set || listed->weight == g->self.weight ||
+            g->self.role != SHOAL_ROLE_PROVIDER)
+                return;
+        log_info("group", "weight of this member set to %" PRIu32 " (was %" PRIu32 ")%s",
+                 listed->weight, g->self.weight,
+                 listed->weight == 0 ? ": draining, its blocks go to the other members" : "");
+        g->self.weight = listed->weight;
+}
+
+/* The previous placement for view V (whose old view is OLD): OLD's providers when the placement
+ * changed, else the one kept, until it is too old to be worth asking. */
+static void track_prev(struct shoal_group *g, const struct shoal_group_view *old,
+                       const struct shoal_member *members, size_t n, int64_t now)
+{
+        if (old && placement_hash(old->members, old->n) != placement_hash(members, n)) {
+                struct shoal_member *p = malloc((old->n + 1) * sizeof(*p));
+                if (p) {
+                        size_t k = 0;
+                        for (size_t i = 0; i < old->n; i++)
+                                if (old->members[i].role == SHOAL_ROLE_PROVIDER &&
+                                    old->members[i].weight > 0)
+                                        p[k++] = old->members[i];
+                        free(g->prev);
+                        g->prev = p;
+                        g->n_prev = k;
+                        g->prev_ns = now;
+                }
+        }
+        if (g->prev && now - g->prev_ns > (int64_t)PREV_WINDOW_NS) {
+                free(g->prev);
+                g->prev = NULL;
+                g->n_prev = 0;
+        }
+}
+
+/* Deletes a record silent for long (its grace period included). True when it is gone. */
+static bool delete_stale(struct shoal_group *g, const struct shoal_member *m, const struct seen *s,
+                         int64_t now)
+{
+        int64_t timeout = (int64_t)g->timeout_ns;
+        int64_t limit = SHOAL_MAX(STALE_FACTOR * timeout,
+                                  (int64_t)(m->grace_ms * SHOAL_NS_PER_MS) + timeout);
+        int64_t silent = now - s->changed_ns;
+        if (silent < limit || now - s->first_ns < STALE_FACTOR * timeout)
+                return false;
+        /* The member may have beaten since we listed; then it simply writes its record again
+         * with its next heartbeat. */
+        if (shoal_registry_delete(g->reg, m->id) != 0)
+                return false; /* still tracked: the next heartbeat tries again */
+        shoal_registry_set_weight(g->reg, m->id, -1);
+        char host[sizeof(m->host)];
+        log_info("group", "deleted member %s (%s), silent for at least %" PRId64 " s", m->id,
+                 shoal_group_printable(m->host, sizeof(m->host), host, sizeof(host)),
+                 (int64_t)(silent / (int64_t)SHOAL_NS_PER_SEC));
+        return true;
+}
+
 /* Folds listing LIST (sorted here) into the tracker, deletes records silent for long, and
- * publishes a new view. Returns 0 or -ENOMEM (the old view and tracker then stay). */
+ * publishes a new view: the members that serve, and those away but within their grace period.
+ * Returns 0 or -ENOMEM (the old view and tracker then stay). */
 static int refresh(struct shoal_group *g, struct shoal_member *list, size_t n)
 {
         int64_t now = (int64_t)shoal_now_ns();
         int64_t wnow = wall_ms();
         int64_t timeout = (int64_t)g->timeout_ns;
         struct seen *seen = calloc(n + 1, sizeof(*seen));
-        struct shoal_group_view *v = view_alloc(n + 1);
-        size_t n_seen = 0;
+        struct shoal_member *serving = calloc(n + 1, sizeof(*serving));
+        struct shoal_member *away = calloc(n + 1, sizeof(*away));
+        size_t n_seen = 0, n_serving = 0, n_away = 0;
         bool self_listed = false;
+        int ret = -ENOMEM;
 
-        if (!seen || !v) {
-                free(seen);
-                free(v);
-                return -ENOMEM;
-        }
+        if (!seen || !serving || !away)
+                goto out;
         if (n)
                 qsort(list, n, sizeof(*list), cmp_member);
         for (size_t i = 0; i < n; i++) {
@@ -191,7 +369,7 @@ static int refresh(struct shoal_group *g, struct shoal_member *list, size_t n)
                         continue;
                 if (!strcmp(m->id, g->self.id)) {
                         self_listed = true;
-                        v->members[v->n++] = g->self;
+                        adopt_weight(g, m);
                         continue;
                 }
                 struct seen key, *old, *s = &seen[n_seen++];
@@ -200,7 +378,8 @@ static int refresh(struct shoal_group *g, struct shoal_member *list, size_t n)
                                 : NULL;
                 *s = key;
                 s->beat = m->beat;
-                if (old && old->beat == m->beat) {
+                s->started_ms = m->started_ms;
+                if (old && old->beat == m->beat && old->started_ms == m->started_ms) {
                         s->changed_ns = old->changed_ns;
                         s->first_ns = old->first_ns;
                 } else if (old) {
@@ -210,55 +389,66 @@ static int refresh(struct shoal_group *g, struct shoal_member *list, size_t n)
                         s->changed_ns = first_sight_changed(now, wnow, m, g->timeout_ns);
                         s->first_ns = now;
                 }
+                if (delete_stale(g, m, s, now)) {
+                        n_seen--;
+                        continue;
+                }
                 int64_t silent = now - s->changed_ns;
-                if (silent >= STALE_FACTOR * timeout &&
-                    now - s->first_ns >= STALE_FACTOR * timeout) {
-                        /* The member may have beaten since we listed; then it simply writes its
-                         * record again with its next heartbeat. */
-                        int ret = shoal_registry_delete(g->reg, m->id);
-                        char host[sizeof(m->host)];
-                        if (ret == 0) {
-                                log_info("group",
-                                         "deleted member %s (%s), silent for at least %" PRId64
-                                         " s",
-                                         m->id,
-                                         shoal_group_printable(m->host, sizeof(m->host), host,
-                                                               sizeof(host)),
-                                         (int64_t)(silent / (int64_t)SHOAL_NS_PER_SEC));
-                                n_seen--;
-                                continue;
-                        }
-                        /* Still tracked, so the next heartbeat tries again without
-                         * re-watching it for STALE_FACTOR timeouts. */
-                }
-                if (silent < timeout) {
-                        m->alive = true;
-                        m->age_ms = (uint64_t)silent / SHOAL_NS_PER_MS;
-                        v->members[v->n++] = *m;
+                int64_t grace = (int64_t)(m->grace_ms * SHOAL_NS_PER_MS);
+                m->alive = silent < timeout;
+                m->age_ms = (uint64_t)silent / SHOAL_NS_PER_MS;
+                if (m->alive && !m->leaving) {
+                        serving[n_serving++] = *m;
+                } else if (silent < grace) {
+                        /* Its place is kept: it owns nothing meanwhile, so the next member in
+                         * each of its blocks' order serves them. */
+                        m->grace_left_ms = (uint64_t)(grace - silent) / SHOAL_NS_PER_MS;
+                        away[n_away++] = *m;
                 }
         }
-        if (!self_listed) {
-                v->members[v->n++] = g->self;
-                qsort(v->members, v->n, sizeof(*v->members), cmp_member);
-        }
+        (void)self_listed; /* the self record is not in the listing until its first write lands */
+        serving[n_serving++] = g->self;
+        qsort(serving, n_serving, sizeof(*serving), cmp_member);
+
+        pthread_mutex_lock(&g->lock);
+        struct shoal_group_view *old = g->view;
+        pthread_mutex_unlock(&g->lock);
+        /* (OLD is replaced only on this thread, so reading it outside the lock is safe.) */
+        track_prev(g, old, serving, n_serving, now);
+        struct shoal_group_view *v = view_alloc(n_serving, n_away, g->n_prev);
+        if (!v)
+                goto out;
+        memcpy(v->members, serving, n_serving * sizeof(*serving));
+        v->n = n_serving;
+        if (n_away)
+                memcpy(v->away, away, n_away * sizeof(*away));
+        v->n_away = n_away;
+        if (g->n_prev)
+                memcpy(v->prev, g->prev, g->n_prev * sizeof(*g->prev));
+        v->n_prev = g->n_prev;
         v->version = view_version(v->members, v->n);
         shoal_group_view_index(v);
 
         free(g->seen);
         g->seen = seen;
+        seen = NULL;
         g->n_seen = n_seen;
 
         pthread_mutex_lock(&g->lock);
-        struct shoal_group_view *old = g->view;
         g->view = v;
         pthread_mutex_unlock(&g->lock);
         shoal_metric_gauge_set(SHOAL_M_group_members_alive, (int64_t)v->n);
+        shoal_metric_gauge_set(SHOAL_M_group_members_away, (int64_t)v->n_away);
         if (old) {
-                if (old->version != v->version)
-                        log_changes(g, old, v);
+                log_changes(g, old, v);
                 shoal_group_view_put(old);
         }
-        return 0;
+        ret = 0;
+out:
+        free(seen);
+        free(serving);
+        free(away);
+        return ret;
 }
 
 static void note_error(struct shoal_group *g, const char *what, int err)
@@ -292,6 +482,7 @@ static void tick(struct shoal_group *g)
         pthread_mutex_lock(&g->lock);
         g->self.cache_bytes = g->usage_bytes;
         g->self.cache_capacity = g->usage_capacity;
+        g->self.leaving = g->leaving;
         pthread_mutex_unlock(&g->lock);
         g->self.beat++;
         g->self.updated_ms = wall_ms();
@@ -324,6 +515,10 @@ static void *agent_main(void *arg)
         pthread_mutex_lock(&g->lock);
         while (!g->stopping) {
                 uint64_t now = shoal_now_ns();
+                if (g->wake) {
+                        g->wake = false;
+                        next = now;
+                }
                 if (now < next) {
                         struct timespec ts = shoal_ns_timespec(next);
                         pthread_cond_timedwait(&g->cond, &g->lock, &ts);
@@ -363,7 +558,7 @@ static const struct shoal_member *volume_conflict(const struct shoal_group *g,
 
         for (size_t i = 0; i < n; i++) {
                 const struct shoal_member *m = &list[i];
-                if (!strcmp(m->id, g->self.id) || volume_matches(m, &g->self))
+                if (!strcmp(m->id, g->self.id) || volume_matches(m, &g->self) || m->leaving)
                         continue;
                 if (wnow - m->updated_ms < timeout_ms)
                         return m;
@@ -376,6 +571,7 @@ static void free_group(struct shoal_group *g)
         shoal_registry_close(g->reg);
         shoal_group_view_put(g->view);
         free(g->seen);
+        free(g->prev);
         pthread_cond_destroy(&g->cond);
         pthread_mutex_destroy(&g->lock);
         free(g);
@@ -444,6 +640,15 @@ int shoal_group_start(const struct shoal_group_config *cfg, struct shoal_group *
         g->timeout_ns = env->group_timeout_ns ? env->group_timeout_ns
                         : cfg->timeout_ns     ? cfg->timeout_ns
                                               : SHOAL_GROUP_TIMEOUT_DEFAULT;
+        g->no_grace = cfg->no_grace;
+        g->grace_ns = g->no_grace           ? 0
+                      : env->group_grace_ns ? env->group_grace_ns
+                      : cfg->grace_ns       ? cfg->grace_ns
+                                            : SHOAL_GROUP_GRACE_DEFAULT;
+        if (g->grace_ns > SHOAL_GROUP_GRACE_MAX_MS * SHOAL_NS_PER_MS)
+                g->grace_ns = SHOAL_GROUP_GRACE_MAX_MS * SHOAL_NS_PER_MS;
+        g->self.grace_ms = ns_to_ms(g->grace_ns);
+        g->self.leaving = false;
         if (g->timeout_ns < 2 * g->heartbeat_ns)
                 log_warn("group",
                          "group timeout %" PRIu64 " ms is less than two heartbeats (%" PRIu64
@@ -461,6 +666,10 @@ int shoal_group_start(const struct shoal_group_config *cfg, struct shoal_group *
                 ret = runtime_err(ret);
                 goto out_free;
         }
+        /* A weight set for this member while it was away: from its first record on. */
+        for (size_t i = 0; i < n; i++)
+                if (!strcmp(list[i].id, g->self.id))
+                        adopt_weight(g, &list[i]);
         const struct shoal_member *c = volume_conflict(g, list, n);
         if (c) {
                 char mine[sizeof(c->volume_url)], theirs[sizeof(c->volume_url)];
@@ -510,10 +719,10 @@ int shoal_group_start(const struct shoal_group_config *cfg, struct shoal_group *
         free(list);
         log_info("group",
                  "joined group \"%s\" as %s (%s, weight %" PRIu32 "%s), heartbeat %" PRIu64
-                 " ms, timeout %" PRIu64 " ms, %zu live members",
+                 " ms, timeout %" PRIu64 " ms, grace %" PRIu64 " ms, %zu live members",
                  g->group, g->self.id, g->self.tcp_addr[0] ? g->self.tcp_addr : "no address",
                  g->self.weight, g->self.role == SHOAL_ROLE_CONSUMER ? ", consumer" : "",
-                 ns_to_ms(g->heartbeat_ns), ns_to_ms(g->timeout_ns), live);
+                 ns_to_ms(g->heartbeat_ns), ns_to_ms(g->timeout_ns), ns_to_ms(g->grace_ns), live);
         *out = g;
         return 0;
 
@@ -535,15 +744,44 @@ void shoal_group_stop(struct shoal_group *g)
         pthread_mutex_unlock(&g->lock);
         pthread_join(g->thread, NULL);
         shoal_metric_gauge_set(SHOAL_M_group_members_alive, 0);
-        int ret = shoal_registry_delete(g->reg, g->self.id);
+        shoal_metric_gauge_set(SHOAL_M_group_members_away, 0);
+        int ret;
+        if (g->grace_ns && g->self.role == SHOAL_ROLE_PROVIDER) {
+                /* The record stays, saying goodbye: readers stop asking here at once, and the
+                 * place is kept for the grace period (a restart with the same folder is back in
+                 * it); then whoever notices deletes the record. */
+                g->self.leaving = true;
+                g->self.beat++;
+                g->self.updated_ms = wall_ms();
+                ret = shoal_registry_put(g->reg, &g->self);
+        } else {
+                ret = shoal_registry_delete(g->reg, g->self.id);
+        }
         if (ret < 0)
                 log_warn("group",
-                         "cannot delete member %s from group \"%s\": %s (it expires after the "
-                         "timeout)",
+                         "cannot write the leave of member %s to group \"%s\": %s (it expires "
+                         "after the timeout)",
                          g->self.id, g->group, strerror(-ret));
+        else if (g->grace_ns && g->self.role == SHOAL_ROLE_PROVIDER)
+                log_info("group", "left group \"%s\" (its place is kept for %" PRIu64 " s)",
+                         g->group, (uint64_t)(g->grace_ns / SHOAL_NS_PER_SEC));
         else
                 log_info("group", "left group \"%s\"", g->group);
         free_group(g);
+}
+
+uint64_t shoal_group_goodbye(struct shoal_group *g)
+{
+        if (!g)
+                return 0;
+        pthread_mutex_lock(&g->lock);
+        g->leaving = true;
+        g->wake = true;
+        pthread_cond_signal(&g->cond);
+        pthread_mutex_unlock(&g->lock);
+        log_info("group", "saying goodbye to group \"%s\"", g->group);
+        /* Every reader lists within a heartbeat of the write. */
+        return SHOAL_MIN(g->heartbeat_ns + g->heartbeat_ns / 2, LINGER_MAX_NS);
 }
 
 void shoal_group_set_usage(struct shoal_group *g, uint64_t bytes, uint64_t capacity)
@@ -606,8 +844,10 @@ int shoal_group_list_once(const char *meta_url, const char *group, uint64_t wait
                 /* Watched for WAIT without a move, the member has been silent at least that
                  * long, whatever its clock says. */
                 uint64_t silent_ms = moved ? 0 : SHOAL_MAX(wall_age, wait_ns / SHOAL_NS_PER_MS);
-                m->alive = moved || silent_ms < timeout_ns / SHOAL_NS_PER_MS;
+                m->alive = (moved || silent_ms < timeout_ns / SHOAL_NS_PER_MS) && !m->leaving;
                 m->age_ms = moved ? SHOAL_MIN(wall_age, wait_ns / SHOAL_NS_PER_MS) : silent_ms;
+                m->grace_left_ms =
+                        !m->alive && silent_ms < m->grace_ms ? m->grace_ms - silent_ms : 0;
         }
         free(first);
         shoal_registry_close(r);
@@ -619,6 +859,71 @@ out_fail:
         snprintf(err, errlen, "group \"%s\": cannot list the members: %s", group, strerror(-ret));
         free(first);
         free(second);
+        shoal_registry_close(r);
+        return ret;
+}
+
+/* MEMBER as `shoal group` prints it: the id, or an address of one of its transports. */
+static bool member_is(const struct shoal_member *m, const char *member)
+{
+        return !strcmp(m->id, member) || (m->tcp_addr[0] && !strcmp(m->tcp_addr, member)) ||
+               (m->iorpc_addr[0] && !strcmp(m->iorpc_addr, member));
+}
+
+int shoal_group_set_weight(const char *meta_url, const char *group, const char *member,
+                           uint32_t weight, struct shoal_member *out, char *err, size_t errlen)
+{
+        struct shoal_registry *r;
+        struct shoal_member *list = NULL;
+        size_t n = 0;
+        char shown[SHOAL_ADDR_LEN + 8];
+
+        if (weight > SHOAL_WEIGHT_MAX) {
+                snprintf(err, errlen, "weight %" PRIu32 " is over %d", weight, SHOAL_WEIGHT_MAX);
+                return -EINVAL;
+        }
+        int ret = shoal_registry_open(meta_url, group, &r, err, errlen);
+        if (ret)
+                return ret;
+        ret = shoal_registry_list(r, &list, &n);
+        if (ret < 0) {
+                snprintf(err, errlen, "group \"%s\": cannot list the members: %s", group,
+                         strerror(-ret));
+                goto out;
+        }
+        const struct shoal_member *m = NULL;
+        for (size_t i = 0; i < n; i++) {
+                if (!member_is(&list[i], member))
+                        continue;
+                /* An address may have been reused by a later member: the one that beat last. */
+                if (!m || list[i].updated_ms > m->updated_ms)
+                        m = &list[i];
+        }
+        shoal_group_printable(member, strlen(member), shown, sizeof(shown));
+        if (!m) {
+                snprintf(err, errlen,
+                         "group \"%s\" has no member %s (give an id or an address as "
+                         "'shoal group' prints it)",
+                         group, shown);
+                ret = -ENOENT;
+                goto out;
+        }
+        if (m->role != SHOAL_ROLE_PROVIDER) {
+                snprintf(err, errlen, "member %s of group \"%s\" is a consumer: it owns nothing",
+                         m->id, group);
+                ret = -EINVAL;
+                goto out;
+        }
+        ret = shoal_registry_set_weight(r, m->id, weight);
+        if (ret < 0) {
+                snprintf(err, errlen, "group \"%s\": cannot set the weight of %s: %s", group, m->id,
+                         strerror(-ret));
+                goto out;
+        }
+        if (out)
+                *out = *m;
+out:
+        free(list);
         shoal_registry_close(r);
         return ret;
 }

@@ -47,9 +47,14 @@ struct shoal_member {
         int64_t started_ms;      /* wall clock of join */
         char metrics_addr[SHOAL_ADDR_LEN]; /* metrics endpoint "ip:port"; empty when none (or
                                             * written by a version without it) */
+        bool leaving;      /* said goodbye: serves nothing, keeps its place for its grace */
+        uint64_t grace_ms; /* how long it keeps its place once away (0: none, or an older
+                            * version: it leaves the ring when it is dropped from the view) */
         /* filled by the reader, not stored */
         bool alive;
-        uint64_t age_ms; /* since the reader last saw the counter move */
+        uint64_t age_ms;        /* since the reader last saw the counter move */
+        uint64_t grace_left_ms; /* away members: how long it keeps its place still */
+        bool weight_set;        /* the weight comes from `shoal group --set-weight` */
 };
 
 struct shoal_registry;
@@ -69,15 +74,30 @@ void shoal_registry_close(struct shoal_registry *r);
  * skips (and logs) stored records that do not decode. */
 int shoal_registry_put(struct shoal_registry *r, const struct shoal_member *m);
 int shoal_registry_delete(struct shoal_registry *r, const char *id);
-/* Reads every record of the group into a malloc'd array (*OUT, *N); alive/age_ms are not set. */
+/* Reads every record of the group into a malloc'd array (*OUT, *N); alive/age_ms are not set.
+ * A weight set through shoal_registry_set_weight replaces the record's (weight_set). */
 int shoal_registry_list(struct shoal_registry *r, struct shoal_member **out, size_t *n);
+/* Sets (WEIGHT >= 0) or clears (-1) the weight that listings give member ID, whatever its record
+ * says: kept beside the records, so the member's own heartbeats do not overwrite it. */
+int shoal_registry_set_weight(struct shoal_registry *r, const char *id, int64_t weight);
 
-/* A member view: the live members at one moment, immutable and reference counted. */
+/* A member view: the live members at one moment, immutable and reference counted.
+ *
+ * A member that stops beating or says goodbye leaves MEMBERS at once (it serves nothing) but
+ * keeps its place in the ring for its grace period: it is listed in AWAY, nothing of the
+ * placement changes for anyone else, its blocks are served meanwhile by the next member in each
+ * block's rendezvous order (the owner over MEMBERS), and they are its own again when it comes
+ * back with the same id. PREV is the placement before the last change of it (join, leave,
+ * weight), for a new owner to ask the old one before the store (shoal_group_prev_owner). */
 struct shoal_group_view {
         uint64_t version; /* changes whenever the set of live providers or a weight changes */
         size_t n;
-        struct shoal_member *members;  /* live members, providers and consumers, sorted by id */
-        int refs;                      /* internal */
+        struct shoal_member *members; /* live members, providers and consumers, sorted by id */
+        int refs;                     /* internal */
+        size_t n_away;
+        struct shoal_member *away; /* in their grace period, not serving; sorted by id */
+        size_t n_prev;
+        struct shoal_member *prev;     /* the previous placement's providers (none when too old) */
         struct shoal_placement *place; /* internal: shoal_group_view_index's, or NULL */
 };
 
@@ -87,6 +107,11 @@ struct shoal_group_config {
         struct shoal_member self; /* this member's record (id filled by start when empty) */
         uint64_t heartbeat_ns;    /* default 1 s; SHOAL_GROUP_HEARTBEAT env overrides (tests) */
         uint64_t timeout_ns;      /* default 5 s; SHOAL_GROUP_TIMEOUT env overrides (tests) */
+        /* How long this member keeps its place in the ring once away (published in its
+         * record): default 60 s; SHOAL_GROUP_GRACE env overrides; NO_GRACE: none (a stop
+         * deletes the record, as before). */
+        uint64_t grace_ns;
+        bool no_grace;
         /* Asked on the agent thread before every heartbeat for the cache use to publish [C7]
          * (*BYTES in use, *CAPACITY or UINT64_MAX). May be NULL: then the use given in SELF, or
          * the last shoal_group_set_usage, is published. Must not block for long, and must stay
@@ -104,7 +129,12 @@ struct shoal_group;
  * time (the registry cannot be reached, read or written). */
 int shoal_group_start(const struct shoal_group_config *cfg, struct shoal_group **out, char *err,
                       size_t errlen);
-/* Leaves (deletes the record) and stops the agent. */
+/* Says goodbye without stopping: the record says "leaving" from now on (written at once), so
+ * that every reader stops sending requests here within a heartbeat while this member still
+ * answers the ones in flight. Returns the time a reader needs to notice (about one heartbeat). */
+uint64_t shoal_group_goodbye(struct shoal_group *g);
+/* Leaves and stops the agent: the record stays, saying "leaving", for the grace period (then
+ * any reader deletes it); without a grace period it is deleted now. */
 void shoal_group_stop(struct shoal_group *g);
 /* Updates the cache use published with the next heartbeat (when the config has no usage
  * callback; with one, the callback's answer wins). */
@@ -125,6 +155,21 @@ int shoal_group_owner(const struct shoal_group_view *v, const struct shoal_block
  * owners are the same with and without it. unindex frees it (view_put does). */
 void shoal_group_view_index(struct shoal_group_view *v);
 void shoal_group_view_unindex(struct shoal_group_view *v);
+
+/* The owner of block ID in V's previous placement, when that is another member than its owner
+ * now and one that can still answer (live, or saying goodbye but still beating): an index into
+ * V->members (or, for one saying goodbye, V->n + its index in V->away), else -1. A new owner
+ * that misses a block asks it before the store: blocks that moved come from the group. */
+int shoal_group_prev_owner(const struct shoal_group_view *v, const struct shoal_block_id *id,
+                           const struct shoal_member **out);
+
+/* Sets the weight of member MEMBER (an id, or a TCP pool or IORPC address as `shoal group`
+ * prints it) of GROUP through the registry at META_URL: the member and every reader apply it
+ * with their next listings. WEIGHT 0 drains it. *OUT (optional) gets the member's record as it
+ * was. Returns 0, -ENOENT (no such member), -EINVAL (a consumer), or another negative errno, with
+ * one line in ERR. */
+int shoal_group_set_weight(const char *meta_url, const char *group, const char *member,
+                           uint32_t weight, struct shoal_member *out, char *err, size_t errlen);
 
 /* Placement score of a member for a block (exposed for tests). */
 double shoal_placement_score(const char *member_id, uint32_t weight,

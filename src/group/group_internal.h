@@ -30,6 +30,10 @@ struct shoal_registry_ops {
         int (*del)(struct shoal_registry *r, const char *id);
         /* Calls VISIT for every record of the group. */
         int (*list)(struct shoal_registry *r, shoal_registry_visit_fn visit, void *arg);
+        /* Sets the weight override of ID to WEIGHT (decimal text), or deletes it (NULL). */
+        int (*set_weight)(struct shoal_registry *r, const char *id, const char *weight);
+        /* Calls VISIT for every (id, weight text) override of the group. */
+        int (*list_weights)(struct shoal_registry *r, shoal_registry_visit_fn visit, void *arg);
         /* Frees the backend, including R itself. */
         void (*close)(struct shoal_registry *r);
 };
@@ -143,5 +147,10 @@ int shoal_etcd_parse_range(const char *body, size_t len, const char *prefix,
 
 #define SHOAL_GROUP_HEARTBEAT_DEFAULT SHOAL_NS_PER_SEC
 #define SHOAL_GROUP_TIMEOUT_DEFAULT   (5 * SHOAL_NS_PER_SEC)
+#define SHOAL_GROUP_GRACE_DEFAULT     (60 * SHOAL_NS_PER_SEC)
+/* A grace period longer than this in a record is read as this: a record cannot pin a place for
+ * ever. */
+#define SHOAL_GROUP_GRACE_MAX_MS (24 * 3600 * 1000ULL)
+#define SHOAL_WEIGHT_MAX         1000000
 
 #endif

@@ -4,7 +4,13 @@
  * A record is one line of text, fields separated by '|':
  *
  *   m1|id|host|tcp_addr|iorpc_addr|n_rdma|rdma0|rdma1|rdma2|rdma3|weight|role|volume_url|
- *   block_size|cache_bytes|cache_capacity|beat|updated_ms|started_ms
+ *   block_size|cache_bytes|cache_capacity|beat|updated_ms|started_ms|metrics_addr|leaving|
+ *   grace_ms
+ *
+ * Weights set by `shoal group --set-weight` are kept beside the records (one decimal per member
+ * id), not in them: a member rewrites its record with every heartbeat. A listing gives each
+ * record the weight set for it; the member adopts it into its own record as well, so that older
+ * readers, which do not read the overrides, see it too.
  *
  * Numbers are decimal (updated_ms and started_ms may be negative). In strings, '%', '|' and the
  * ASCII control characters are written as %XX, so any C string round-trips. All four RDMA slots
@@ -24,7 +30,7 @@
 
 #define RECORD_TAG        "m1"
 #define RECORD_FIELDS     19 /* a record has at least these ... */
-#define RECORD_FIELDS_MAX 20 /* ... and these are read (later fields: a later version's) */
+#define RECORD_FIELDS_MAX 22 /* ... and these are read (later fields: a later version's) */
 #define LIST_INITIAL_N    16
 
 bool shoal_member_id_valid(const char *id, size_t len)
@@ -168,12 +174,53 @@ static int list_visit(void *arg, const char *id, size_t id_len, const char *rec,
         return 0;
 }
 
+/* Applies one weight override to the listed record of its id (anything malformed is ignored:
+ * anyone may write there). */
+static int weight_visit(void *arg, const char *id, size_t id_len, const char *val, size_t val_len)
+{
+        struct list_acc *acc = arg;
+        char num[16];
+        uint64_t w;
+
+        if (val_len == 0 || val_len >= sizeof(num))
+                return 0;
+        memcpy(num, val, val_len);
+        num[val_len] = '\0';
+        if (shoal_parse_u64(num, SHOAL_WEIGHT_MAX, &w))
+                return 0;
+        for (size_t i = 0; i < acc->n; i++) {
+                struct shoal_member *m = &acc->v[i];
+                if (m->role == SHOAL_ROLE_PROVIDER && strlen(m->id) == id_len &&
+                    !memcmp(m->id, id, id_len)) {
+                        m->weight = (uint32_t)w;
+                        m->weight_set = true;
+                }
+        }
+        return 0;
+}
+
+int shoal_registry_set_weight(struct shoal_registry *r, const char *id, int64_t weight)
+{
+        char num[24];
+        if (!id || !shoal_member_id_valid(id, strlen(id)) || weight > SHOAL_WEIGHT_MAX)
+                return -EINVAL;
+        if (!r->ops->set_weight)
+                return -EOPNOTSUPP;
+        snprintf(num, sizeof(num), "%" PRId64, weight);
+        pthread_mutex_lock(&r->lock);
+        int ret = r->ops->set_weight(r, id, weight < 0 ? NULL : num);
+        pthread_mutex_unlock(&r->lock);
+        return ret;
+}
+
 int shoal_registry_list(struct shoal_registry *r, struct shoal_member **out, size_t *n)
 {
         struct list_acc acc = {.group = r->group};
 
         pthread_mutex_lock(&r->lock);
         int ret = r->ops->list(r, list_visit, &acc);
+        if (!ret && acc.n && r->ops->list_weights)
+                ret = r->ops->list_weights(r, weight_visit, &acc);
         pthread_mutex_unlock(&r->lock);
         if (ret < 0) {
                 free(acc.v);
@@ -277,6 +324,8 @@ int shoal_member_encode(const struct shoal_member *m, char *out, size_t outlen)
         out_i64(&o, m->started_ms);
         if (!out_str(&o, m->metrics_addr, sizeof(m->metrics_addr)))
                 return -EINVAL;
+        out_u64(&o, m->leaving ? 1 : 0);
+        out_u64(&o, m->grace_ms);
         if (o.overflow)
                 return -EINVAL;
         return (int)o.len;
@@ -405,5 +454,14 @@ int shoal_member_decode(const char *rec, size_t len, struct shoal_member *m)
                 return -EINVAL;
         if (nf > 19 && dec_str(f[19], fl[19], m->metrics_addr, sizeof(m->metrics_addr)) < 0)
                 return -EINVAL;
+        if (nf > 20) {
+                if (dec_u64(f[20], fl[20], 1, &v) < 0)
+                        return -EINVAL;
+                m->leaving = v == 1;
+        }
+        if (nf > 21 && dec_u64(f[21], fl[21], UINT64_MAX, &m->grace_ms) < 0)
+                return -EINVAL;
+        if (m->grace_ms > SHOAL_GROUP_GRACE_MAX_MS)
+                m->grace_ms = SHOAL_GROUP_GRACE_MAX_MS;
         return 0;
 }

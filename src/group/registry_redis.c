@@ -1,8 +1,9 @@
 /* Redis registry backend: redis://[[user]:password@]host[:port][/db], for groups spanning hosts.
  *
  * One hash per group, "shoal:<group>:members", field = member id, value = the text of
- * shoal_member_encode. Every value read back goes through the validating decoder: the server is
- * shared and anyone may have written there.
+ * shoal_member_encode; weights set by `shoal group --set-weight` in "shoal:<group>:weights",
+ * field = member id, value = the weight in decimal. Every value read back goes through the
+ * validating decoder: the server is shared and anyone may have written there.
  *
  * hiredis is used synchronously with connect and command timeouts, so a dead server costs the
  * agent thread at most a few seconds per call, never a hang. A connection that breaks is dropped
@@ -32,6 +33,7 @@ struct redis_registry {
         redisContext *c;
         struct shoal_redis_url u;
         char key[SHOAL_GROUP_NAME_MAX + 32];
+        char wkey[SHOAL_GROUP_NAME_MAX + 32];
         char where[300]; /* host:port/db, for messages (never the password) */
 };
 
@@ -349,20 +351,50 @@ int shoal_registry_redis_visit(const struct redisReply *rep, shoal_registry_visi
         return 0;
 }
 
-static int redis_list(struct shoal_registry *base, shoal_registry_visit_fn visit, void *arg)
+static int redis_set_weight(struct shoal_registry *base, const char *id, const char *weight)
 {
         struct redis_registry *r = (struct redis_registry *)base;
         struct sigpipe_guard g;
         int ret;
 
         sigpipe_block(&g);
-        redisReply *rep = command(r, &ret, "HGETALL %s", r->key);
+        redisReply *rep = weight ? command(r, &ret, "HSET %s %s %s", r->wkey, id, weight)
+                                 : command(r, &ret, "HDEL %s %s", r->wkey, id);
+        if (rep)
+                freeReplyObject(rep);
+        sigpipe_restore(&g);
+        return ret;
+}
+
+static int list_hash(struct redis_registry *r, const char *key, shoal_registry_visit_fn visit,
+                     void *arg);
+
+static int redis_list(struct shoal_registry *base, shoal_registry_visit_fn visit, void *arg)
+{
+        struct redis_registry *r = (struct redis_registry *)base;
+        return list_hash(r, r->key, visit, arg);
+}
+
+static int redis_list_weights(struct shoal_registry *base, shoal_registry_visit_fn visit, void *arg)
+{
+        struct redis_registry *r = (struct redis_registry *)base;
+        return list_hash(r, r->wkey, visit, arg);
+}
+
+static int list_hash(struct redis_registry *r, const char *key, shoal_registry_visit_fn visit,
+                     void *arg)
+{
+        struct sigpipe_guard g;
+        int ret;
+
+        sigpipe_block(&g);
+        redisReply *rep = command(r, &ret, "HGETALL %s", key);
         if (!rep)
                 goto out_restore;
         ret = shoal_registry_redis_visit(rep, visit, arg);
         if (ret == -EPROTO) {
                 log_ratelimited(SHOAL_LOG_WARN, "group", "registry %s: %s is not a hash", r->where,
-                                r->key);
+                                key);
                 ret = -EIO;
         }
         freeReplyObject(rep);
@@ -385,6 +417,8 @@ static const struct shoal_registry_ops redis_ops = {
         .put = redis_put,
         .del = redis_del,
         .list = redis_list,
+        .set_weight = redis_set_weight,
+        .list_weights = redis_list_weights,
         .close = redis_close,
 };
 
@@ -405,6 +439,7 @@ int shoal_registry_redis_open(const char *rest, const char *group, struct shoal_
                 goto out_free;
         snprintf(r->where, sizeof(r->where), "redis://%s:%d/%u", r->u.host, r->u.port, r->u.db);
         snprintf(r->key, sizeof(r->key), "shoal:%s:members", group);
+        snprintf(r->wkey, sizeof(r->wkey), "shoal:%s:weights", group);
         /* Connect now, so that a wrong address or password is reported at start, not as a
          * stream of heartbeat warnings. */
         struct sigpipe_guard g;

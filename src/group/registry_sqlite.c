@@ -4,6 +4,7 @@
  * shoal_member_encode, so both backends store the same bytes and share one validated decoder:
  *
  *   CREATE TABLE shoal_members (grp TEXT, id TEXT, record TEXT, PRIMARY KEY (grp, id))
+ *   CREATE TABLE shoal_weights (grp TEXT, id TEXT, weight TEXT, PRIMARY KEY (grp, id))
  *
  * WAL lets readers run beside the one writer, and every operation is a single autocommit
  * statement, so a writer never has to upgrade a read transaction (the case where SQLite returns
@@ -26,7 +27,7 @@
 struct sqlite_registry {
         struct shoal_registry base;
         sqlite3 *db;
-        sqlite3_stmt *put, *del, *list;
+        sqlite3_stmt *put, *del, *list, *wput, *wdel, *wlist;
         char path[PATH_MAX];
 };
 
@@ -151,13 +152,34 @@ static int sqlite_del(struct shoal_registry *r, const char *id)
         return 0;
 }
 
-static int sqlite_list(struct shoal_registry *r, shoal_registry_visit_fn visit, void *arg)
+static int sqlite_set_weight(struct shoal_registry *r, const char *id, const char *weight)
 {
         struct sqlite_registry *s = (struct sqlite_registry *)r;
-        sqlite3_stmt *st = s->list;
-        int rc, ret = 0;
+        sqlite3_stmt *st = weight ? s->wput : s->wdel;
+        int rc;
 
         sqlite3_bind_text(st, 1, r->group, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, id, -1, SQLITE_STATIC);
+        if (weight)
+                sqlite3_bind_text(st, 3, weight, -1, SQLITE_STATIC);
+        rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        sqlite3_clear_bindings(st);
+        if (rc != SQLITE_DONE) {
+                log_ratelimited(SHOAL_LOG_WARN, "group", "registry %s: set weight: %s", s->path,
+                                sqlite3_errstr(rc));
+                return sqlite_errno(rc) ? sqlite_errno(rc) : -EIO;
+        }
+        return 0;
+}
+
+/* Rows of STMT (two text columns, bound to the group) through VISIT. */
+static int visit_rows(struct sqlite_registry *s, sqlite3_stmt *st, shoal_registry_visit_fn visit,
+                      void *arg)
+{
+        int rc, ret = 0;
+
+        sqlite3_bind_text(st, 1, s->base.group, -1, SQLITE_STATIC);
         while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
                 /* Anything may sit in a column of another type; a NULL becomes an empty text,
                  * which the decoder refuses. */
@@ -180,6 +202,18 @@ static int sqlite_list(struct shoal_registry *r, shoal_registry_visit_fn visit, 
         return ret;
 }
 
+static int sqlite_list(struct shoal_registry *r, shoal_registry_visit_fn visit, void *arg)
+{
+        struct sqlite_registry *s = (struct sqlite_registry *)r;
+        return visit_rows(s, s->list, visit, arg);
+}
+
+static int sqlite_list_weights(struct shoal_registry *r, shoal_registry_visit_fn visit, void *arg)
+{
+        struct sqlite_registry *s = (struct sqlite_registry *)r;
+        return visit_rows(s, s->wlist, visit, arg);
+}
+
 static void sqlite_close(struct shoal_registry *r)
 {
         struct sqlite_registry *s = (struct sqlite_registry *)r;
@@ -187,6 +221,9 @@ static void sqlite_close(struct shoal_registry *r)
         sqlite3_finalize(s->put);
         sqlite3_finalize(s->del);
         sqlite3_finalize(s->list);
+        sqlite3_finalize(s->wput);
+        sqlite3_finalize(s->wdel);
+        sqlite3_finalize(s->wlist);
         sqlite3_close(s->db);
         free(s);
 }
@@ -196,6 +233,8 @@ static const struct shoal_registry_ops sqlite_ops = {
         .put = sqlite_put,
         .del = sqlite_del,
         .list = sqlite_list,
+        .set_weight = sqlite_set_weight,
+        .list_weights = sqlite_list_weights,
         .close = sqlite_close,
 };
 
@@ -205,6 +244,10 @@ int shoal_registry_sqlite_open(const char *rest, const char *group, struct shoal
         static const char *const schema =
                 "CREATE TABLE IF NOT EXISTS shoal_members ("
                 "grp TEXT NOT NULL, id TEXT NOT NULL, record TEXT NOT NULL, "
+                "PRIMARY KEY (grp, id)) WITHOUT ROWID";
+        static const char *const weights_schema =
+                "CREATE TABLE IF NOT EXISTS shoal_weights ("
+                "grp TEXT NOT NULL, id TEXT NOT NULL, weight TEXT NOT NULL, "
                 "PRIMARY KEY (grp, id)) WITHOUT ROWID";
         struct sqlite_registry *s;
         char mode[16] = "";
@@ -261,6 +304,8 @@ int shoal_registry_sqlite_open(const char *rest, const char *group, struct shoal
         rc = exec_retry(s->db, "PRAGMA synchronous=NORMAL", NULL, 0);
         if (rc == SQLITE_OK)
                 rc = exec_retry(s->db, schema, NULL, 0);
+        if (rc == SQLITE_OK)
+                rc = exec_retry(s->db, weights_schema, NULL, 0);
         if (rc != SQLITE_OK) {
                 snprintf(err, errlen, "registry: %s: cannot create the schema: %s", s->path,
                          sqlite3_errmsg(s->db));
@@ -278,6 +323,19 @@ int shoal_registry_sqlite_open(const char *rest, const char *group, struct shoal
                 rc = sqlite3_prepare_v3(s->db,
                                         "SELECT id, record FROM shoal_members WHERE grp = ?1", -1,
                                         SQLITE_PREPARE_PERSISTENT, &s->list, NULL);
+        if (rc == SQLITE_OK)
+                rc = sqlite3_prepare_v3(s->db,
+                                        "INSERT OR REPLACE INTO shoal_weights (grp, id, weight) "
+                                        "VALUES (?1, ?2, ?3)",
+                                        -1, SQLITE_PREPARE_PERSISTENT, &s->wput, NULL);
+        if (rc == SQLITE_OK)
+                rc = sqlite3_prepare_v3(s->db,
+                                        "DELETE FROM shoal_weights WHERE grp = ?1 AND id = ?2", -1,
+                                        SQLITE_PREPARE_PERSISTENT, &s->wdel, NULL);
+        if (rc == SQLITE_OK)
+                rc = sqlite3_prepare_v3(s->db,
+                                        "SELECT id, weight FROM shoal_weights WHERE grp = ?1", -1,
+                                        SQLITE_PREPARE_PERSISTENT, &s->wlist, NULL);
         if (rc != SQLITE_OK) {
                 snprintf(err, errlen, "registry: %s: %s", s->path, sqlite3_errmsg(s->db));
                 goto out_finalize;
@@ -290,6 +348,9 @@ out_finalize:
         sqlite3_finalize(s->put);
         sqlite3_finalize(s->del);
         sqlite3_finalize(s->list);
+        sqlite3_finalize(s->wput);
+        sqlite3_finalize(s->wdel);
+        sqlite3_finalize(s->wlist);
 out_close:
         sqlite3_close(s->db);
 out_free:

@@ -121,8 +121,12 @@ static void setup_log(const struct lib_config *cfg)
 static struct shoal_node *node_start(struct shoal_client *c, bool child, int *rc)
 {
         struct shoal_node_config nc = c->cfg.node;
-        if (child)
+        if (child) {
                 nc.metrics_addr = NULL; /* the parent keeps the endpoint's port */
+                /* ... and its cache folder, which it holds locked (one process per folder):
+                 * the child reads through the group and the store without a disk cache. */
+                nc.cache_size = 0;
+        }
         char err[1024];
         struct shoal_node *n;
         /* -EINVAL: a bad setting (ValueError in Python); anything else failed at run time */

@@ -130,6 +130,11 @@
         X(rdma_if3_bytes, COUNTER, "RDMA payload bytes on the 4th --rdma-network interface")       \
         /* cache group */                                                                          \
         X(group_members_alive, GAUGE, "Live members in this process's view of the group")          \
+        X(group_members_away, GAUGE, "Members away but keeping their place (grace period)")        \
+        X(group_prev_owner_fetches, COUNTER,                                                       \
+          "Blocks a new owner read from their owner in the previous view, not the store")          \
+        X(group_prev_owner_misses, COUNTER,                                                        \
+          "Blocks a new owner asked the previous owner for, in vain (then the store)")             \
         /* o: object store */                                                                      \
         X(object_get_requests, COUNTER, "Object store GETs (ranged reads)")                        \
         X(object_get_bytes, COUNTER, "Bytes read from the object store")                           \

@@ -155,6 +155,80 @@ static void test_join_moves_only_to_newcomer(void **state)
         free(after);
 }
 
+static int cmp_id(const void *a, const void *b)
+{
+        return strcmp(((const struct shoal_member *)a)->id, ((const struct shoal_member *)b)->id);
+}
+
+/* [issue 26] After a join, a block the newcomer owns has its previous owner (the one that owned
+ * it before the join, still live); a block that did not move has none. After a drain, the
+ * drained member is the previous owner of every block it owned. One that said goodbye counts
+ * while it still beats. */
+static void test_prev_owner(void **state)
+{
+        struct shoal_member m[4], prev[3], away[1];
+        char id[SHOAL_MEMBER_ID_LEN + 1];
+        for (int i = 0; i < 4; i++) {
+                random_id(id);
+                set_member(&m[i], id, 100, SHOAL_ROLE_PROVIDER);
+        }
+        qsort(m, 4, sizeof(m[0]), cmp_id);
+        /* m[3] joined (the highest id, so indexes agree between the sorted arrays) */
+        memcpy(prev, m, sizeof(prev));
+        struct shoal_group_view before = {.n = 3, .members = prev};
+        struct shoal_group_view v = {.n = 4, .members = m, .n_prev = 3, .prev = prev};
+        size_t moved = 0;
+        for (size_t i = 0; i < NBLOCKS; i++) {
+                const struct shoal_member *p;
+                int o = shoal_group_owner(&v, &blocks[i]);
+                int was = shoal_group_owner(&before, &blocks[i]);
+                int k = shoal_group_prev_owner(&v, &blocks[i], &p);
+                if (o == was) {
+                        assert_int_equal(k, -1);
+                        assert_null(p);
+                        continue;
+                }
+                assert_int_equal(o, 3);
+                assert_int_equal(k, was);
+                assert_string_equal(p->id, prev[was].id);
+                moved++;
+        }
+        assert_true(moved > NBLOCKS / 5);
+
+        /* m[0] drained: it is asked for each block it owned. */
+        struct shoal_member now[4];
+        memcpy(now, m, sizeof(now));
+        now[0].weight = 0;
+        struct shoal_group_view full = {.n = 4, .members = m};
+        struct shoal_group_view dv = {.n = 4, .members = now, .n_prev = 4, .prev = m};
+        for (size_t i = 0; i < NBLOCKS; i++) {
+                const struct shoal_member *p;
+                int k = shoal_group_prev_owner(&dv, &blocks[i], &p);
+                assert_int_equal(k, shoal_group_owner(&full, &blocks[i]) == 0 ? 0 : -1);
+        }
+
+        /* m[0] said goodbye instead: asked while it beats, not once it is silent. */
+        away[0] = m[0];
+        away[0].leaving = true;
+        struct shoal_group_view gv = {
+                .n = 3, .members = m + 1, .n_away = 1, .away = away, .n_prev = 4, .prev = m};
+        size_t asked = 0;
+        for (size_t i = 0; i < NBLOCKS; i++) {
+                const struct shoal_member *p;
+                if (shoal_group_owner(&full, &blocks[i]) != 0)
+                        continue;
+                assert_int_equal(shoal_group_prev_owner(&gv, &blocks[i], &p), 3);
+                assert_string_equal(p->id, m[0].id);
+                asked++;
+        }
+        assert_true(asked > 0);
+        away[0].alive = false;
+        for (size_t i = 0; i < 100; i++) {
+                const struct shoal_member *p;
+                assert_int_equal(shoal_group_prev_owner(&gv, &blocks[i], &p), -1);
+        }
+}
+
 static void test_leave_moves_only_leavers_blocks(void **state)
 {
         struct shoal_member m[4], rest[3];
@@ -338,6 +412,7 @@ int main(void)
                 cmocka_unit_test(test_drain_and_consumers_own_nothing),
                 cmocka_unit_test(test_join_moves_only_to_newcomer),
                 cmocka_unit_test(test_leave_moves_only_leavers_blocks),
+                cmocka_unit_test(test_prev_owner),
                 cmocka_unit_test(test_deterministic),
                 cmocka_unit_test(test_ties_broken_by_id),
                 cmocka_unit_test(test_pinned_hash),

@@ -81,6 +81,8 @@ static void fill_member(struct shoal_member *m, const char *id, unsigned seed)
         m->updated_ms = -(int64_t)seed;
         m->started_ms = INT64_MAX - seed;
         snprintf(m->metrics_addr, sizeof(m->metrics_addr), "127.0.0.1:%u", 9567 + seed);
+        m->leaving = seed % 3 == 1;
+        m->grace_ms = 1000ULL * seed;
 }
 
 static void assert_member_equal(const struct shoal_member *a, const struct shoal_member *b)
@@ -102,6 +104,23 @@ static void assert_member_equal(const struct shoal_member *a, const struct shoal
         assert_true(a->updated_ms == b->updated_ms);
         assert_true(a->started_ms == b->started_ms);
         assert_string_equal(a->metrics_addr, b->metrics_addr);
+        assert_int_equal(a->leaving, b->leaving);
+        assert_true(a->grace_ms == b->grace_ms);
+}
+
+static const struct shoal_member *find(const struct shoal_member *v, size_t n, const char *id);
+
+/* The record of ID as R lists it (false when there is none). */
+static bool record_get(struct shoal_registry *r, const char *id, struct shoal_member *out)
+{
+        struct shoal_member *v = NULL;
+        size_t n = 0;
+        assert_int_equal(shoal_registry_list(r, &v, &n), 0);
+        const struct shoal_member *m = find(v, n, id);
+        if (m)
+                *out = *m;
+        free(v);
+        return m != NULL;
 }
 
 static const struct shoal_member *find(const struct shoal_member *v, size_t n, const char *id)
@@ -245,13 +264,26 @@ static void test_codec_roundtrip(void **state)
         assert_int_equal(shoal_member_decode(buf, strlen(buf), &b), 0);
         assert_member_equal(&a, &b);
 
-        /* A record of a version without the metrics address reads with it empty. */
+        /* A record of a version without the metrics address (nor goodbye and grace) reads with
+         * them empty. */
         fill_member(&a, "old", 4);
         len = shoal_member_encode(&a, buf, sizeof(buf));
-        *strrchr(buf, '|') = '\0';
+        for (int i = 0; i < 3; i++)
+                *strrchr(buf, '|') = '\0';
         assert_int_equal(shoal_member_decode(buf, strlen(buf), &b), 0);
         a.metrics_addr[0] = '\0';
+        a.leaving = false;
+        a.grace_ms = 0;
         assert_member_equal(&a, &b);
+        /* A goodbye flag is 0 or 1; a grace period is bounded. */
+        fill_member(&a, "g", 2);
+        len = shoal_member_encode(&a, buf, sizeof(buf));
+        strcpy(strrchr(buf, '|'), "|99999999999999");
+        assert_int_equal(shoal_member_decode(buf, strlen(buf), &b), 0);
+        assert_true(b.grace_ms == 24 * 3600 * 1000ULL);
+        *strrchr(buf, '|') = '\0';
+        strcpy(strrchr(buf, '|'), "|2|0");
+        assert_int_equal(shoal_member_decode(buf, strlen(buf), &b), -EINVAL);
 }
 
 static void test_codec_refuses_at_put(void **state)
@@ -539,16 +571,27 @@ static void check_agents(const char *url)
         size_t n = 0;
         assert_int_equal(shoal_group_list_once(url, "agents", 300 * MS, &v, &n, err, sizeof(err)),
                          0);
-        assert_int_equal(n, 1);
-        assert_string_equal(v[0].id, ida);
-        assert_true(v[0].alive);
-        assert_true(v[0].cache_bytes == 12345);
+        /* B said goodbye: its record stays, leaving, for its grace period. */
+        assert_int_equal(n, 2);
+        const struct shoal_member *la = find(v, n, ida), *lb = find(v, n, idb_copy);
+        assert_non_null(la);
+        assert_non_null(lb);
+        assert_true(la->alive);
+        assert_true(la->cache_bytes == 12345);
+        assert_false(lb->alive);
+        assert_true(lb->leaving);
+        assert_true(lb->grace_left_ms > 0 && lb->grace_left_ms <= 60000);
         free(v);
 
         char ida_copy[SHOAL_MEMBER_ID_LEN + 1];
         shoal_strlcpy(ida_copy, ida, sizeof(ida_copy));
         shoal_group_stop(a);
-        assert_false(record_exists(r, ida_copy));
+        struct shoal_member left;
+        assert_true(record_get(r, ida_copy, &left));
+        assert_true(left.leaving);
+        assert_true(left.grace_ms == 60000);
+        assert_int_equal(shoal_registry_delete(r, ida_copy), 0);
+        assert_int_equal(shoal_registry_delete(r, idb_copy), 0);
         shoal_registry_close(r);
 }
 
@@ -628,7 +671,7 @@ static void check_stale_deleted(const char *url)
         assert_true(shoal_now_ns() - t0 >= 10 * cfg.timeout_ns);
         assert_false(view_has(g, "old"));
         shoal_group_stop(g);
-        assert_int_equal(count_records(r), 0);
+        assert_int_equal(count_records(r), 1); /* G's own, saying goodbye for its grace */
         shoal_registry_close(r);
 }
 
@@ -1118,8 +1161,156 @@ static void test_redis_outage(void **state)
         assert_true(WAIT_UNTIL(view_size(a) == 2 && view_size(b) == 2, 2000));
         shoal_group_stop(a);
         shoal_group_stop(b);
-        assert_int_equal(count_records(r), 0);
+        assert_int_equal(count_records(r), 2); /* both say goodbye for their grace period */
         shoal_registry_close(r);
+}
+
+static const struct shoal_member *away_of(const struct shoal_group_view *v, const char *id)
+{
+        return find(v->away, v->n_away, id);
+}
+
+/* [issue 26] A member that stops beating leaves the serving view after the timeout but keeps its
+ * place (listed away, with the grace left) until its grace period ends; back within it, it is
+ * serving again. One that says goodbye leaves the serving view at once. */
+static void check_grace(const char *url)
+{
+        char err[512] = "";
+        struct shoal_group *a = start_agent(url, "grace");
+        struct shoal_registry *r = reg_open(url, "grace", err, sizeof(err));
+        if (!r)
+                fail_msg("open: %s", err);
+        struct shoal_member c;
+        fill_member(&c, "crashy", 0);
+        c.grace_ms = 1500;
+        c.beat = 1;
+        c.updated_ms = now_ms();
+        assert_int_equal(shoal_registry_put(r, &c), 0);
+        assert_true(WAIT_UNTIL(view_has(a, "crashy"), 1000));
+        /* silent: away after the timeout, with its grace running */
+        assert_true(WAIT_UNTIL(!view_has(a, "crashy"), 1500));
+        struct shoal_group_view *v = shoal_group_view_get(a);
+        const struct shoal_member *m = away_of(v, "crashy");
+        assert_non_null(m);
+        assert_false(m->alive);
+        assert_true(m->grace_left_ms > 0 && m->grace_left_ms <= 1500);
+        shoal_group_view_put(v);
+        /* back within its grace: serving again */
+        c.beat++;
+        c.updated_ms = now_ms();
+        assert_int_equal(shoal_registry_put(r, &c), 0);
+        assert_true(WAIT_UNTIL(view_has(a, "crashy"), 1000));
+        /* silent for good: out of the ring once the grace period is over */
+        assert_true(WAIT_UNTIL(!view_has(a, "crashy"), 1500));
+        bool gone = WAIT_UNTIL(({
+                                       struct shoal_group_view *w = shoal_group_view_get(a);
+                                       bool out = !away_of(w, "crashy") && !view_has(a, "crashy");
+                                       shoal_group_view_put(w);
+                                       out;
+                               }),
+                               3000);
+        assert_true(gone);
+        assert_int_equal(shoal_registry_delete(r, "crashy"), 0);
+
+        /* A goodbye: gone from the serving view within a heartbeat or two, away meanwhile. */
+        struct shoal_group *b = start_agent(url, "grace");
+        char idb[SHOAL_MEMBER_ID_LEN + 1];
+        shoal_strlcpy(idb, shoal_group_self_id(b), sizeof(idb));
+        assert_true(WAIT_UNTIL(view_has(a, idb), 1000));
+        uint64_t t0 = shoal_now_ns();
+        shoal_group_stop(b);
+        assert_true(WAIT_UNTIL(!view_has(a, idb), 1000));
+        assert_true(shoal_now_ns() - t0 < TIMEOUT_NS);
+        v = shoal_group_view_get(a);
+        m = away_of(v, idb);
+        assert_non_null(m);
+        assert_true(m->leaving);
+        shoal_group_view_put(v);
+        assert_int_equal(shoal_registry_delete(r, idb), 0);
+        char ida[SHOAL_MEMBER_ID_LEN + 1];
+        shoal_strlcpy(ida, shoal_group_self_id(a), sizeof(ida));
+        shoal_group_stop(a);
+        assert_int_equal(shoal_registry_delete(r, ida), 0);
+        shoal_registry_close(r);
+}
+
+/* [issue 26] A weight set through the registry reaches the member and its readers without a
+ * restart; a consumer or an unknown member is refused. */
+static void check_set_weight(const char *url)
+{
+        char err[512] = "";
+        struct shoal_group *a = start_agent(url, "weights");
+        struct shoal_group *b = start_agent(url, "weights");
+        char ida[SHOAL_MEMBER_ID_LEN + 1];
+        shoal_strlcpy(ida, shoal_group_self_id(a), sizeof(ida));
+        assert_true(WAIT_UNTIL(view_size(a) == 2 && view_size(b) == 2, 2000));
+        struct shoal_member was;
+        assert_int_equal(shoal_group_set_weight(url, "weights", ida, 0, &was, err, sizeof(err)), 0);
+        assert_int_equal(was.weight, 100);
+        bool drained =
+                WAIT_UNTIL(({
+                                   struct shoal_group_view *w = shoal_group_view_get(b);
+                                   const struct shoal_member *m = find(w->members, w->n, ida);
+                                   struct shoal_group_view *x = shoal_group_view_get(a);
+                                   const struct shoal_member *s = find(x->members, x->n, ida);
+                                   bool ok = m && m->weight == 0 && s && s->weight == 0;
+                                   shoal_group_view_put(w);
+                                   shoal_group_view_put(x);
+                                   ok;
+                           }),
+                           2000);
+        assert_true(drained);
+        /* by address (both agents publish the same one here: the one that beat last) */
+        assert_int_equal(
+                shoal_group_set_weight(url, "weights", "127.0.0.1:7000", 7, &was, err, sizeof(err)),
+                0);
+        assert_int_equal(
+                shoal_group_set_weight(url, "weights", "nobody", 1, NULL, err, sizeof(err)),
+                -ENOENT);
+        assert_non_null(strstr(err, "nobody"));
+        struct shoal_registry *r = reg_open(url, "weights", err, sizeof(err));
+        assert_non_null(r);
+        struct shoal_member c;
+        fill_member(&c, "reader", 1); /* odd seed: a consumer */
+        c.updated_ms = now_ms();
+        assert_int_equal(shoal_registry_put(r, &c), 0);
+        assert_int_equal(
+                shoal_group_set_weight(url, "weights", "reader", 1, NULL, err, sizeof(err)),
+                -EINVAL);
+        assert_int_equal(shoal_registry_delete(r, "reader"), 0);
+        char idb[SHOAL_MEMBER_ID_LEN + 1];
+        shoal_strlcpy(idb, shoal_group_self_id(b), sizeof(idb));
+        shoal_group_stop(a);
+        shoal_group_stop(b);
+        shoal_registry_delete(r, ida);
+        shoal_registry_delete(r, idb);
+        shoal_registry_set_weight(r, ida, -1);
+        shoal_registry_set_weight(r, idb, -1);
+        shoal_registry_close(r);
+}
+
+static void test_sqlite_grace(void **state)
+{
+        (void)state;
+        check_grace(new_sqlite_url());
+}
+
+static void test_sqlite_set_weight(void **state)
+{
+        (void)state;
+        check_set_weight(new_sqlite_url());
+}
+
+static void test_redis_grace(void **state)
+{
+        need_redis();
+        check_grace(redis_url);
+}
+
+static void test_redis_set_weight(void **state)
+{
+        need_redis();
+        check_set_weight(redis_url);
 }
 
 static int global_setup(void)
@@ -1147,6 +1338,8 @@ int main(void)
                 cmocka_unit_test(test_sqlite_volume_mismatch),
                 cmocka_unit_test(test_sqlite_stale_deleted),
                 cmocka_unit_test(test_sqlite_list_once),
+                cmocka_unit_test(test_sqlite_grace),
+                cmocka_unit_test(test_sqlite_set_weight),
                 cmocka_unit_test(test_env_overrides_heartbeat),
         };
         const struct CMUnitTest redis[] = {
@@ -1159,6 +1352,8 @@ int main(void)
                 cmocka_unit_test(test_redis_stale_deleted),
                 cmocka_unit_test(test_redis_list_once),
                 cmocka_unit_test(test_redis_outage),
+                cmocka_unit_test(test_redis_grace),
+                cmocka_unit_test(test_redis_set_weight),
         };
         int failed;
 
