@@ -658,7 +658,9 @@ int shoal_group_start(const struct shoal_group_config *cfg, struct shoal_group *
         ret = shoal_registry_open(cfg->meta_url, cfg->group, &g->reg, err, errlen);
         if (ret)
                 goto out_free;
-        g->reg->lease_ns = g->timeout_ns; /* where records expire by themselves (etcd) */
+        /* Where records expire by themselves (etcd): a silent record must outlive the timeout
+         * and this member's grace period, during which it keeps its place. */
+        g->reg->lease_ns = g->timeout_ns + g->grace_ns;
         ret = shoal_registry_list(g->reg, &list, &n);
         if (ret < 0) {
                 snprintf(err, errlen, "group \"%s\": cannot read the members from the registry: %s",

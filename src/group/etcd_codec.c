@@ -3,8 +3,9 @@
  * (tests/fuzz/fuzz_etcd.c): an etcd server is shared, and anyone who can write to it (or sit in
  * the path) may answer anything.
  *
- * The gateway encodes 64-bit integers as JSON strings and byte strings as base64; a key is
- *   shoal/<group>/members/<id>
+ * The gateway encodes 64-bit integers as JSON strings and byte strings as base64; keys are
+ *   shoal/<group>/members/<id>   a member's record, under its lease
+ *   shoal/<group>/weights/<id>   a weight set by `shoal group --set-weight` (no lease)
  * with '%' and '/' of the group written as %25 and %2F, so that no group's prefix is another
  * group's key. */
 #include "group/group_internal.h"
@@ -91,10 +92,10 @@ long shoal_etcd_b64_decode(const char *in, size_t len, void *out, size_t outlen)
         return (long)n;
 }
 
-int shoal_etcd_prefix(const char *group, char *out, size_t outlen)
+int shoal_etcd_prefix(const char *group, const char *kind, char *out, size_t outlen)
 {
         size_t o = 0;
-        static const char head[] = "shoal/", tail[] = "/members/";
+        static const char head[] = "shoal/";
 
         if (outlen < sizeof(head))
                 return -EINVAL;
@@ -108,10 +109,10 @@ int shoal_etcd_prefix(const char *group, char *out, size_t outlen)
                 else
                         out[o++] = (char)*p;
         }
-        if (outlen - o < sizeof(tail))
+        int n = snprintf(out + o, outlen - o, "/%s/", kind);
+        if (n < 0 || (size_t)n >= outlen - o)
                 return -EINVAL;
-        memcpy(out + o, tail, sizeof(tail));
-        return (int)(o + sizeof(tail) - 1);
+        return (int)(o + (size_t)n);
 }
 
 /* host[:port] of one endpoint; an IPv6 address in brackets. */

@@ -122,9 +122,9 @@ int shoal_registry_etcd_open(const char *rest, const char *group, struct shoal_r
                              char *err, size_t errlen);
 /* Parses REST, the meta URL after "etcd://". Returns 0, or -EINVAL with one line in ERR. */
 int shoal_etcd_url_parse(const char *rest, struct shoal_etcd_url *u, char *err, size_t errlen);
-/* The key prefix of GROUP's member records into OUT (SHOAL_ETCD_KEY_MAX is enough). Returns its
- * length or -EINVAL. */
-int shoal_etcd_prefix(const char *group, char *out, size_t outlen);
+/* The key prefix "shoal/<GROUP>/<KIND>/" of GROUP's records of KIND ("members", "weights") into
+ * OUT (SHOAL_ETCD_KEY_MAX is enough). Returns its length or -EINVAL. */
+int shoal_etcd_prefix(const char *group, const char *kind, char *out, size_t outlen);
 /* Standard base64 with padding. Encode returns the length written (NUL-terminated) and decode
  * the bytes written; both -1 when OUT is too small or (decode) IN is not canonical base64. */
 long shoal_etcd_b64_encode(const void *in, size_t len, char *out, size_t outlen);

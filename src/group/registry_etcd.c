@@ -40,9 +40,10 @@ struct etcd_registry {
         struct shoal_registry base;
         CURL *h;
         struct shoal_etcd_url u;
-        unsigned cur; /* endpoint in use */
-        char prefix[SHOAL_ETCD_KEY_MAX];
-        int64_t revision; /* the store revision of the last answer */
+        unsigned cur;                     /* endpoint in use */
+        char prefix[SHOAL_ETCD_KEY_MAX];  /* of member records */
+        char wprefix[SHOAL_ETCD_KEY_MAX]; /* of weights set by `shoal group --set-weight` */
+        int64_t revision;                 /* the store revision of the last answer */
         struct etcd_lease leases[ETCD_LEASES];
         unsigned next_lease; /* round-robin slot to reuse */
         char *body;
@@ -145,10 +146,10 @@ static int post(struct etcd_registry *r, const char *path, const char *json, cha
         return ret;
 }
 
-static int key_b64(const struct etcd_registry *r, const char *id, char *out, size_t outlen)
+static int key_b64(const char *prefix, const char *id, char *out, size_t outlen)
 {
         char key[SHOAL_ETCD_KEY_MAX];
-        int n = snprintf(key, sizeof(key), "%s%s", r->prefix, id);
+        int n = snprintf(key, sizeof(key), "%s%s", prefix, id);
         if (n < 0 || (size_t)n >= sizeof(key))
                 return -EINVAL;
         return shoal_etcd_b64_encode(key, (size_t)n, out, outlen) < 0 ? -EINVAL : 0;
@@ -216,7 +217,7 @@ static int etcd_put(struct shoal_registry *base, const char *id, const char *rec
         char *json = r->req;
         char kb[SHOAL_ETCD_KEY_MAX * 2], vb[SHOAL_RECORD_MAX * 2], err[512];
         struct etcd_lease *l = lease_slot(r, id, true);
-        int ret = key_b64(r, id, kb, sizeof(kb));
+        int ret = key_b64(r->prefix, id, kb, sizeof(kb));
 
         if (ret < 0 || shoal_etcd_b64_encode(record, strlen(record), vb, sizeof(vb)) < 0)
                 return -EINVAL;
@@ -245,7 +246,7 @@ static int etcd_del(struct shoal_registry *base, const char *id)
         struct etcd_registry *r = (struct etcd_registry *)base;
         char kb[SHOAL_ETCD_KEY_MAX * 2], json[sizeof(kb) + 32], err[512];
         struct etcd_lease *l = lease_slot(r, id, false);
-        int ret = key_b64(r, id, kb, sizeof(kb));
+        int ret = key_b64(r->prefix, id, kb, sizeof(kb));
 
         if (ret < 0)
                 return ret;
@@ -267,26 +268,64 @@ static int etcd_del(struct shoal_registry *base, const char *id)
         return ret;
 }
 
-static int etcd_list(struct shoal_registry *base, shoal_registry_visit_fn visit, void *arg)
+/* Calls VISIT for every key under PREFIX: one range read. */
+static int range(struct etcd_registry *r, const char *prefix, shoal_registry_visit_fn visit,
+                 void *arg)
 {
-        struct etcd_registry *r = (struct etcd_registry *)base;
-        size_t plen = strlen(r->prefix);
+        size_t plen = strlen(prefix);
         char kb[SHOAL_ETCD_KEY_MAX * 2], eb[SHOAL_ETCD_KEY_MAX * 2], end[SHOAL_ETCD_KEY_MAX];
         char json[sizeof(kb) * 2 + 64], err[512];
 
         /* The range [prefix, prefix with its last byte + 1): the prefix ends in '/', so '0'. */
-        memcpy(end, r->prefix, plen + 1);
+        memcpy(end, prefix, plen + 1);
         end[plen - 1]++;
-        if (shoal_etcd_b64_encode(r->prefix, plen, kb, sizeof(kb)) < 0 ||
+        if (shoal_etcd_b64_encode(prefix, plen, kb, sizeof(kb)) < 0 ||
             shoal_etcd_b64_encode(end, plen, eb, sizeof(eb)) < 0)
                 return -EINVAL;
         snprintf(json, sizeof(json), "{\"key\":\"%s\",\"range_end\":\"%s\"}", kb, eb);
         int ret = post(r, "/v3/kv/range", json, err, sizeof(err));
         if (ret == 0)
-                ret = shoal_etcd_parse_range(r->body, r->body_len, r->prefix, visit, arg,
-                                             &r->revision, err, sizeof(err));
+                ret = shoal_etcd_parse_range(r->body, r->body_len, prefix, visit, arg, &r->revision,
+                                             err, sizeof(err));
         if (ret < 0)
                 warn("list", err);
+        return ret;
+}
+
+static int etcd_list(struct shoal_registry *base, shoal_registry_visit_fn visit, void *arg)
+{
+        struct etcd_registry *r = (struct etcd_registry *)base;
+        return range(r, r->prefix, visit, arg);
+}
+
+static int etcd_list_weights(struct shoal_registry *base, shoal_registry_visit_fn visit, void *arg)
+{
+        struct etcd_registry *r = (struct etcd_registry *)base;
+        return range(r, r->wprefix, visit, arg);
+}
+
+/* A weight outlives the member's leases (it is the operator's, kept until cleared). */
+static int etcd_set_weight(struct shoal_registry *base, const char *id, const char *weight)
+{
+        struct etcd_registry *r = (struct etcd_registry *)base;
+        char kb[SHOAL_ETCD_KEY_MAX * 2], vb[64], json[sizeof(kb) + sizeof(vb) + 64], err[512];
+        int ret = key_b64(r->wprefix, id, kb, sizeof(kb));
+
+        if (ret < 0)
+                return ret;
+        if (weight) {
+                if (shoal_etcd_b64_encode(weight, strlen(weight), vb, sizeof(vb)) < 0)
+                        return -EINVAL;
+                snprintf(json, sizeof(json), "{\"key\":\"%s\",\"value\":\"%s\"}", kb, vb);
+                ret = post(r, "/v3/kv/put", json, err, sizeof(err));
+        } else {
+                snprintf(json, sizeof(json), "{\"key\":\"%s\"}", kb);
+                ret = post(r, "/v3/kv/deleterange", json, err, sizeof(err));
+        }
+        if (ret == 0)
+                ret = shoal_etcd_parse_status(r->body, r->body_len, &r->revision, err, sizeof(err));
+        if (ret < 0)
+                warn("set weight", err);
         return ret;
 }
 
@@ -305,6 +344,8 @@ static const struct shoal_registry_ops etcd_ops = {
         .put = etcd_put,
         .del = etcd_del,
         .list = etcd_list,
+        .set_weight = etcd_set_weight,
+        .list_weights = etcd_list_weights,
         .close = etcd_close,
 };
 
@@ -336,7 +377,8 @@ int shoal_registry_etcd_open(const char *rest, const char *group, struct shoal_r
         ret = shoal_etcd_url_parse(rest, &r->u, err, errlen);
         if (ret < 0)
                 goto out_free;
-        if (shoal_etcd_prefix(group, r->prefix, sizeof(r->prefix)) < 0) {
+        if (shoal_etcd_prefix(group, "members", r->prefix, sizeof(r->prefix)) < 0 ||
+            shoal_etcd_prefix(group, "weights", r->wprefix, sizeof(r->wprefix)) < 0) {
                 snprintf(err, errlen, "registry: group name too long for etcd");
                 ret = -EINVAL;
                 goto out_free;

@@ -69,7 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
         switch (mode) {
         case 0:
-                FZ_CHECK(shoal_etcd_prefix("g/1%", prefix, sizeof(prefix)) > 0);
+                FZ_CHECK(shoal_etcd_prefix("g/1%", "members", prefix, sizeof(prefix)) > 0);
                 (void)shoal_etcd_parse_range(body, len, prefix, visit, &count, &rev, err,
                                              sizeof(err));
                 break;

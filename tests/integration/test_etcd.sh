@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # etcd as a registry [G1, G2]: a real etcd (Debian's etcd-server) on loopback; three members
 # and a --no-sharing client read byte-exact through the group with every block from the members;
-# a member killed with -9 leaves etcd by its lease running out — nobody deletes its record — and
-# leaves the views; a member that says goodbye is gone at once; records a stranger wrote under
+# a member killed with -9 leaves etcd by its lease (group timeout + grace period) running out —
+# nobody deletes its record — and leaves the views; a member that says goodbye keeps a "leaving"
+# record for its grace period, then the lease takes it; --set-weight 0 drains a live member
+# through etcd (its blocks go to the others, no store read); records a stranger wrote under
 # the group's prefix (garbage, another id than the key) are skipped; a bad etcd URL is one line
 # and exit 2; an etcd that does not answer fails the start naming it.
 . "$(dirname "$0")/lib.sh"
 command -v etcd >/dev/null || skip "no etcd (Debian's etcd-server)"
 command -v etcdctl >/dev/null || skip "no etcdctl (Debian's etcd-client)"
-export SHOAL_GROUP_TIMEOUT=3s SHOAL_GROUP_HEARTBEAT=300ms
+export SHOAL_GROUP_TIMEOUT=3s SHOAL_GROUP_HEARTBEAT=300ms SHOAL_GROUP_GRACE=2s
 
 CPORT=$(free_port)
 PPORT=$(free_port)
@@ -55,11 +57,23 @@ grep -q "3 members, 3 alive" "$T/group.txt" || fail "shoal group: $(cat "$T/grou
 "${ETCDCTL[@]}" del --prefix "shoal/g1/members/junk" >/dev/null
 "${ETCDCTL[@]}" del "shoal/g1/members/$(member_id a)x" >/dev/null
 
+echo "== --set-weight 0 drains a live member through etcd"
+ida=$(member_id a)
+"$SHOAL" group --meta "$META" --cache-group g1 --set-weight "$ida" 0 >"$T/sw.out" ||
+  fail "--set-weight failed: $(cat "$T/sw.out")"
+"${ETCDCTL[@]}" get --print-value-only "shoal/g1/weights/$ida" | grep -qx 0 ||
+  fail "the weight is not in etcd"
+wait_until 20 bash -c "\"$SHOAL\" group --meta '$META' --cache-group g1 | grep '^$ida' | grep -q ' 0 '" ||
+  fail "shoal group does not show a's weight 0: $("$SHOAL" group --meta "$META" --cache-group g1)"
+"$SHOAL" group --meta "$META" --cache-group g1 --set-weight "$ida" 100 >/dev/null ||
+  fail "--set-weight back to 100 failed"
+
 echo "== kill -9: the lease runs out, nobody deletes the record"
 idc=$(member_id c)
 kill9 c
-# Lease = group timeout (3 s). The survivors would delete a silent record only after 10
-# timeouts (30 s, STALE_FACTOR in agent.c), so a record gone within 15 s went with its lease.
+# Lease = group timeout + grace (3 s + 2 s). The survivors would delete a silent record only
+# after 10 timeouts (30 s, STALE_FACTOR in agent.c), so a record gone within 15 s went with its
+# lease.
 wait_until 15 records_are 2 || fail "the killed member's record outlived its lease"
 "${ETCDCTL[@]}" get "shoal/g1/members/$idc" --keys-only | grep -q . &&
   fail "the killed member's record is still in etcd"
@@ -67,9 +81,9 @@ wait_members "$META" g1 2
 readers after "$S" --meta "$META" --cache-group g1 --verify-dir "$STORE" "${BS[@]}" \
   --prefix obj/ --all --threads 4 --seconds 120
 
-echo "== SIGTERM: the member deletes its own record"
+echo "== SIGTERM: a leaving record for the grace period, then the lease takes it"
 stop_proc b
-[ "$(records)" -eq 1 ] || fail "a member that left still has a record ($(records) records)"
+wait_until 15 records_are 1 || fail "a member that left still has a record ($(records) records)"
 
 echo "== bad URLs and a dead etcd"
 bad_url() { # bad_url URL — refused before any connection, in one line naming the URL's fault

@@ -42,18 +42,19 @@ static void test_base64(void **state)
 static void test_prefix(void **state)
 {
         char p[SHOAL_ETCD_KEY_MAX];
-        assert_int_equal(shoal_etcd_prefix("g1", p, sizeof(p)), strlen("shoal/g1/members/"));
+        assert_int_equal(shoal_etcd_prefix("g1", "members", p, sizeof(p)),
+                         strlen("shoal/g1/members/"));
         assert_string_equal(p, "shoal/g1/members/");
         /* "a/members/x" must not be a key of group "a". */
-        shoal_etcd_prefix("a/members/x", p, sizeof(p));
+        shoal_etcd_prefix("a/members/x", "members", p, sizeof(p));
         assert_string_equal(p, "shoal/a%2Fmembers%2Fx/members/");
-        shoal_etcd_prefix("100%", p, sizeof(p));
-        assert_string_equal(p, "shoal/100%25/members/");
+        shoal_etcd_prefix("100%", "weights", p, sizeof(p));
+        assert_string_equal(p, "shoal/100%25/weights/");
         char big[SHOAL_GROUP_NAME_MAX + 1];
         memset(big, '/', SHOAL_GROUP_NAME_MAX);
         big[SHOAL_GROUP_NAME_MAX] = '\0';
-        assert_true(shoal_etcd_prefix(big, p, sizeof(p)) > 0);
-        assert_int_equal(shoal_etcd_prefix("g1", p, 10), -EINVAL);
+        assert_true(shoal_etcd_prefix(big, "members", p, sizeof(p)) > 0);
+        assert_int_equal(shoal_etcd_prefix("g1", "members", p, 10), -EINVAL);
 }
 
 static void test_url(void **state)
