@@ -6,7 +6,8 @@ set -euo pipefail
 PKGS=(
   build-essential cmake pkg-config clang clang-format libclang-rt-dev
   libfabric-dev libfabric-bin libfuse3-dev fuse3 liburing-dev libcurl4-openssl-dev
-  libsqlite3-dev sqlite3 libhiredis-dev redis-server libssl-dev libcmocka-dev
+  libsqlite3-dev sqlite3 libhiredis-dev redis-server libssl-dev libcmocka-dev libjansson-dev
+  etcd-server etcd-client
   nginx memcached iperf3 fio wrk time iproute2 procps psmisc util-linux curl python3
   prometheus python3-yaml systemd
 )

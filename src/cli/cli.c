@@ -33,7 +33,8 @@ static const struct opt_def opts[OPT__COUNT] = {
                       .cmds = COMMON | CMD_GROUP | CMD_PING,
                       .metavar = "URL",
                       .help = "where group members meet: sqlite3:///path/meta.db (default "
-                              "sqlite3:///var/lib/shoal/meta.db) or redis://host:port/db"},
+                              "sqlite3:///var/lib/shoal/meta.db), redis://host:port/db or "
+                              "etcd://host:port[,host:port]"},
         [OPT_CACHE_GROUP] = {.setting = SHOAL_SET_CACHE_GROUP,
                              .cmds = COMMON | CMD_GROUP | CMD_PING,
                              .metavar = "NAME",

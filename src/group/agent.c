@@ -188,8 +188,10 @@ int shoal_group_prev_owner(const struct shoal_group_view *v, const struct shoal_
 
 void shoal_group_view_put(struct shoal_group_view *v)
 {
-        if (v && __atomic_sub_fetch(&v->refs, 1, __ATOMIC_ACQ_REL) == 0)
+        if (v && __atomic_sub_fetch(&v->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+                shoal_group_view_unindex(v);
                 free(v);
+        }
 }
 
 struct shoal_group_view *shoal_group_view_get(struct shoal_group *g)
@@ -440,6 +442,7 @@ static int refresh(struct shoal_group *g, struct shoal_member *list, size_t n)
                 memcpy(v->prev, g->prev, g->n_prev * sizeof(*g->prev));
         v->n_prev = g->n_prev;
         v->version = view_version(v->members, v->n);
+        shoal_group_view_index(v);
 
         free(g->seen);
         g->seen = seen;
@@ -670,6 +673,9 @@ int shoal_group_start(const struct shoal_group_config *cfg, struct shoal_group *
         ret = shoal_registry_open(cfg->meta_url, cfg->group, &g->reg, err, errlen);
         if (ret)
                 goto out_free;
+        /* Where records expire by themselves (etcd): a silent record must outlive the timeout
+         * and this member's grace period, during which it keeps its place. */
+        g->reg->lease_ns = g->timeout_ns + g->grace_ns;
         ret = shoal_registry_list(g->reg, &list, &n);
         if (ret < 0) {
                 snprintf(err, errlen, "group \"%s\": cannot read the members from the registry: %s",

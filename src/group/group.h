@@ -97,7 +97,8 @@ struct shoal_group_view {
         size_t n_away;
         struct shoal_member *away; /* in their grace period, not serving; sorted by id */
         size_t n_prev;
-        struct shoal_member *prev; /* the previous placement's providers (none when too old) */
+        struct shoal_member *prev;     /* the previous placement's providers (none when too old) */
+        struct shoal_placement *place; /* internal: shoal_group_view_index's, or NULL */
 };
 
 struct shoal_group_config {
@@ -154,6 +155,12 @@ int shoal_group_owner(const struct shoal_group_view *v, const struct shoal_block
  * sent with it asks only for a copy the member holds, never a fill (a new owner asking the
  * previous one, which must not ask back). */
 #define SHOAL_VIEW_COPY_ONLY UINT64_MAX
+
+/* Builds V's placement index (its providers' hashes, once) for faster shoal_group_owner; call
+ * once V's members are final, before V is shared. Without memory V simply stays unindexed. The
+ * owners are the same with and without it. unindex frees it (view_put does). */
+void shoal_group_view_index(struct shoal_group_view *v);
+void shoal_group_view_unindex(struct shoal_group_view *v);
 
 /* The owner of block ID in V's previous placement, when that is another member than its owner
  * now and one that can still answer (live, or saying goodbye but still beating): an index into

@@ -43,6 +43,9 @@ struct shoal_registry {
         const struct shoal_registry_ops *ops;
         pthread_mutex_t lock;
         char group[SHOAL_GROUP_NAME_MAX + 1];
+        /* How long a record outlives its writer's last put where the backend expires records
+         * itself (etcd leases); 0: SHOAL_GROUP_TIMEOUT_DEFAULT. Set by the agent after open. */
+        uint64_t lease_ns;
 };
 
 /* Backend constructors: REST is the URL after "scheme://". They fill (*OUT)->ops and their own
@@ -97,6 +100,50 @@ struct shoal_group;
  * against a dead registry adds two (its write and its listing). For tests, which wait for an
  * outage to have lasted a number of heartbeats instead of sleeping. */
 unsigned shoal_group_registry_failures(const struct shoal_group *g);
+
+/* ---- etcd (etcd_codec.c: pure, fuzzed; registry_etcd.c: the HTTP calls) ---- */
+
+#define SHOAL_ETCD_ENDPOINTS 8
+/* A key: "shoal/" + the group with '%' and '/' escaped (3x at worst) + "/members/" + an id. */
+#define SHOAL_ETCD_KEY_MAX (6 + 3 * SHOAL_GROUP_NAME_MAX + 9 + SHOAL_MEMBER_ID_LEN + 1)
+
+struct shoal_etcd_endpoint {
+        char host[256]; /* a name, an IPv4 address or a bracketed IPv6 address */
+        int port;       /* 2379 when the URL names none */
+};
+
+/* An etcd://host[:port][,host[:port]...] meta URL, parsed. */
+struct shoal_etcd_url {
+        struct shoal_etcd_endpoint ep[SHOAL_ETCD_ENDPOINTS];
+        unsigned n;
+};
+
+int shoal_registry_etcd_open(const char *rest, const char *group, struct shoal_registry **out,
+                             char *err, size_t errlen);
+/* Parses REST, the meta URL after "etcd://". Returns 0, or -EINVAL with one line in ERR. */
+int shoal_etcd_url_parse(const char *rest, struct shoal_etcd_url *u, char *err, size_t errlen);
+/* The key prefix "shoal/<GROUP>/<KIND>/" of GROUP's records of KIND ("members", "weights") into
+ * OUT (SHOAL_ETCD_KEY_MAX is enough). Returns its length or -EINVAL. */
+int shoal_etcd_prefix(const char *group, const char *kind, char *out, size_t outlen);
+/* Standard base64 with padding. Encode returns the length written (NUL-terminated) and decode
+ * the bytes written; both -1 when OUT is too small or (decode) IN is not canonical base64. */
+long shoal_etcd_b64_encode(const void *in, size_t len, char *out, size_t outlen);
+long shoal_etcd_b64_decode(const char *in, size_t len, void *out, size_t outlen);
+/* Answers of the v3 gateway. Each returns 0; -ENOENT (an error answer about a missing lease),
+ * -EIO (another error answer) or -EPROTO (not what that call answers), with one line in ERR.
+ * REVISION (may be NULL) gets the header's store revision when there is one. */
+int shoal_etcd_parse_status(const char *body, size_t len, int64_t *revision, char *err,
+                            size_t errlen);
+int shoal_etcd_parse_grant(const char *body, size_t len, int64_t *lease, char *err, size_t errlen);
+/* *TTL = the lease's remaining seconds, 0 when the lease has expired. */
+int shoal_etcd_parse_keepalive(const char *body, size_t len, int64_t *ttl, char *err,
+                               size_t errlen);
+/* Calls VISIT(id, record) for every kv whose key lies under PREFIX (others are ignored), in
+ * the answer's order; a value that is not base64 is passed as an empty record. Returns VISIT's
+ * nonzero return as it is. */
+int shoal_etcd_parse_range(const char *body, size_t len, const char *prefix,
+                           shoal_registry_visit_fn visit, void *arg, int64_t *revision, char *err,
+                           size_t errlen);
 
 #define SHOAL_GROUP_HEARTBEAT_DEFAULT SHOAL_NS_PER_SEC
 #define SHOAL_GROUP_TIMEOUT_DEFAULT   (5 * SHOAL_NS_PER_SEC)

@@ -10,11 +10,16 @@
  * path and costs one score per member. The block id is already a cryptographic hash, so nobody
  * can aim blocks at a member; what is needed is independence between members' scores, which the
  * 128-bit multiply-fold of (block hash, member hash) followed by a full-avalanche finaliser gives.
- * The member hash is a few nanoseconds over a 32-byte id, cheap enough to compute per lookup, so
- * views need no hidden per-member state and a view built by hand works as well. */
+ * A view the agent publishes carries an index (shoal_group_view_index): its providers with weight
+ * > 0 and their member hashes, computed once, so that a lookup neither hashes ids nor steps over
+ * consumers. When every weight is equal, -w / ln(u) orders members as u does, so the index
+ * compares the 52-bit u itself and skips the logarithm; the owner is the same member either way
+ * (ties, equal u, go to the smaller id in both). A view built by hand, without an index, is
+ * placed the same way from its members. */
 #include "group/group_internal.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define P0 0xa0761d6478bd642fULL
@@ -72,14 +77,19 @@ static inline uint64_t member_hash(const char *member_id)
         return shoal_group_hash64(member_id, strlen(member_id), SEED_MEMBER);
 }
 
+/* The 52 bits of u for (member, block). */
+static inline uint64_t u_bits(uint64_t mh, uint64_t bh)
+{
+        return fmix(mum(bh ^ P1, mh ^ P2)) >> 12;
+}
+
 static double score(uint64_t mh, uint32_t weight, uint64_t bh)
 {
         if (weight == 0)
                 return 0.0;
-        uint64_t x = fmix(mum(bh ^ P1, mh ^ P2));
         /* 52 bits centred in their interval, exact in a double: u is never 0 or 1, so ln(u) is
          * finite and negative. */
-        double u = ((double)(x >> 12) + 0.5) * 0x1.0p-52;
+        double u = ((double)u_bits(mh, bh) + 0.5) * 0x1.0p-52;
         return -(double)weight / log(u);
 }
 
@@ -89,19 +99,103 @@ double shoal_placement_score(const char *member_id, uint32_t weight,
         return score(member_hash(member_id), weight, block_hash(id));
 }
 
+struct shoal_placement_entry {
+        uint64_t mh;     /* member hash */
+        uint32_t weight; /* > 0 */
+        uint32_t index;  /* into the view's members */
+};
+
+struct shoal_placement {
+        size_t n;
+        bool equal; /* every weight the same: compare u, no logarithm */
+        struct shoal_placement_entry e[];
+};
+
+void shoal_group_view_index(struct shoal_group_view *v)
+{
+        size_t n = 0;
+        for (size_t i = 0; i < v->n; i++)
+                n += v->members[i].role == SHOAL_ROLE_PROVIDER && v->members[i].weight > 0;
+        struct shoal_placement *p = malloc(sizeof(*p) + n * sizeof(p->e[0]));
+        if (!p)
+                return; /* placed from the members, only slower */
+        p->n = 0;
+        p->equal = true;
+        for (size_t i = 0; i < v->n && i <= UINT32_MAX; i++) {
+                const struct shoal_member *m = &v->members[i];
+                if (m->role != SHOAL_ROLE_PROVIDER || m->weight == 0)
+                        continue;
+                p->e[p->n] =
+                        (struct shoal_placement_entry){member_hash(m->id), m->weight, (uint32_t)i};
+                p->equal = p->equal && m->weight == p->e[0].weight;
+                p->n++;
+        }
+        free(v->place);
+        v->place = p;
+}
+
+void shoal_group_view_unindex(struct shoal_group_view *v)
+{
+        free(v->place);
+        v->place = NULL;
+}
+
+/* Whether member I beats the current owner O at equal score (the smaller id wins). */
+static inline bool wins_tie(const struct shoal_group_view *v, size_t i, int o)
+{
+        return strcmp(v->members[i].id, v->members[o].id) < 0;
+}
+
+static int owner_indexed(const struct shoal_group_view *v, const struct shoal_placement *p,
+                         uint64_t bh)
+{
+        int owner = -1;
+
+        if (p->equal) {
+                uint64_t best = 0;
+                for (size_t k = 0; k < p->n; k++) {
+                        uint64_t u = u_bits(p->e[k].mh, bh);
+                        int i = (int)p->e[k].index;
+                        if (owner < 0 || u > best || (u == best && wins_tie(v, (size_t)i, owner))) {
+                                best = u;
+                                owner = i;
+                        }
+                }
+                return owner;
+        }
+        double best = 0.0;
+        for (size_t k = 0; k < p->n; k++) {
+                /* ln(u) <= u - 1, so the score w / -ln(u) is at most w / (1 - u): a member that
+                 * cannot reach the best even so needs no logarithm. The margin keeps every
+                 * member that might tie (rounding) for the full comparison. */
+                uint64_t ub = u_bits(p->e[k].mh, bh);
+                double u = ((double)ub + 0.5) * 0x1.0p-52;
+                if (owner >= 0 && (double)p->e[k].weight / (1.0 - u) * (1.0 + 0x1.0p-30) < best)
+                        continue;
+                double s = -(double)p->e[k].weight / log(u);
+                int i = (int)p->e[k].index;
+                if (owner < 0 || s > best || (s == best && wins_tie(v, (size_t)i, owner))) {
+                        best = s;
+                        owner = i;
+                }
+        }
+        return owner;
+}
+
 int shoal_group_owner(const struct shoal_group_view *v, const struct shoal_block_id *id)
 {
         uint64_t bh = block_hash(id);
         double best = 0.0;
         int owner = -1;
 
+        if (v->place)
+                return owner_indexed(v, v->place, bh);
         for (size_t i = 0; i < v->n; i++) {
                 const struct shoal_member *m = &v->members[i];
                 if (m->role != SHOAL_ROLE_PROVIDER || m->weight == 0)
                         continue;
                 double s = score(member_hash(m->id), m->weight, bh);
-                if (owner < 0 || s > best ||
-                    (s == best && strcmp(m->id, v->members[owner].id) < 0)) {
+                if (owner < 0 || s > best || (s == best && wins_tie(v, i, owner))) {
                         best = s;
                         owner = (int)i;
                 }

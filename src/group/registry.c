@@ -94,10 +94,12 @@ int shoal_registry_open(const char *url, const char *group, struct shoal_registr
                 ret = shoal_registry_sqlite_open(url + 10, group, &r, err, errlen);
         } else if (!strncmp(url, "redis://", 8)) {
                 ret = shoal_registry_redis_open(url + 8, group, &r, err, errlen);
+        } else if (!strncmp(url, "etcd://", 7)) {
+                ret = shoal_registry_etcd_open(url + 7, group, &r, err, errlen);
         } else {
                 snprintf(err, errlen,
                          "registry: unsupported meta URL \"%.200s\" (use sqlite3:///path/meta.db "
-                         "or redis://[:password@]host:port[/db])",
+                         "redis://[:password@]host:port[/db] or etcd://host:port[,host:port])",
                          url);
                 return -EINVAL;
         }

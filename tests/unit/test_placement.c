@@ -305,6 +305,15 @@ static void test_pinned_hash(void **state)
                 got[i] = (char)('0' + shoal_group_owner(&v, &id));
         }
         assert_string_equal(got, PIN_OWNERS);
+        /* The index of a published view gives the same owners. */
+        shoal_group_view_index(&v);
+        for (int i = 0; i < 16; i++) {
+                for (int j = 0; j < SHOAL_BLOCK_ID_LEN; j++)
+                        id.b[j] = (uint8_t)(i * 16 + j);
+                got[i] = (char)('0' + shoal_group_owner(&v, &id));
+        }
+        shoal_group_view_unindex(&v);
+        assert_string_equal(got, PIN_OWNERS);
 }
 
 static void test_ties_broken_by_id(void **state)
@@ -319,6 +328,82 @@ static void test_ties_broken_by_id(void **state)
         assert_int_equal(shoal_group_owner(&v, &blocks[0]), 0);
 }
 
+/* The owner by definition: the highest shoal_placement_score among providers with weight > 0,
+ * ties to the smaller id. */
+static int reference_owner(const struct shoal_group_view *v, const struct shoal_block_id *id)
+{
+        int owner = -1;
+        double best = 0.0;
+        for (size_t i = 0; i < v->n; i++) {
+                const struct shoal_member *m = &v->members[i];
+                if (m->role != SHOAL_ROLE_PROVIDER || m->weight == 0)
+                        continue;
+                double s = shoal_placement_score(m->id, m->weight, id);
+                if (owner < 0 || s > best ||
+                    (s == best && strcmp(m->id, v->members[owner].id) < 0)) {
+                        best = s;
+                        owner = (int)i;
+                }
+        }
+        return owner;
+}
+
+/* The index a published view carries (3,000 members, consumers and drained ones among them)
+ * places every block where the definition does, with equal weights (the path without ln) and
+ * with mixed ones. */
+static void index_matches(bool equal)
+{
+        enum {
+                N = 3000,
+                LOOKUPS = 4000
+        };
+        struct shoal_member *m = calloc(N, sizeof(*m));
+        assert_non_null(m);
+        for (size_t i = 0; i < N; i++) {
+                char id[SHOAL_MEMBER_ID_LEN + 1];
+                random_id(id);
+                uint32_t w = equal ? 100 : 1 + (uint32_t)(i * 7919 % 500);
+                enum shoal_member_role role =
+                        i % 10 == 3 ? SHOAL_ROLE_CONSUMER : SHOAL_ROLE_PROVIDER;
+                set_member(&m[i], id, i % 97 == 5 ? 0 : w, role);
+        }
+        struct shoal_group_view plain = {.n = N, .members = m};
+        struct shoal_group_view indexed = plain;
+        shoal_group_view_index(&indexed);
+        assert_non_null(indexed.place);
+        for (size_t b = 0; b < LOOKUPS; b++) {
+                int want = reference_owner(&plain, &blocks[b]);
+                assert_true(want >= 0);
+                assert_int_equal(shoal_group_owner(&plain, &blocks[b]), want);
+                assert_int_equal(shoal_group_owner(&indexed, &blocks[b]), want);
+        }
+        shoal_group_view_unindex(&indexed);
+        assert_null(indexed.place);
+        free(m);
+}
+
+static void test_index_equal_weights(void **state)
+{
+        index_matches(true);
+}
+
+static void test_index_mixed_weights(void **state)
+{
+        index_matches(false);
+}
+
+/* An index over no provider owns nothing, like the view itself. */
+static void test_index_no_provider(void **state)
+{
+        struct shoal_member m[2];
+        set_member(&m[0], "c", 100, SHOAL_ROLE_CONSUMER);
+        set_member(&m[1], "d", 0, SHOAL_ROLE_PROVIDER);
+        struct shoal_group_view v = {.n = 2, .members = m};
+        shoal_group_view_index(&v);
+        assert_int_equal(shoal_group_owner(&v, &blocks[0]), -1);
+        shoal_group_view_unindex(&v);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -331,6 +416,9 @@ int main(void)
                 cmocka_unit_test(test_deterministic),
                 cmocka_unit_test(test_ties_broken_by_id),
                 cmocka_unit_test(test_pinned_hash),
+                cmocka_unit_test(test_index_equal_weights),
+                cmocka_unit_test(test_index_mixed_weights),
+                cmocka_unit_test(test_index_no_provider),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }
