@@ -149,6 +149,7 @@ int shoal_cmd_mount(int argc, char **argv)
         struct shoal_node_config cfg;
         if (shoal_cli_node_config(&cli, cli.pos[0], &cfg))
                 return 2;
+        cfg.check_store = true; /* a mount of a store that does not answer is no mount */
         struct shoal_fuse_config fc = {0};
         if (parse_mount_flags(&cli, &fc))
                 return 2;

@@ -22,6 +22,7 @@ int shoal_cmd_serve(int argc, char **argv)
         struct shoal_node_config cfg;
         if (shoal_cli_node_config(&cli, cli.pos[0], &cfg))
                 return 2;
+        cfg.check_store = true;
         if (!cfg.cache_group)
                 return shoal_cli_fail(&cli, "a member needs --cache-group NAME");
         if (cfg.no_sharing)

@@ -41,7 +41,8 @@ int shoal_daemon_log_path(const char *flag, char *out, size_t outlen)
 }
 
 /* The parent's side: the child's verdict on the pipe R, then exit with it. */
-static void __attribute__((noreturn)) parent_wait(const char *cmd, pid_t pid, int r)
+static void __attribute__((noreturn))
+parent_wait(const char *cmd, const char *log_path, pid_t pid, int r)
 {
         char buf[1024];
         size_t total = 0;
@@ -53,8 +54,12 @@ static void __attribute__((noreturn)) parent_wait(const char *cmd, pid_t pid, in
                         break;
         }
         buf[total] = '\0';
-        if (total > 0 && buf[0] == 'R')
+        if (total > 0 && buf[0] == 'R') {
+                /* Said only now: a start that fails is its error line alone. */
+                fprintf(stderr, "shoal %s: running in the background, logging to %s\n", cmd,
+                        log_path);
                 _exit(0);
+        }
         int st = 0;
         while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
                 ;
@@ -90,9 +95,7 @@ int shoal_daemon_start(const char *cmd, const char *log_path)
         }
         if (pid > 0) {
                 close(p[1]);
-                fprintf(stderr, "shoal %s: running in the background, logging to %s\n", cmd,
-                        log_path);
-                parent_wait(cmd, pid, p[0]);
+                parent_wait(cmd, log_path, pid, p[0]);
         }
         close(p[0]);
         ready_fd = p[1];

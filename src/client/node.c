@@ -175,7 +175,11 @@ static int start_store(struct shoal_node *n, char *err, size_t errlen)
                  * buffers' (--buffer-size bounds each). */
                 .upload_buffer_bytes = n->cfg.buffer_size,
         };
-        return shoal_store_open(&scfg, &n->store, err, errlen);
+        int rc = shoal_store_open(&scfg, &n->store, err, errlen);
+        if (rc || !n->cfg.check_store)
+                return rc;
+        /* Whatever the cause, not a usage error: the command line was fine. */
+        return shoal_store_check(n->store, err, errlen) ? -EIO : 0;
 }
 
 static int start_cache(struct shoal_node *n, char *err, size_t errlen)

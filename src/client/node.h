@@ -40,6 +40,10 @@ struct shoal_node_config {
          * port when serve is set (members, mounts), and not at all otherwise (short-lived
          * clients such as cat). */
         const char *metrics_addr;
+        /* Ask the store once at start (mount, serve): a store that does not answer (no such
+         * bucket, an endpoint that refuses, times out or cannot be resolved) fails the start,
+         * with -EIO and the cause in ERR. */
+        bool check_store;
 };
 
 struct shoal_node {

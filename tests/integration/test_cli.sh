@@ -185,6 +185,7 @@ set -e
 grep -q "^shoal serve: storage file://$T/nonexistent: cannot open" "$T/bad.out" ||
   fail "no error line: $(cat "$T/bad.out")"
 grep -q "ERROR.*cannot open" "$T/bad.log" || fail "the log does not say why"
+grep -q "running in the background" "$T/bad.out" && fail "a failed start said it runs: $(cat "$T/bad.out")"
 [ $(($(ms) - t0)) -lt 10000 ] || fail "the failing start took $(($(ms) - t0)) ms"
 
 if [ "$(id -u)" -eq 0 ] && [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then
