@@ -189,7 +189,10 @@ int shoal_cmd_mount(int argc, char **argv)
                  : fc.allow_delete                       ? "new files, delete"
                                                          : "new files");
         shoal_daemon_ready();
+        if (shoal_daemon_hup_start("mount"))
+                log_warn("mount", "no SIGHUP thread: SIGHUP will not reopen the log");
         rc = shoal_fuse_loop(f);
+        shoal_daemon_hup_stop();
         if (rc)
                 log_error("mount", "FUSE loop failed: %s", strerror(-rc));
         log_info("mount", "unmounting %s", mp);

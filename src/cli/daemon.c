@@ -154,6 +154,54 @@ void shoal_daemon_block_signals(sigset_t *set)
                 *set = s;
 }
 
+/* SIGHUP: the thread that takes it (blocked everywhere else) reopens the log. */
+static pthread_t hup_thread;
+static bool hup_running;
+static int hup_stop;
+static const char *hup_cmd;
+
+static void *hup_main(void *arg)
+{
+        (void)arg;
+        sigset_t s;
+        sigemptyset(&s);
+        sigaddset(&s, SIGHUP);
+        for (;;) {
+                int sig = 0;
+                if (sigwait(&s, &sig))
+                        continue;
+                if (__atomic_load_n(&hup_stop, __ATOMIC_ACQUIRE))
+                        return NULL;
+                int rc = shoal_log_reopen();
+                if (rc)
+                        log_error(hup_cmd,
+                                  "SIGHUP: cannot reopen the log file: %s; still "
+                                  "writing the old one",
+                                  strerror(-rc));
+                else
+                        log_info(hup_cmd, "SIGHUP: log file reopened");
+        }
+}
+
+int shoal_daemon_hup_start(const char *cmd)
+{
+        hup_cmd = cmd;
+        __atomic_store_n(&hup_stop, 0, __ATOMIC_RELEASE);
+        int rc = pthread_create(&hup_thread, NULL, hup_main, NULL);
+        hup_running = !rc;
+        return -rc;
+}
+
+void shoal_daemon_hup_stop(void)
+{
+        if (!hup_running)
+                return;
+        __atomic_store_n(&hup_stop, 1, __ATOMIC_RELEASE);
+        pthread_kill(hup_thread, SIGHUP); /* to that thread alone: its sigwait takes it */
+        pthread_join(hup_thread, NULL);
+        hup_running = false;
+}
+
 int shoal_daemon_report(const char *cmd, const char *err, int code)
 {
         char line[1200];

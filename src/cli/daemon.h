@@ -30,6 +30,12 @@ bool shoal_daemon_active(void);
  * before any thread starts, so that every thread inherits the mask and the caller alone takes
  * those signals (sigwait, signalfd). */
 void shoal_daemon_block_signals(sigset_t *set);
+/* SIGHUP reopens the log file (logrotate): a thread takes it with sigwait, so SIGHUP must be
+ * blocked in every thread (shoal_daemon_block_signals before any thread starts) and taken by no
+ * other. Returns 0 or -errno. stop ends that thread; a SIGHUP after it stays pending. */
+int shoal_daemon_hup_start(const char *cmd);
+void shoal_daemon_hup_stop(void);
+
 /* Reports the failure "shoal CMD: ERR": to the waiting parent when running in the background
  * (which prints it and exits CODE), else on stderr. Returns CODE. */
 int shoal_daemon_report(const char *cmd, const char *err, int code);
