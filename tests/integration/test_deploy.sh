@@ -65,6 +65,13 @@ else
   skip_section "no logrotate (scripts/setup.sh installs it)"
 fi
 
+echo "== fixed metrics ports: the units' --metrics are the ports targets/local.yml scrapes"
+want=$(grep -o "127.0.0.1:[0-9]*" "$D/prometheus/targets/local.yml" | cut -d: -f2 | sort | xargs)
+have=$(grep -ho -- "--metrics [0-9.]*:[0-9]*" "$D/systemd/serve.env.example" "$D/systemd/mount.env.example" |
+  cut -d: -f2 | sort | xargs)
+[ -n "$want" ] && [ "$want" = "$have" ] || fail "targets/local.yml scrapes '$want', the units listen on '$have'"
+echo "  ports $have"
+
 echo "== systemd-analyze verify"
 if command -v systemd-analyze >/dev/null; then
   mkdir -p "$T/units"
