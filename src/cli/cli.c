@@ -183,6 +183,10 @@ static const struct opt_def opts[OPT__COUNT] = {
                                   .metavar = "SIZE",
                                   .help = "part size of s3:// multipart uploads, 5M to 5G (default "
                                           "16M)"},
+        [OPT_STRICT_GROUP] = {.setting = SHOAL_SET_STRICT_GROUP,
+                              .cmds = COMMON,
+                              .help = "fail, instead of warning, when --cache-group has no live "
+                                      "member that shares or its registry did not exist"},
 };
 
 static const struct {

@@ -88,6 +88,7 @@ static const struct def defs[SHOAL_SET__COUNT] = {
         [SHOAL_SET_UPLOAD_PART_SIZE] = {.name = "upload-part-size", .kind = K_PART_SIZE},
         [SHOAL_SET_LOG_LEVEL] = {.name = "log-level", .kind = K_LEVEL, .library = true},
         [SHOAL_SET_LOG_FILE] = {.name = "log-file", .kind = K_STRING, .library = true},
+        [SHOAL_SET_STRICT_GROUP] = {.name = "strict-group", .kind = K_SWITCH, .library = true},
 };
 
 /* The defaults, and the ones that differ by who the configuration is for. */
@@ -539,6 +540,7 @@ int shoal_settings_build(struct shoal_settings *s, const char *storage, const st
                 parse_ratio(v[SHOAL_SET_FREE_SPACE_RATIO], &cfg->free_space_ratio);
         cfg->serve = pr->serve;
         cfg->no_sharing = pr->consumer || switch_val(s, SHOAL_SET_NO_SHARING);
+        cfg->strict_group = switch_val(s, SHOAL_SET_STRICT_GROUP);
         cfg->group_ip = v[SHOAL_SET_GROUP_IP];
         cfg->group_network = v[SHOAL_SET_GROUP_NETWORK];
         cfg->group_port = (uint16_t)count_val(s, SHOAL_SET_GROUP_PORT, 0);
