@@ -9,10 +9,12 @@ PKGS=(
   libsqlite3-dev sqlite3 libhiredis-dev redis-server libssl-dev libcmocka-dev libjansson-dev
   etcd-server etcd-client
   nginx memcached iperf3 fio wrk time iproute2 procps psmisc util-linux curl python3
-  prometheus python3-yaml systemd
+  prometheus python3-yaml systemd logrotate
 )
 
-# systemd brings systemd-analyze, with which test_deploy verifies the units in deploy/.
+# systemd brings systemd-analyze, with which test_deploy verifies the units in deploy/; logrotate
+# checks deploy/logrotate/shoal (tests/integration/test_deploy.sh).
+
 # clang and libclang-rt-dev (the default clang's libFuzzer and sanitizer runtimes) build the fuzz
 # targets that scripts/fuzz.sh runs, also as a step of scripts/test.sh.
 
@@ -65,8 +67,11 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "setup: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q >/dev/null
+# Another apt (unattended-upgrades on a fresh machine, a second setup) may hold the dpkg lock:
+# wait for it rather than fail at once.
+APT=(apt-get -o DPkg::Lock::Timeout=600)
+$SUDO "${APT[@]}" update -q >/dev/null
 # Package scripts may try to start services (nginx, redis, memcached, prometheus); tests start
 # their own, on ports of their own.
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+$SUDO "${APT[@]}" install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 install_s3rver

@@ -190,6 +190,10 @@ static const struct opt_def opts[OPT__COUNT] = {
         [OPT_SET_WEIGHT] = {"set-weight", 0, true, CMD_GROUP, "MEMBER",
                             "set the weight of MEMBER (an id or an address as listed) to the "
                             "WEIGHT that follows; 0 drains it"},
+        [OPT_STRICT_GROUP] = {.setting = SHOAL_SET_STRICT_GROUP,
+                              .cmds = COMMON,
+                              .help = "fail, instead of warning, when --cache-group has no live "
+                                      "member that shares or its registry did not exist"},
 };
 
 static const struct {

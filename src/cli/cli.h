@@ -78,6 +78,7 @@ enum shoal_opt {
         OPT_UPLOAD_PART_SIZE,
         OPT_GROUP_GRACE,
         OPT_SET_WEIGHT,
+        OPT_STRICT_GROUP,
         OPT__COUNT
 };
 

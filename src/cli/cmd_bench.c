@@ -617,6 +617,7 @@ int shoal_cmd_bench(int argc, char **argv)
         o.group = cfg.cache_group;
         cfg.no_sharing = true;
         cfg.serve = false;
+        cfg.group_checked_by_caller = true;
         cfg.cache_size = 0;
         enum transport ts[MAX_TRANSPORTS];
         int nts = parse_transports(&cli, &cfg, ts);

@@ -149,6 +149,7 @@ int shoal_cmd_mount(int argc, char **argv)
         struct shoal_node_config cfg;
         if (shoal_cli_node_config(&cli, cli.pos[0], &cfg))
                 return 2;
+        cfg.check_store = true; /* a mount of a store that does not answer is no mount */
         struct shoal_fuse_config fc = {0};
         if (parse_mount_flags(&cli, &fc))
                 return 2;
@@ -188,7 +189,10 @@ int shoal_cmd_mount(int argc, char **argv)
                  : fc.allow_delete                       ? "new files, delete"
                                                          : "new files");
         shoal_daemon_ready();
+        if (shoal_daemon_hup_start("mount"))
+                log_warn("mount", "no SIGHUP thread: SIGHUP will not reopen the log");
         rc = shoal_fuse_loop(f);
+        shoal_daemon_hup_stop();
         if (rc)
                 log_error("mount", "FUSE loop failed: %s", strerror(-rc));
         log_info("mount", "unmounting %s", mp);

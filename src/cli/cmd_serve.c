@@ -22,6 +22,7 @@ int shoal_cmd_serve(int argc, char **argv)
         struct shoal_node_config cfg;
         if (shoal_cli_node_config(&cli, cli.pos[0], &cfg))
                 return 2;
+        cfg.check_store = true;
         if (!cfg.cache_group)
                 return shoal_cli_fail(&cli, "a member needs --cache-group NAME");
         if (cfg.no_sharing)
@@ -45,8 +46,13 @@ int shoal_cmd_serve(int argc, char **argv)
                  shoal_group_self_id(node->group), cfg.cache_group, tcp,
                  iorpc[0] ? iorpc : "disabled");
         shoal_daemon_ready();
+        /* SIGHUP is the log thread's; SIGINT and SIGTERM end the member. */
+        sigdelset(&set, SIGHUP);
+        if (shoal_daemon_hup_start("serve"))
+                log_warn("serve", "no SIGHUP thread: SIGHUP will not reopen the log");
         int sig = 0;
         sigwait(&set, &sig);
+        shoal_daemon_hup_stop();
         log_info("serve", "signal %d: leaving the group", sig);
         shoal_node_stop(node);
         return 0;

@@ -200,6 +200,7 @@ int shoal_cmd_warmup(int argc, char **argv)
                         return 2;
                 cfg.serve = false;
                 cfg.no_sharing = true;
+                cfg.group_checked_by_caller = true;
                 if (cfg.cache_group)
                         cfg.cache_size = 0; /* the owners keep the blocks, not this process */
                 char err[1024];

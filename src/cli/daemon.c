@@ -41,7 +41,8 @@ int shoal_daemon_log_path(const char *flag, char *out, size_t outlen)
 }
 
 /* The parent's side: the child's verdict on the pipe R, then exit with it. */
-static void __attribute__((noreturn)) parent_wait(const char *cmd, pid_t pid, int r)
+static void __attribute__((noreturn))
+parent_wait(const char *cmd, const char *log_path, pid_t pid, int r)
 {
         char buf[1024];
         size_t total = 0;
@@ -53,8 +54,12 @@ static void __attribute__((noreturn)) parent_wait(const char *cmd, pid_t pid, in
                         break;
         }
         buf[total] = '\0';
-        if (total > 0 && buf[0] == 'R')
+        if (total > 0 && buf[0] == 'R') {
+                /* Said only now: a start that fails is its error line alone. */
+                fprintf(stderr, "shoal %s: running in the background, logging to %s\n", cmd,
+                        log_path);
                 _exit(0);
+        }
         int st = 0;
         while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
                 ;
@@ -90,9 +95,7 @@ int shoal_daemon_start(const char *cmd, const char *log_path)
         }
         if (pid > 0) {
                 close(p[1]);
-                fprintf(stderr, "shoal %s: running in the background, logging to %s\n", cmd,
-                        log_path);
-                parent_wait(cmd, pid, p[0]);
+                parent_wait(cmd, log_path, pid, p[0]);
         }
         close(p[0]);
         ready_fd = p[1];
@@ -149,6 +152,54 @@ void shoal_daemon_block_signals(sigset_t *set)
         pthread_sigmask(SIG_BLOCK, &s, NULL);
         if (set)
                 *set = s;
+}
+
+/* SIGHUP: the thread that takes it (blocked everywhere else) reopens the log. */
+static pthread_t hup_thread;
+static bool hup_running;
+static int hup_stop;
+static const char *hup_cmd;
+
+static void *hup_main(void *arg)
+{
+        (void)arg;
+        sigset_t s;
+        sigemptyset(&s);
+        sigaddset(&s, SIGHUP);
+        for (;;) {
+                int sig = 0;
+                if (sigwait(&s, &sig))
+                        continue;
+                if (__atomic_load_n(&hup_stop, __ATOMIC_ACQUIRE))
+                        return NULL;
+                int rc = shoal_log_reopen();
+                if (rc)
+                        log_error(hup_cmd,
+                                  "SIGHUP: cannot reopen the log file: %s; still "
+                                  "writing the old one",
+                                  strerror(-rc));
+                else
+                        log_info(hup_cmd, "SIGHUP: log file reopened");
+        }
+}
+
+int shoal_daemon_hup_start(const char *cmd)
+{
+        hup_cmd = cmd;
+        __atomic_store_n(&hup_stop, 0, __ATOMIC_RELEASE);
+        int rc = pthread_create(&hup_thread, NULL, hup_main, NULL);
+        hup_running = !rc;
+        return -rc;
+}
+
+void shoal_daemon_hup_stop(void)
+{
+        if (!hup_running)
+                return;
+        __atomic_store_n(&hup_stop, 1, __ATOMIC_RELEASE);
+        pthread_kill(hup_thread, SIGHUP); /* to that thread alone: its sigwait takes it */
+        pthread_join(hup_thread, NULL);
+        hup_running = false;
 }
 
 int shoal_daemon_report(const char *cmd, const char *err, int code)

@@ -15,10 +15,10 @@
  * -errno (the folder cannot be made, the path is too long). */
 int shoal_daemon_log_path(const char *flag, char *out, size_t outlen);
 
-/* Forks; returns 0 in the child, or -errno when fork fails. The parent prints "shoal CMD:
- * running in the background, logging to LOG_PATH" on stderr, waits for the child's verdict and
- * exits with it (0 once ready; the child's error line and code; 1 when the child died without
- * one). Call before any thread starts. */
+/* Forks; returns 0 in the child, or -errno when fork fails. The parent waits for the child's
+ * verdict and exits with it: once the child is ready, "shoal CMD: running in the background,
+ * logging to LOG_PATH" on stderr and 0; else the child's error line and code, or 1 when the
+ * child died without one. Call before any thread starts. */
 int shoal_daemon_start(const char *cmd, const char *log_path);
 /* The child is ready: the parent exits 0, and the child lets go of the caller's stdio (see
  * above). A no-op in the foreground. */
@@ -30,6 +30,12 @@ bool shoal_daemon_active(void);
  * before any thread starts, so that every thread inherits the mask and the caller alone takes
  * those signals (sigwait, signalfd). */
 void shoal_daemon_block_signals(sigset_t *set);
+/* SIGHUP reopens the log file (logrotate): a thread takes it with sigwait, so SIGHUP must be
+ * blocked in every thread (shoal_daemon_block_signals before any thread starts) and taken by no
+ * other. Returns 0 or -errno. stop ends that thread; a SIGHUP after it stays pending. */
+int shoal_daemon_hup_start(const char *cmd);
+void shoal_daemon_hup_stop(void);
+
 /* Reports the failure "shoal CMD: ERR": to the waiting parent when running in the background
  * (which prints it and exits CODE), else on stderr. Returns CODE. */
 int shoal_daemon_report(const char *cmd, const char *err, int code);

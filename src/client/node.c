@@ -179,7 +179,11 @@ static int start_store(struct shoal_node *n, char *err, size_t errlen)
                  * buffers' (--buffer-size bounds each). */
                 .upload_buffer_bytes = n->cfg.buffer_size,
         };
-        return shoal_store_open(&scfg, &n->store, err, errlen);
+        int rc = shoal_store_open(&scfg, &n->store, err, errlen);
+        if (rc || !n->cfg.check_store)
+                return rc;
+        /* Whatever the cause, not a usage error: the command line was fine. */
+        return shoal_store_check(n->store, err, errlen) ? -EIO : 0;
 }
 
 static int start_cache(struct shoal_node *n, char *err, size_t errlen)
@@ -312,6 +316,59 @@ static int start_metrics(struct shoal_node *n, const struct plan *p, char *err, 
         return n->metrics ? 0 : -EIO;
 }
 
+/* Whether the registry at URL is there before we join: an sqlite3 file that does not exist is
+ * about to be created, most often from a mistyped --meta. (A redis database always exists; an
+ * unreachable one fails the join.) */
+static bool registry_exists(const char *url)
+{
+        return strncmp(url, "sqlite3://", 10) || !access(url + 10, F_OK);
+}
+
+/* Live members that share their cache (weight > 0), this one included. */
+static size_t live_sharing(struct shoal_group *g)
+{
+        struct shoal_group_view *v = shoal_group_view_get(g);
+        size_t k = 0;
+        for (size_t i = 0; i < v->n; i++)
+                k += v->members[i].role == SHOAL_ROLE_PROVIDER && v->members[i].weight > 0;
+        shoal_group_view_put(v);
+        return k;
+}
+
+/* A group that cannot share anything with this process is a warning, or with --strict-group a
+ * failed start: a mistyped --cache-group or --meta otherwise only shows as store reads. A member
+ * that shares is a live member itself; under --strict-group it wants another. */
+static int check_group(struct shoal_node *n, bool existed, bool sharing, char *err, size_t errlen)
+{
+        const struct shoal_node_config *cfg = &n->cfg;
+        size_t want = sharing && cfg->strict_group ? 2 : 1;
+        char why[1400];
+        if (!existed)
+                snprintf(why, sizeof(why),
+                         "the registry %s did not exist (this process created it)", cfg->meta_url);
+        else if (live_sharing(n->group) < want)
+                snprintf(why, sizeof(why), "no %slive member that shares its cache in registry %s",
+                         sharing ? "other " : "", cfg->meta_url);
+        else
+                return 0;
+        if (cfg->strict_group) {
+                snprintf(err, errlen, "cache group %s: %s (strict-group is set)", cfg->cache_group,
+                         why);
+                return -EIO;
+        }
+        if (cfg->group_checked_by_caller)
+                return 0;
+        if (sharing)
+                log_info("group", "cache group %s: %s: this member is the first", cfg->cache_group,
+                         why);
+        else
+                log_warn("group",
+                         "cache group %s: %s: every read goes to the store until a member joins "
+                         "(check --cache-group and --meta)",
+                         cfg->cache_group, why);
+        return 0;
+}
+
 static int join_group(struct shoal_node *n, const struct plan *p, char *err, size_t errlen)
 {
         const struct shoal_node_config *cfg = &n->cfg;
@@ -338,7 +395,11 @@ static int join_group(struct shoal_node *n, const struct plan *p, char *err, siz
                               sizeof(me->metrics_addr));
         gc.usage = publish_usage; /* with every heartbeat [C7] */
         gc.usage_arg = n->cache;
+        bool existed = registry_exists(cfg->meta_url);
         int rc = shoal_group_start(&gc, &n->group, err, errlen);
+        if (rc)
+                return rc;
+        rc = check_group(n, existed, p->sharing, err, errlen);
         if (rc)
                 return rc;
         shoal_reader_set_group(n->reader, n->group);

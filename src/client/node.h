@@ -42,6 +42,16 @@ struct shoal_node_config {
          * port when serve is set (members, mounts), and not at all otherwise (short-lived
          * clients such as cat). */
         const char *metrics_addr;
+        /* Ask the store once at start (mount, serve): a store that does not answer (no such
+         * bucket, an endpoint that refuses, times out or cannot be resolved) fails the start,
+         * with -EIO and the cause in ERR. */
+        bool check_store;
+        /* --strict-group: a group that cannot share anything (a registry that did not exist, no
+         * live member that shares) fails the start (-EIO) instead of a warning. */
+        bool strict_group;
+        /* The command judges the group itself (bench, warmup: no live member is their own
+         * one-line error): no warning here. --strict-group still applies. */
+        bool group_checked_by_caller;
 };
 
 struct shoal_node {

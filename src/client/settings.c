@@ -13,6 +13,7 @@
 #include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "group/group.h"
 #include "metrics/http.h"
 #include "rpc/server.h"
 #include "store/store.h"
@@ -34,6 +35,8 @@ enum kind {
         K_LEVEL,       /* a log level */
         K_IORPC_MODE,  /* checked at build: the seed falls back to dio with a warning */
         K_SECRET_FILE, /* read when set */
+        K_META,        /* a meta URL the registry can open (checked, not opened) */
+        K_HTTP_URL,    /* http:// or https:// and a host */
 };
 
 struct def {
@@ -48,7 +51,7 @@ struct def {
 static const struct def defs[SHOAL_SET__COUNT] = {
         [SHOAL_SET_BLOCK_SIZE] = {.name = "block-size", .kind = K_BLOCK_SIZE, .library = true},
         [SHOAL_SET_CACHE_GROUP] = {.name = "cache-group", .kind = K_GROUP, .library = true},
-        [SHOAL_SET_META] = {.name = "meta", .kind = K_STRING, .library = true},
+        [SHOAL_SET_META] = {.name = "meta", .kind = K_META, .library = true},
         [SHOAL_SET_CACHE_DIR] = {.name = "cache-dir", .kind = K_STRING, .library = true},
         [SHOAL_SET_CACHE_SIZE] = {.name = "cache-size",
                                   .kind = K_SIZE,
@@ -81,10 +84,11 @@ static const struct def defs[SHOAL_SET__COUNT] = {
                                      .library = true},
         [SHOAL_SET_PREFETCH] = {.name = "prefetch", .kind = K_COUNT, .max = 64, .library = true},
         [SHOAL_SET_METRICS] = {.name = "metrics", .kind = K_ADDR, .library = true},
-        [SHOAL_SET_ENDPOINT] = {.name = "endpoint", .kind = K_STRING, .library = true},
+        [SHOAL_SET_ENDPOINT] = {.name = "endpoint", .kind = K_HTTP_URL, .library = true},
         [SHOAL_SET_UPLOAD_PART_SIZE] = {.name = "upload-part-size", .kind = K_PART_SIZE},
         [SHOAL_SET_LOG_LEVEL] = {.name = "log-level", .kind = K_LEVEL, .library = true},
         [SHOAL_SET_LOG_FILE] = {.name = "log-file", .kind = K_STRING, .library = true},
+        [SHOAL_SET_STRICT_GROUP] = {.name = "strict-group", .kind = K_SWITCH, .library = true},
 };
 
 /* The defaults, and the ones that differ by who the configuration is for. */
@@ -204,6 +208,15 @@ static bool group_name_valid(const char *g)
 {
         size_t n = strlen(g);
         return n && n <= GROUP_NAME_MAX && strspn(g, GROUP_NAME_CHARS) == n;
+}
+
+/* http:// or https://, then a host: no spaces, query or fragment (the store adds its paths). */
+static bool http_url_valid(const char *v)
+{
+        const char *host = !strncmp(v, "http://", 7)    ? v + 7
+                           : !strncmp(v, "https://", 8) ? v + 8
+                                                        : NULL;
+        return host && *host && *host != '/' && *host != ':' && !strpbrk(v, " \t?#");
 }
 
 /* Reads the group secret [S1, S3] from PATH: every byte counts, NUL included; one line ending at
@@ -340,6 +353,25 @@ static int check(struct shoal_settings *s, enum shoal_setting id, const char *v,
                 return 0;
         case K_SECRET_FILE:
                 return read_secret_file(s, v, err, errlen);
+        case K_META: {
+                char why[256];
+                if (!shoal_registry_url_check(v, why, sizeof(why)))
+                        return 0;
+                /* A redis password is not repeated back (the line may reach a log). */
+                const char *at = strrchr(v, '@');
+                const char *colon = strstr(v, "://");
+                if (at && colon && colon < at)
+                        return fail(err, errlen, -EINVAL, "invalid %s%s %.*s://...@%s: %s", p,
+                                    d->name, (int)(colon - v), v, at + 1, why);
+                return fail(err, errlen, -EINVAL, "invalid %s%s %s: %s", p, d->name, v, why);
+        }
+        case K_HTTP_URL:
+                if (!http_url_valid(v))
+                        return fail(err, errlen, -EINVAL,
+                                    "invalid %s%s %s: expected http://HOST[:PORT] or "
+                                    "https://HOST[:PORT]",
+                                    p, d->name, v);
+                return 0;
         }
         return fail(err, errlen, -EINVAL, "invalid %s%s", p, d->name);
 }
@@ -451,6 +483,14 @@ static int check_combination(const struct shoal_settings *s, const char *storage
         if (!storage || !*storage)
                 return fail(err, errlen, -EINVAL, "missing %s (e.g. file:///data or s3://bucket)",
                             s->who == SHOAL_SETTINGS_LIBRARY ? "storage" : "STORAGE");
+        /* "s3://" alone would reach the store as "s3:" once its slashes are trimmed. */
+        if (!strncmp(storage, "s3://", 5) && !storage[5 + strspn(storage + 5, "/")])
+                return fail(err, errlen, -EINVAL,
+                            "storage %s: no bucket (expected s3://BUCKET[/PREFIX])", storage);
+        if (!strncmp(storage, "file://", 7) && !storage[7 + strspn(storage + 7, "/")] &&
+            strcmp(storage, "file:///"))
+                return fail(err, errlen, -EINVAL,
+                            "storage %s: no folder (expected file:///ABSOLUTE/DIR)", storage);
         return 0;
 }
 
@@ -500,6 +540,7 @@ int shoal_settings_build(struct shoal_settings *s, const char *storage, const st
                 parse_ratio(v[SHOAL_SET_FREE_SPACE_RATIO], &cfg->free_space_ratio);
         cfg->serve = pr->serve;
         cfg->no_sharing = pr->consumer || switch_val(s, SHOAL_SET_NO_SHARING);
+        cfg->strict_group = switch_val(s, SHOAL_SET_STRICT_GROUP);
         cfg->group_ip = v[SHOAL_SET_GROUP_IP];
         cfg->group_network = v[SHOAL_SET_GROUP_NETWORK];
         cfg->group_port = (uint16_t)count_val(s, SHOAL_SET_GROUP_PORT, 0);

@@ -56,6 +56,7 @@ enum shoal_setting {
         SHOAL_SET_UPLOAD_PART_SIZE,
         SHOAL_SET_LOG_LEVEL,
         SHOAL_SET_LOG_FILE,
+        SHOAL_SET_STRICT_GROUP,
         SHOAL_SET__COUNT
 };
 

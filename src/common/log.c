@@ -7,12 +7,14 @@
 #include <string.h>
 #include <strings.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
 int shoal_log_level_cur = SHOAL_LOG_INFO;
 static int log_fd = STDERR_FILENO;
+static char log_path[4096]; /* the file shoal_log_open opened, for a reopen; "" for stderr */
 
 static const char *const level_names[] = {"ERROR", "WARNING", "INFO", "DEBUG", "TRACE"};
 
@@ -20,15 +22,40 @@ int shoal_log_open(const char *path)
 {
         if (!path || !*path) {
                 log_fd = STDERR_FILENO;
+                log_path[0] = '\0';
                 return 0;
         }
+        if (strlen(path) >= sizeof(log_path))
+                return -ENAMETOOLONG;
         int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (fd < 0)
                 return -errno;
         if (log_fd != STDERR_FILENO)
                 close(log_fd);
         log_fd = fd;
+        memcpy(log_path, path, strlen(path) + 1);
         return 0;
+}
+
+int shoal_log_reopen(void)
+{
+        if (!log_path[0])
+                return 0;
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd < 0)
+                return -errno;
+        /* stderr follows when it was the log (a background process's): libraries and
+         * sanitizers write there. */
+        struct stat lf, ef;
+        bool err_too = !fstat(log_fd, &lf) && !fstat(STDERR_FILENO, &ef) &&
+                       lf.st_dev == ef.st_dev && lf.st_ino == ef.st_ino;
+        /* Onto the same descriptor number: a line being written goes to one file or the
+         * other, never to a closed descriptor. */
+        int rc = dup3(fd, log_fd, O_CLOEXEC) < 0 ? -errno : 0;
+        if (!rc && err_too)
+                dup2(fd, STDERR_FILENO);
+        close(fd);
+        return rc;
 }
 
 int shoal_log_fd(void)

@@ -18,6 +18,10 @@ extern int shoal_log_level_cur;
 
 /* Opens PATH (append) as the log destination, or stderr when PATH is NULL. Returns 0 or -errno. */
 int shoal_log_open(const char *path);
+/* Opens the log file again under its name (logrotate moved it away), in place of the old one;
+ * stderr too when it pointed at the old file. A no-op when logging to stderr. Returns 0 or
+ * -errno (the old file is kept then). */
+int shoal_log_reopen(void);
 /* The descriptor logs go to (STDERR_FILENO unless shoal_log_open opened a file). */
 int shoal_log_fd(void);
 /* Parses "error|warn|info|debug|trace" (or 0..4); returns the level or -1. */

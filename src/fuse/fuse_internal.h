@@ -108,6 +108,9 @@ void shoal_fuse_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_
 void shoal_fuse_release_write(fuse_req_t req, struct fuse_file_info *fi, uint64_t t0);
 void shoal_fuse_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
                         struct fuse_file_info *fi);
+/* fallocate: on a file being written, an extension of its size (zeros); refused otherwise. */
+void shoal_fuse_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+                          struct fuse_file_info *fi);
 void shoal_fuse_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode);
 void shoal_fuse_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
 void shoal_fuse_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);

@@ -32,8 +32,9 @@ struct shoal_fuse;
 struct shoal_fuse *shoal_fuse_mount(const struct shoal_fuse_config *cfg, char *err, size_t errlen);
 
 /* Serves requests on worker threads until the file system is unmounted (shoal umount,
- * fusermount3 -u) or SIGINT/SIGTERM/SIGHUP arrives; the calling thread takes those signals while
- * it runs. Returns 0, or a negative errno when the loop failed. */
+ * fusermount3 -u) or SIGINT/SIGTERM arrives; the calling thread takes those signals while it
+ * runs (SIGHUP stays blocked: the caller's to take). Returns 0, or a negative errno when the loop
+ * failed. */
 int shoal_fuse_loop(struct shoal_fuse *f);
 
 /* Unmounts (when still mounted) and frees everything. F may be NULL. */

@@ -381,9 +381,11 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
         struct shoal_inode_attr a;
         uint64_t ino;
         if (!rc && !shoal_itable_ref_writing(f->it, path, &a, &ino)) {
-                /* Being written here: the writer's size, asked for again each time. */
+                /* Being written here: the writer's size, asked for again each time, and the name
+                 * too, which an abandoned upload takes away. */
                 e.ino = ino;
                 e.attr_timeout = 0;
+                e.entry_timeout = 0;
                 shoal_fuse_fill_stat(f, ino, &a, &e.attr);
                 if (fuse_reply_entry(req, &e) == -ENOENT)
                         shoal_itable_forget(f->it, ino, 1);
@@ -536,13 +538,6 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
         shoal_fuse_refuse(req, shoal_fuse_op_begin(), ENOTSUP, "removexattr", name,
                           "objects carry no extended attributes here");
-}
-
-static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
-                         struct fuse_file_info *fi)
-{
-        shoal_fuse_refuse(req, shoal_fuse_op_begin(), ENOTSUP, "fallocate", NULL,
-                          "objects are written sequentially, not allocated");
 }
 
 static int open_stats(struct shoal_fuse *f, struct fuse_file_info *fi)
@@ -938,5 +933,5 @@ const struct fuse_lowlevel_ops shoal_fuse_ops = {
         .setxattr = op_setxattr,
         .removexattr = op_removexattr,
         .create = shoal_fuse_create,
-        .fallocate = op_fallocate,
+        .fallocate = shoal_fuse_fallocate,
 };

@@ -3,6 +3,8 @@
  *   - open(O_CREAT) of a name that does not exist starts an upload; with --allow-overwrite,
  *     open(O_TRUNC) of an existing object starts one that replaces it at commit;
  *   - writes must come in order from offset 0 (EINVAL otherwise, and the upload is abandoned);
+ *     ftruncate and fallocate may extend a file being written (fio lays out its files so): the
+ *     extension reads as zeros, and the bytes up to it go to the store as zeros at commit;
  *   - close (the opener's flush) or fsync commits: it returns once the store has the whole
  *     object, or EIO — the name then shows what it showed before, never part of the new data;
  *   - a writer that dies from a signal commits nothing;
@@ -16,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/falloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +48,9 @@ struct write_file {
         int err; /* errno for writes after the upload ended badly */
         uint64_t ino;
         uint64_t written;
-        pid_t tgid;   /* the opener's process: its close commits */
-        bool flushed; /* some close reached us: the file had a descriptor */
+        uint64_t size; /* >= written: the size ftruncate or fallocate gave it (zeros beyond) */
+        pid_t tgid;    /* the opener's process: its close commits */
+        bool flushed;  /* some close reached us: the file had a descriptor */
         char key[SHOAL_KEY_MAX + 1];
         char parent[SHOAL_KEY_MAX + 1];
         struct write_file *prev, *next; /* f->writes */
@@ -256,12 +260,52 @@ static void abandon(struct shoal_fuse *f, struct write_file *h, int err, const c
                  h->written, why);
 }
 
+static int append_errno(int rc)
+{
+        return rc == -ENOSPC || rc == -EDQUOT || rc == -EFBIG || rc == -ENOMEM ? -rc : EIO;
+}
+
+/* Appends BUF to H's upload and staging file (H->mu held). On failure the upload is abandoned;
+ * returns 0 or the errno the application gets. */
+static int append(struct shoal_fuse *f, struct write_file *h, const char *buf, size_t size)
+{
+        int rc = shoal_store_upload_append(h->up, buf, size);
+        if (rc) {
+                int err = append_errno(rc);
+                abandon(f, h, err, strerror(-rc));
+                shoal_metric_inc(SHOAL_M_fuse_write_errors);
+                return err;
+        }
+        shoal_push_stage_append(h->stage, buf, size);
+        h->written += size;
+        if (h->size < h->written)
+                h->size = h->written;
+        shoal_itable_write_size(f->it, h->ino, h->size);
+        return 0;
+}
+
+/* The store has no holes: the bytes between what was written and END (a gap an extension left)
+ * are written as the zeros they read as (H->mu held). Returns 0 or a positive errno. */
+static int pad_to(struct shoal_fuse *f, struct write_file *h, uint64_t end)
+{
+        static const char zeros[64 * 1024];
+        while (h->state == W_OPEN && h->written < end) {
+                uint64_t n = end - h->written;
+                int err = append(f, h, zeros, n < sizeof(zeros) ? (size_t)n : sizeof(zeros));
+                if (err)
+                        return err;
+        }
+        return h->state == W_OPEN ? 0 : h->err;
+}
+
 /* Commits H's upload (H->mu held). Returns 0 or a positive errno (EIO). */
 static int commit(struct shoal_fuse *f, struct write_file *h)
 {
         if (h->state == W_DONE)
                 return 0;
         if (h->state == W_FAILED)
+                return EIO;
+        if (pad_to(f, h, h->size))
                 return EIO;
         uint64_t t0 = shoal_now_ns();
         struct shoal_object o;
@@ -420,8 +464,10 @@ void shoal_fuse_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
         struct fuse_entry_param e;
         memset(&e, 0, sizeof(e));
         e.ino = ino;
-        e.entry_timeout = f->ttl_s;
-        e.attr_timeout = 0; /* the size grows: ask us, not a copy */
+        /* The size grows: ask us, not a copy; and the name goes if the upload is abandoned, so
+         * that a rerun of the writer creates the file again rather than open a name now gone. */
+        e.entry_timeout = 0;
+        e.attr_timeout = 0;
         shoal_itable_getattr(f->it, ino, &na, &(bool){false});
         shoal_fuse_fill_stat(f, ino, &na, &e.attr);
         log_debug("fuse", "create %s%s", path, flags ? "" : " (replacing the object)");
@@ -487,11 +533,6 @@ void shoal_fuse_open_write(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
 /* --- write, flush, fsync, release --------------------------------------------------------------
  */
 
-static int append_errno(int rc)
-{
-        return rc == -ENOSPC || rc == -EDQUOT || rc == -EFBIG || rc == -ENOMEM ? -rc : EIO;
-}
-
 void shoal_fuse_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
                       struct fuse_file_info *fi)
 {
@@ -510,6 +551,11 @@ void shoal_fuse_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
                          h->key, strerror(err));
         } else if (h->state == W_FAILED) {
                 err = h->err;
+        } else if ((uint64_t)off > h->written && (uint64_t)off <= h->size) {
+                /* Into the zeros of an extension: they go first, in order. */
+                err = pad_to(f, h, (uint64_t)off);
+                if (!err)
+                        err = append(f, h, buf, size);
         } else if ((uint64_t)off != h->written) {
                 char why[128];
                 snprintf(why, sizeof(why), "out-of-order write at offset %lld, expected %" PRIu64,
@@ -520,16 +566,7 @@ void shoal_fuse_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
                 abandon(f, h, EINVAL, why);
                 err = EINVAL;
         } else {
-                int rc = shoal_store_upload_append(h->up, buf, size);
-                if (rc) {
-                        err = append_errno(rc);
-                        abandon(f, h, err, strerror(-rc));
-                        shoal_metric_inc(SHOAL_M_fuse_write_errors);
-                } else {
-                        shoal_push_stage_append(h->stage, buf, size);
-                        h->written += size;
-                        shoal_itable_write_size(f->it, h->ino, h->written);
-                }
+                err = append(f, h, buf, size);
         }
         pthread_mutex_unlock(&h->mu);
         if (err) {
@@ -566,7 +603,7 @@ void shoal_fuse_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
                 char why[64];
                 snprintf(why, sizeof(why), "the writer was killed by signal %d", ti.signal);
                 abandon(f, h, EIO, why);
-        } else if (h->state == W_OPEN && ti.tgid && ti.tgid == h->tgid && h->written) {
+        } else if (h->state == W_OPEN && ti.tgid && ti.tgid == h->tgid && h->size) {
                 err = commit(f, h);
         }
         pthread_mutex_unlock(&h->mu);
@@ -593,7 +630,7 @@ void shoal_fuse_release_write(fuse_req_t req, struct fuse_file_info *fi, uint64_
         struct shoal_fuse *f = fs_of(req);
         struct write_file *h = (struct write_file *)(uintptr_t)fi->fh;
         pthread_mutex_lock(&h->mu);
-        if (h->state == W_OPEN && !h->flushed && !h->written)
+        if (h->state == W_OPEN && !h->flushed && !h->size)
                 /* No close ever came: the file never reached a descriptor (its opener died
                  * during open), so nobody asked for this object, not even an empty one. */
                 abandon(f, h, EIO, "its opener never had it open");
@@ -615,6 +652,69 @@ void shoal_fuse_writes_abandon(struct shoal_fuse *f)
 }
 
 /* --- attributes -------------------------------------------------------------------------- */
+
+/* ftruncate or fallocate of H to SIZE while it is written: up from what was written is an
+ * extension (zeros, written at commit or before a write beyond them); below it is refused, and
+ * the upload abandoned: the application asked for an object the model cannot give it, and a
+ * writer that failed leaves no object. Returns 0 or the errno; *WHY names a refusal. */
+static int resize(struct shoal_fuse *f, struct write_file *h, uint64_t size, const char **why)
+{
+        int err = 0;
+        pthread_mutex_lock(&h->mu);
+        if (h->state != W_OPEN) {
+                err = h->state == W_DONE ? EPERM : h->err;
+                *why = "the file was already committed or abandoned";
+        } else if (size < h->written) {
+                err = EPERM;
+                *why = "a file being written cannot be cut below what was written";
+                abandon(f, h, EPERM, "truncated below what was written");
+        } else {
+                h->size = size;
+                shoal_itable_write_size(f->it, h->ino, size);
+        }
+        pthread_mutex_unlock(&h->mu);
+        return err;
+}
+
+static struct write_file *write_handle(struct fuse_file_info *fi)
+{
+        return fi && shoal_fh_kind(fi) == SHOAL_FH_WRITE ? (struct write_file *)(uintptr_t)fi->fh
+                                                         : NULL;
+}
+
+void shoal_fuse_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+                          struct fuse_file_info *fi)
+{
+        uint64_t t0 = shoal_fuse_op_begin();
+        struct shoal_fuse *f = fs_of(req);
+        struct write_file *h = write_handle(fi);
+        if (!h || (mode & ~FALLOC_FL_KEEP_SIZE)) {
+                shoal_fuse_refuse(req, t0, ENOTSUP, "fallocate", h ? h->key : NULL,
+                                  h ? "only an allocation that extends a file being written"
+                                    : "objects are written sequentially, not allocated");
+                return;
+        }
+        if (offset < 0 || length <= 0 || offset > INT64_MAX - length) {
+                shoal_fuse_reply_err(req, t0, EINVAL);
+                return;
+        }
+        /* KEEP_SIZE reserves room, which an object store has no notion of: nothing to do. */
+        uint64_t end = (uint64_t)offset + (uint64_t)length;
+        const char *why = NULL;
+        int err = 0;
+        if (!(mode & FALLOC_FL_KEEP_SIZE)) {
+                pthread_mutex_lock(&h->mu);
+                uint64_t cur = h->size;
+                pthread_mutex_unlock(&h->mu);
+                if (end > cur)
+                        err = resize(f, h, end, &why);
+        }
+        if (err && why) {
+                shoal_fuse_refuse(req, t0, err, "fallocate", h->key, why);
+                return;
+        }
+        shoal_fuse_reply_err(req, t0, err);
+}
 
 void shoal_fuse_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
                         struct fuse_file_info *fi)
@@ -644,11 +744,21 @@ void shoal_fuse_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
             ((to_set & FUSE_SET_ATTR_UID) && attr->st_uid != cur.st_uid) ||
             ((to_set & FUSE_SET_ATTR_GID) && attr->st_gid != cur.st_gid))
                 why = "objects have no owner or mode to change";
-        else if ((to_set & FUSE_SET_ATTR_SIZE) &&
-                 (a.is_dir || !fresh || (uint64_t)attr->st_size != a.size))
-                why = "objects cannot be truncated or extended (replace them with O_TRUNC)";
         else if ((to_set & times) && !fresh)
                 why = "the times of a stored object are the store's";
+        struct write_file *h = write_handle(fi);
+        if (!why && (to_set & FUSE_SET_ATTR_SIZE) && h && h->ino == ino) {
+                int err = resize(f, h, (uint64_t)attr->st_size, &why);
+                if (err) {
+                        shoal_fuse_refuse(req, t0, err, "setattr", path, why);
+                        return;
+                }
+                a.size = (uint64_t)attr->st_size;
+                shoal_fuse_fill_stat(f, ino, &a, &cur);
+        } else if ((to_set & FUSE_SET_ATTR_SIZE) &&
+                   (a.is_dir || !fresh || (uint64_t)attr->st_size != a.size)) {
+                why = "objects cannot be truncated or extended (replace them with O_TRUNC)";
+        }
         if (why) {
                 shoal_fuse_refuse(req, t0, EPERM, "setattr", path, why);
                 return;

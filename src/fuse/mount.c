@@ -181,15 +181,16 @@ int shoal_fuse_loop(struct shoal_fuse *f)
         /* Our own handlers, not fuse_set_signal_handlers: that one stands aside when a library
          * has installed a handler first (one here exits the process without unmounting). No
          * SA_RESTART, so that the wait of the loop's main thread returns to see the exit. */
-        static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-        struct sigaction sa, old_sa[3];
+        /* Not SIGHUP: that one reopens the log (logrotate), on the caller's thread for it. */
+        static const int sigs[] = {SIGINT, SIGTERM};
+        struct sigaction sa, old_sa[2];
         memset(&sa, 0, sizeof(sa));
         sa.sa_handler = on_signal;
         sigemptyset(&sa.sa_mask);
         signalled_se = f->se;
         sigset_t set, old;
         sigemptyset(&set);
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 2; i++) {
                 sigaction(sigs[i], &sa, &old_sa[i]);
                 sigaddset(&set, sigs[i]);
         }
@@ -227,7 +228,7 @@ int shoal_fuse_loop(struct shoal_fuse *f)
                         close(kick_fds[i]);
                 kick_fds[i] = -1;
         }
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 2; i++)
                 sigaction(sigs[i], &old_sa[i], NULL);
         signalled_se = NULL;
         if (rc < 0 && got_signal) {

@@ -67,6 +67,9 @@ struct shoal_registry;
 int shoal_registry_open(const char *url, const char *group, struct shoal_registry **out, char *err,
                         size_t errlen);
 void shoal_registry_close(struct shoal_registry *r);
+/* Whether URL is a meta URL open could take (a scheme it knows, a path, a redis URL that parses)
+ * without opening anything. Returns 0, or -EINVAL with the reason in ERR (no "registry:" tag). */
+int shoal_registry_url_check(const char *url, char *err, size_t errlen);
 
 /* Low-level record operations (each a few round trips; thread-safe through an internal lock).
  * They return 0 or a negative errno. put refuses with -EINVAL a record it could not read back as

@@ -111,6 +111,33 @@ int shoal_registry_open(const char *url, const char *group, struct shoal_registr
         return 0;
 }
 
+int shoal_registry_url_check(const char *url, char *err, size_t errlen)
+{
+        if (!strncmp(url, "sqlite3://", 10)) {
+                if (url[10])
+                        return 0;
+                snprintf(err, errlen,
+                         "sqlite3:// needs a path, as in "
+                         "sqlite3:///var/lib/shoal/meta.db");
+                return -EINVAL;
+        }
+        if (!strncmp(url, "redis://", 8)) {
+                struct shoal_redis_url u;
+                char why[256];
+                int rc = shoal_registry_redis_url_parse(url + 8, &u, why, sizeof(why));
+                explicit_bzero(&u, sizeof(u)); /* the password */
+                if (rc) {
+                        const char *w = !strncmp(why, "registry: ", 10) ? why + 10 : why;
+                        snprintf(err, errlen, "%s", w);
+                }
+                return rc;
+        }
+        snprintf(err, errlen,
+                 "unsupported scheme (use sqlite3:///path/meta.db or "
+                 "redis://[:password@]host:port[/db])");
+        return -EINVAL;
+}
+
 void shoal_registry_close(struct shoal_registry *r)
 {
         if (!r)

@@ -134,6 +134,42 @@ static void prom_secs(struct sbuf *sb, const char *name, const char *suffix, con
         sb_printf(sb, "%.9g\n", secs(ns));
 }
 
+/* The upper bounds (le) of the exported buckets: powers of two in ns, from about 1 us to about
+ * 69 s. Each is one past the upper bound of an internal bucket, so the count at it is exact. */
+#define PROM_LE_FIRST_SHIFT 10
+#define PROM_LE_LAST_SHIFT  36
+
+/* NAME as a Prometheus histogram: cumulative _bucket counts, _sum in seconds, _count. The
+ * count is the buckets' total, so that +Inf and _count agree in one scrape. */
+static void prom_histogram(struct sbuf *sb, const struct shoal_metric_def *d,
+                           const struct shoal_metrics_snap *cur, unsigned id, const char *labels)
+{
+        static const struct shoal_hist_snap none;
+        const struct shoal_hist_snap *h = cur->hists ? &cur->hists[id] : &none;
+        prom_help(sb, d->name, "", d->help, " in seconds");
+        sb_printf(sb, "# TYPE %s histogram\n", d->name);
+        const char *sep = *labels ? "," : "";
+        uint64_t seen = 0;
+        unsigned b = 0;
+        for (unsigned k = PROM_LE_FIRST_SHIFT; k <= PROM_LE_LAST_SHIFT; k++) {
+                uint64_t le = 1ULL << k;
+                for (; b < SHOAL_HIST_BUCKETS && shoal_hist_bucket_upper(b) < le; b++)
+                        seen += h->buckets[b];
+                sb_printf(sb, "%s_bucket{%s%sle=\"%.9g\"} %" PRIu64 "\n", d->name, labels, sep,
+                          secs(le), seen);
+        }
+        for (; b < SHOAL_HIST_BUCKETS; b++)
+                seen += h->buckets[b];
+        sb_printf(sb, "%s_bucket{%s%sle=\"+Inf\"} %" PRIu64 "\n", d->name, labels, sep, seen);
+        if (*labels) {
+                sb_printf(sb, "%s_sum{%s} %.9g\n", d->name, labels, secs(h->sum));
+                sb_printf(sb, "%s_count{%s} %" PRIu64 "\n", d->name, labels, seen);
+        } else {
+                sb_printf(sb, "%s_sum %.9g\n", d->name, secs(h->sum));
+                sb_printf(sb, "%s_count %" PRIu64 "\n", d->name, seen);
+        }
+}
+
 char *shoal_metrics_render_prometheus(const struct shoal_metrics_snap *cur,
                                       const struct shoal_metrics_snap *prev, const char *labels)
 {
@@ -157,6 +193,8 @@ char *shoal_metrics_render_prometheus(const struct shoal_metrics_snap *cur,
                         sb_printf(&sb, "%" PRId64 "\n", (int64_t)cur->counters[i]);
                         break;
                 case SHOAL_METRIC_HIST:
+                        prom_histogram(&sb, d, cur, i, labels);
+                        /* The seed's names beside it: windowed quantiles as gauges. */
                         hist_figures(cur, prev, i, &f);
                         prom_secs(&sb, d->name, "_tp50", d->help,
                                   ", 50th percentile over the last interval in seconds", labels,
@@ -169,12 +207,6 @@ char *shoal_metrics_render_prometheus(const struct shoal_metrics_snap *cur,
                                   f.tp99);
                         prom_secs(&sb, d->name, "_max", d->help,
                                   ", maximum over the last interval in seconds", labels, f.max);
-                        prom_family(&sb, d->name, "_count", "counter", d->help,
-                                    ", number of observations", labels);
-                        sb_printf(&sb, "%" PRIu64 "\n", f.count);
-                        prom_family(&sb, d->name, "_sum", "counter", d->help, ", total in seconds",
-                                    labels);
-                        sb_printf(&sb, "%.9g\n", secs(f.sum));
                         break;
                 }
         }

@@ -273,6 +273,22 @@ int shoal_store_list(struct shoal_store *st, const char *prefix, const char *del
         return rc;
 }
 
+#define STORE_CHECK_DEADLINE_NS (15 * SHOAL_NS_PER_SEC)
+
+int shoal_store_check(struct shoal_store *st, char *err, size_t errlen)
+{
+        if (!st->ops->check)
+                return 0;
+        char why[512] = "";
+        uint64_t saved = call_deadline;
+        call_deadline = shoal_now_ns() + STORE_CHECK_DEADLINE_NS;
+        int rc = st->ops->check(st, why, sizeof(why));
+        call_deadline = saved;
+        if (rc)
+                snprintf(err, errlen, "cannot use storage %s at %s", st->cfg.url, why);
+        return rc;
+}
+
 bool shoal_store_retry_wait(struct shoal_store *st, int err, unsigned attempt)
 {
         uint64_t d;

@@ -55,6 +55,9 @@ struct shoal_store_ops {
          * prefixes as S3 does. START_AFTER (may be NULL) skips keys <= it. */
         int (*list)(struct shoal_store *st, const char *prefix, const char *delim,
                     const char *start_after, shoal_list_cb cb, void *arg);
+        /* One cheap request that shows the store is there and answers (may be NULL: nothing to
+         * check beyond open). Returns 0, or a negative errno with the cause in WHY. */
+        int (*check)(struct shoal_store *st, char *why, size_t whylen);
         void (*close)(struct shoal_store *st);
 
         /* Uploads, in one of two shapes (store_upload.c drives them; see "Uploads" below).
@@ -121,6 +124,11 @@ struct shoal_store {
 int shoal_store_open(const struct shoal_store_config *cfg, struct shoal_store **out, char *err,
                      size_t errlen);
 void shoal_store_close(struct shoal_store *st);
+
+/* Asks the store once (s3: a LIST of one key, throttling and 5xx retried within 15 s) whether it
+ * is there and answers. Returns 0, or a negative errno with one line in ERR naming the storage,
+ * its endpoint and the cause (cannot resolve, refused, timed out, the HTTP status and S3 code). */
+int shoal_store_check(struct shoal_store *st, char *err, size_t errlen);
 
 /* Generic entry points: validate the key, count metrics, apply the retry policy (read and stat)
  * and the max-downloads bound (read). Return 0 or a negative errno as above. */

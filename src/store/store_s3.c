@@ -54,6 +54,11 @@ struct s3_store {
         unsigned npool;
 };
 
+/* The transport failure of this thread's last request, as libcurl put it: the start-up check
+ * names it (resolve, refuse, timeout), where the errno alone would not. */
+static _Thread_local CURLcode last_curl;
+static _Thread_local char last_curl_msg[CURL_ERROR_SIZE];
+
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc;
 
@@ -394,6 +399,9 @@ static int perform_req(struct s3_store *s, const char *method, const char *url,
         }
 
         CURLcode c = curl_easy_perform(h);
+        last_curl = c;
+        shoal_strlcpy(last_curl_msg, errbuf[0] ? errbuf : curl_easy_strerror(c),
+                      sizeof(last_curl_msg));
         if (c == CURLE_OK)
                 curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
         else
@@ -603,6 +611,80 @@ out:
         free(token);
         free(q);
         free(url);
+        return rc;
+}
+
+/* The cause of a failed transport, in the words an operator looks for. */
+static const char *curl_cause(CURLcode c)
+{
+        switch (c) {
+        case CURLE_COULDNT_RESOLVE_HOST:
+        case CURLE_COULDNT_RESOLVE_PROXY:
+                return "cannot resolve the host";
+        case CURLE_COULDNT_CONNECT:
+                return "connection refused or unreachable";
+        case CURLE_OPERATION_TIMEDOUT:
+                return "timed out";
+        case CURLE_PEER_FAILED_VERIFICATION:
+        case CURLE_SSL_CACERT_BADFILE:
+        case CURLE_SSL_CERTPROBLEM:
+        case CURLE_SSL_CONNECT_ERROR:
+                return "TLS failed";
+        default:
+                return "transport error";
+        }
+}
+
+/* One LIST of at most one key under the prefix: the bucket is there, and answers us. WHY gets
+ * "BASE: CAUSE", the bucket's address naming the endpoint. */
+static int s3_check(struct shoal_store *st, char *out, size_t outlen)
+{
+        struct s3_store *s = st->impl;
+        char why[512] = "";
+        size_t whylen = sizeof(why);
+        char q[3 * SHOAL_KEY_MAX + 128];
+        q[0] = '\0';
+        if (query_add(q, sizeof(q), "list-type", "2") || query_add(q, sizeof(q), "max-keys", "1") ||
+            query_add(q, sizeof(q), "prefix", s->prefix))
+                return -EINVAL;
+        size_t ulen = strlen(s->list_path) + strlen(q) + 2;
+        char *url = malloc(ulen);
+        struct shoal_s3_resp *r = calloc(1, sizeof(*r));
+        int rc = -ENOMEM;
+        if (!url || !r)
+                goto out;
+        snprintf(url, ulen, "%s?%s", s->list_path, q);
+        for (unsigned attempt = 1;; attempt++) {
+                free(r->buf);
+                memset(r, 0, sizeof(*r));
+                r->grow = true;
+                rc = perform(s, "GET", url, NULL, r, "LIST", s->prefix);
+                if (rc) {
+                        snprintf(why, whylen, "%s (%s)", curl_cause(last_curl), last_curl_msg);
+                } else if (r->status != 200) {
+                        const char *end = r->err + r->err_len;
+                        char *code = shoal_s3_xml_get(r->err, end, "Code");
+                        char *msg = shoal_s3_xml_get(r->err, end, "Message");
+                        snprintf(why, whylen, "HTTP %ld%s%s%s%s", r->status, code ? " " : "",
+                                 code ? code : "", msg ? ": " : "", msg ? msg : "");
+                        free(code);
+                        free(msg);
+                        rc = map_status(s, r, "LIST", s->prefix);
+                        if (!rc)
+                                rc = -EIO;
+                }
+                /* Throttling and a busy store pass; a store that is not there does not. */
+                if (!rc || (rc != -EAGAIN && rc != -ECONNRESET) ||
+                    !shoal_store_retry_wait(st, rc, attempt))
+                        break;
+        }
+out:
+        if (r)
+                free(r->buf);
+        free(r);
+        free(url);
+        if (rc)
+                snprintf(out, outlen, "%s: %s", s->base, why[0] ? why : strerror(-rc));
         return rc;
 }
 
@@ -1105,6 +1187,7 @@ int shoal_store_s3_open(struct shoal_store *st, const char *url, char *err, size
                 .stat = s3_stat,
                 .read = s3_read,
                 .list = s3_list,
+                .check = s3_check,
                 .close = s3_close,
                 .put = s3_put,
                 .mpu_begin = s3_mpu_begin,

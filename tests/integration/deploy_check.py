@@ -25,7 +25,7 @@ import sys
 
 import yaml
 
-HIST_SUFFIXES = ("_tp50", "_tp90", "_tp99", "_max", "_count", "_sum")
+HIST_SUFFIXES = ("_tp50", "_tp90", "_tp99", "_max", "_count", "_sum", "_bucket")
 PROCESS = ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_threads",
            "process_open_fds")
 KEYWORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left",

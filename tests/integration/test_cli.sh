@@ -58,6 +58,27 @@ start_member a "$S" --meta "$META" --cache-group other --group-ip 127.0.0.1
 wait_members "$META" other 1
 expect_exit 1 "$SHOAL" group --meta "$META" --cache-group g1
 grep -q "no group g1 in $META" "$T/last.err" || fail "$(cat "$T/last.err")"
+
+echo "== a group that cannot share: a warning, or exit 1 and one line with --strict-group"
+"$SHOAL" cat "$S" d/o0 --meta "$META" --cache-group typo --cache-dir "$T/c0" >"$T/out" 2>"$T/w.err" ||
+  fail "cat of a group with no member failed: $(cat "$T/w.err")"
+cmp -s "$T/out" "$STORE/d/o0" || fail "cat of a group with no member differs"
+grep -q "<WARNING>: group: cache group typo: no live member that shares its cache in registry $META" \
+  "$T/w.err" || fail "no warning for a group with no member: $(cat "$T/w.err")"
+"$SHOAL" cat "$S" d/o0 --meta "sqlite3://$T/typo.db" --cache-group other --cache-dir "$T/c0" \
+  >/dev/null 2>"$T/w.err" || fail "cat of a new registry failed"
+grep -q "<WARNING>: group: cache group other: the registry sqlite3://$T/typo.db did not exist" \
+  "$T/w.err" || fail "no warning for a registry that did not exist: $(cat "$T/w.err")"
+expect_exit 1 "$SHOAL" cat "$S" d/o0 --meta "$META" --cache-group typo --cache-dir "$T/c0" --strict-group
+grep -q "^shoal cat: cache group typo: no live member that shares its cache" "$T/last.err" ||
+  fail "--strict-group: $(cat "$T/last.err")"
+"$SHOAL" cat "$S" d/o0 --meta "$META" --cache-group other --cache-dir "$T/c0" --strict-group \
+  >/dev/null 2>"$T/w.err" || fail "--strict-group with a live member failed: $(cat "$T/w.err")"
+[ ! -s "$T/w.err" ] || fail "a group with a live member warned: $(cat "$T/w.err")"
+expect_exit 1 "$SHOAL" serve "$S" --meta "$META" --cache-group lonely --cache-dir "$T/c5" \
+  --strict-group --log-level error
+grep -q "^shoal serve: cache group lonely: no other live member" "$T/last.err" ||
+  fail "serve --strict-group alone: $(cat "$T/last.err")"
 t0=$(ms)
 expect_exit 1 timeout 20 "$SHOAL" bench "$S" --meta "$META" --cache-group g1 --duration 30s
 one_line "$T/last.err"
@@ -185,6 +206,7 @@ set -e
 grep -q "^shoal serve: storage file://$T/nonexistent: cannot open" "$T/bad.out" ||
   fail "no error line: $(cat "$T/bad.out")"
 grep -q "ERROR.*cannot open" "$T/bad.log" || fail "the log does not say why"
+grep -q "running in the background" "$T/bad.out" && fail "a failed start said it runs: $(cat "$T/bad.out")"
 [ $(($(ms) - t0)) -lt 10000 ] || fail "the failing start took $(($(ms) - t0)) ms"
 
 if [ "$(id -u)" -eq 0 ] && [ -c /dev/fuse ] && command -v fusermount3 >/dev/null; then

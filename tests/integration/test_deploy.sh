@@ -53,6 +53,25 @@ for pair in serve:serve.env.example mount:mount.env.example; do
   echo "  $cmd: $(echo $flags | wc -w) flags known"
 done
 
+echo "== logrotate: the shipped file parses (test_sighup.sh runs it)"
+if command -v logrotate >/dev/null; then
+  logrotate -d -s "$T/lr.state" "$D/logrotate/shoal" >"$T/lr.out" 2>&1 ||
+    fail "logrotate -d: $(cat "$T/lr.out")"
+  grep -qiE "^error" "$T/lr.out" && fail "logrotate -d: $(grep -iE '^error' "$T/lr.out")"
+  grep -q "kill-whom=main --signal=HUP shoal-serve.service 'shoal-mount@\*.service'" "$D/logrotate/shoal" ||
+    fail "the logrotate file does not signal both units"
+  echo "  deploy/logrotate/shoal parses"
+else
+  skip_section "no logrotate (scripts/setup.sh installs it)"
+fi
+
+echo "== fixed metrics ports: the units' --metrics are the ports targets/local.yml scrapes"
+want=$(grep -o "127.0.0.1:[0-9]*" "$D/prometheus/targets/local.yml" | cut -d: -f2 | sort | xargs)
+have=$(grep -ho -- "--metrics [0-9.]*:[0-9]*" "$D/systemd/serve.env.example" "$D/systemd/mount.env.example" |
+  cut -d: -f2 | sort | xargs)
+[ -n "$want" ] && [ "$want" = "$have" ] || fail "targets/local.yml scrapes '$want', the units listen on '$have'"
+echo "  ports $have"
+
 echo "== systemd-analyze verify"
 if command -v systemd-analyze >/dev/null; then
   mkdir -p "$T/units"

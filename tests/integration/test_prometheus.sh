@@ -115,6 +115,43 @@ rate=$(num 'sum(rate(remotecache_tcp_get_bytes{role="Consumer"}[1m]))')
 python3 -c "import sys; sys.exit(0 if float('$rate') > 0 else 1)" || fail "rate() of the mount's pool reads is $rate"
 echo "  rate(remotecache_tcp_get_bytes[1m]) = $rate"
 
+echo "== histograms: histogram_quantile over the _bucket series"
+hq='histogram_quantile(0.9, sum by (le) (rate(remotecache_serve_dur_bucket{role="Provider"}[1m])))'
+p90=$(num "$hq")
+python3 -c "import math, sys; v = float('$p90'); sys.exit(0 if v > 0 and math.isfinite(v) else 1)" ||
+  fail "$hq = $p90"
+echo "  $hq = $p90 s"
+
+echo "== promtool check metrics: only the seed's names, which docs/operations.md lists"
+curl -sf "http://$AM/metrics" >"$T/member.prom" || fail "no /metrics from the member"
+set +e
+promtool check metrics <"$T/member.prom" >"$T/lint.out" 2>&1
+set -e
+/usr/bin/python3 - "$T/lint.out" "$SRC/src/metrics/metrics.h" "$SRC/docs/operations.md" <<'PY' ||
+import re, sys
+lint = [l.strip() for l in open(sys.argv[1]) if l.strip()]
+counters = set(re.findall(r"X\((\w+), COUNTER", open(sys.argv[2]).read()))
+doc = open(sys.argv[3]).read()
+kept = doc.split("**Names kept from the seed**", 1)
+assert len(kept) == 2, "docs/operations.md has no 'Names kept from the seed' paragraph"
+camel = set(re.findall(r"`(\w*[a-z][A-Z]\w*)`", kept[1].split("\n\n", 1)[0]))
+bad = []
+for l in lint:
+    name, _, what = l.partition(" ")
+    if what == 'counter metrics should have "_total" suffix' and name in counters:
+        continue
+    base = re.sub(r"_(tp50|tp90|tp99|max)$", "", name)
+    if what.startswith("metric names should be written in 'snake_case'") and base in camel:
+        continue
+    bad.append(l)
+print("  %d findings, all on the seed's names (%d counters, %d camelCase histograms)" % (
+    len(lint), len(counters), len(camel)))
+if bad:
+    print("\n".join(bad))
+    sys.exit(1)
+PY
+  fail "promtool check metrics found more than the seed's names"
+
 echo "== the rules load and evaluate; every metric of the kit is in the database"
 rules_ok() {
   curl -sf "$PROM/api/v1/rules" >"$T/rules.json" || return 1

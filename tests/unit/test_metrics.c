@@ -444,12 +444,59 @@ static void test_gauges(void **state)
         shoal_metric_gauge_set(id, 0);
 }
 
-/* A strict reader of exposition format 0.0.4, restricted to what we emit (counter, gauge). */
+/* A strict reader of exposition format 0.0.4, restricted to what we emit (counter, gauge,
+ * histogram). */
 struct family {
         char name[128];
         bool help, type;
         unsigned samples;
+        bool hist;            /* samples: NAME_bucket... (le ascending, +Inf last), _sum, _count */
+        unsigned buckets;     /* _bucket samples seen */
+        double last_bucket;   /* the cumulative count of the last one */
+        bool inf, sum, count; /* +Inf bucket, _sum and _count seen */
 };
+
+/* A sample of histogram family F: checks its name (NAME_bucket, _sum or _count), the order, the
+ * le label after the family's LABELS, and that counts are cumulative and end in _count. */
+static void check_hist_sample(struct family *f, const char *line, size_t len, const char *labels)
+{
+        size_t fl = strlen(f->name);
+        const char *suffix = line + fl;
+        char *end;
+        double v = strtod(strrchr(line, ' ') + 1, &end);
+        if (len <= fl || strncmp(line, f->name, fl))
+                fail_msg("sample outside histogram %s: %s", f->name, line);
+        if (!strncmp(suffix, "_bucket{", 8) && len == fl + 7) {
+                if (f->inf || f->sum || f->count)
+                        fail_msg("bucket after +Inf, _sum or _count: %s", line);
+                char want[300];
+                snprintf(want, sizeof(want), "{%s%sle=\"", labels, *labels ? "," : "");
+                assert_memory_equal(line + len, want, strlen(want));
+                const char *le = line + len + strlen(want);
+                if (!strncmp(le, "+Inf\"}", 6))
+                        f->inf = true;
+                if (v < f->last_bucket)
+                        fail_msg("buckets not cumulative: %s", line);
+                f->last_bucket = v;
+                f->buckets++;
+        } else if (*labels && line[len] != '{') {
+                fail_msg("no labels: %s", line);
+        } else if (!*labels && line[len] != ' ') {
+                fail_msg("labels where none are given: %s", line);
+        } else if (!strncmp(suffix, "_sum", 4) && len == fl + 4) {
+                if (!f->inf || f->sum)
+                        fail_msg("_sum out of order: %s", line);
+                f->sum = true;
+        } else if (!strncmp(suffix, "_count", 6) && len == fl + 6) {
+                if (!f->sum || f->count)
+                        fail_msg("_count out of order: %s", line);
+                if (v != f->last_bucket)
+                        fail_msg("_count %g is not the +Inf bucket %g", v, f->last_bucket);
+                f->count = true;
+        } else {
+                fail_msg("bad histogram sample: %s", line);
+        }
+}
 
 static struct family *find_family(struct family *f, unsigned n, const char *name)
 {
@@ -525,9 +572,11 @@ static unsigned check_prometheus(const char *text, const char *labels, struct fa
                         } else {
                                 if (f->type)
                                         fail_msg("second TYPE for %s", nm);
-                                if (strcmp(sp + 1, "counter") && strcmp(sp + 1, "gauge"))
+                                if (strcmp(sp + 1, "counter") && strcmp(sp + 1, "gauge") &&
+                                    strcmp(sp + 1, "histogram"))
                                         fail_msg("bad type: %s", line);
                                 f->type = true;
+                                f->hist = !strcmp(sp + 1, "histogram");
                         }
                         cur = f;
                         continue;
@@ -539,6 +588,11 @@ static unsigned check_prometheus(const char *text, const char *labels, struct fa
                 assert_true(len < sizeof(nm));
                 memcpy(nm, line, len);
                 nm[len] = '\0';
+                if (cur && cur->hist && cur->type && cur->help) {
+                        check_hist_sample(cur, line, len, labels);
+                        cur->samples++;
+                        goto value;
+                }
                 if (!cur || strcmp(cur->name, nm) || !cur->type || !cur->help)
                         fail_msg("sample %s outside its declared family", nm);
                 cur->samples++;
@@ -546,6 +600,7 @@ static unsigned check_prometheus(const char *text, const char *labels, struct fa
                         assert_memory_equal(line + len, want_labels, strlen(want_labels));
                 else
                         assert_int_equal(line[len], ' ');
+value:;
                 char *end;
                 const char *val = strrchr(line, ' ') + 1;
                 double v = strtod(val, &end);
@@ -553,9 +608,12 @@ static unsigned check_prometheus(const char *text, const char *labels, struct fa
         }
         free(copy);
         regfree(&re);
-        for (unsigned i = 0; i < nfam; i++)
-                if (fam[i].samples != 1)
+        for (unsigned i = 0; i < nfam; i++) {
+                if (fam[i].hist && (!fam[i].inf || !fam[i].sum || !fam[i].count))
+                        fail_msg("histogram %s lacks +Inf, _sum or _count", fam[i].name);
+                if (!fam[i].hist && fam[i].samples != 1)
                         fail_msg("%s has %u samples", fam[i].name, fam[i].samples);
+        }
         return nfam;
 }
 
@@ -571,7 +629,7 @@ static const char *sample_value(const char *text, const char *name)
 static void test_prometheus_format(void **state)
 {
         (void)state;
-        static const char *const suffixes[] = {"_tp50", "_tp90", "_tp99", "_max", "_count", "_sum"};
+        static const char *const suffixes[] = {"", "_tp50", "_tp90", "_tp99", "_max"};
         static const char *const labelsets[] = {"cache_group=\"g1\",role=\"Provider\"", ""};
         struct family fam[512];
         struct shoal_metrics_snap prev, cur;
@@ -613,6 +671,19 @@ static void test_prometheus_format(void **state)
                 assert_non_null(v);
                 double max = strtod(v, NULL);
                 assert_true(max >= 0.00025 && max <= 0.00025 * 1.125);
+                /* 250 us: under the bucket at 2^18 ns (262 us), over the one at 2^17. */
+                struct family *h = find_family(fam, nfam, "mount_iorpc_processRespDur");
+                assert_true(h && h->hist && h->buckets == 28);
+                v = strstr(text, "mount_iorpc_processRespDur_bucket");
+                assert_non_null(v);
+                assert_non_null(strstr(v, "le=\"0.000131072\"} 0\n"));
+                v = strstr(v, "le=\"0.000262144\"} ");
+                assert_non_null(v);
+                assert_int_equal(strtoull(strchr(v, ' ') + 1, NULL, 10),
+                                 cur.hists[SHOAL_M_mount_iorpc_processRespDur].count);
+                v = sample_value(text, "mount_iorpc_processRespDur_count");
+                assert_int_equal(strtoull(v, NULL, 10),
+                                 cur.hists[SHOAL_M_mount_iorpc_processRespDur].count);
                 v = sample_value(text, "mount_iorpc_inflight");
                 assert_int_equal(strtoll(v, NULL, 10), -3);
                 v = sample_value(text, "blockcache_hits");

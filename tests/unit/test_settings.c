@@ -68,7 +68,7 @@ static void test_names(void **state)
                                           "endpoint",      "use-iorpc",         "rdma-network",
                                           "rdma-provider", "buffer-size",       "max-downloads",
                                           "prefetch",      "group-secret-file", "metrics",
-                                          "log-level",     "log-file"};
+                                          "log-level",     "log-file",          "strict-group"};
         int nlib = 0;
         for (int i = SHOAL_SET_NONE + 1; i < SHOAL_SET__COUNT; i++)
                 nlib += shoal_setting_for_library((enum shoal_setting)i);
