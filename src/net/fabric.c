@@ -1,6 +1,8 @@
 /* libfabric helpers for IORPC over RDMA. See fabric.h and RDMA.md. */
 #include "net/fabric.h"
 
+#include <rdma/providers/fi_prov.h>
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -179,6 +181,80 @@ int shoal_fab_memlock_check(const struct shoal_fab_limits *l, size_t pinned, siz
 
 static struct shoal_fab_limits limits = {.nofile = SIZE_MAX, .memlock = SIZE_MAX};
 
+static int request_key(const struct shoal_fab *f, uint64_t *key);
+
+/* Why RDMA is refused in this process because libfabric's MR cache is on ("" when it is off). */
+static char mr_cache_why[400];
+
+bool shoal_fab_libfabric_initialised(void)
+{
+        /* libfabric defines its core parameters at its first initialisation (fi_ini);
+         * fi_param_get of one not defined yet answers -FI_ENOENT and initialises nothing. */
+        size_t v;
+        return fi_param_get(NULL, "mr_cache_max_count", &v) != -FI_ENOENT;
+}
+
+bool shoal_fab_env_cache_off(const char *max_count)
+{
+        /* What libfabric parses (strtol): a count of 0 makes ofi_mr_cache_init fail, and verbs
+         * then registers uncached. (A size of 0 means its default, not off.) */
+        return max_count && strtol(max_count, NULL, 0) == 0;
+}
+
+/* Before set_env: when libfabric was initialised by someone else (NCCL's OFI plugin, mpi4py),
+ * it read FI_MR_CACHE_MAX_COUNT then, and our setenv comes too late. The environment now is
+ * taken for what it read (programs do not unset it). */
+static void mr_cache_check_init_order(void)
+{
+        if (!shoal_fab_libfabric_initialised() ||
+            shoal_fab_env_cache_off(getenv("FI_MR_CACHE_MAX_COUNT")))
+                return;
+        snprintf(mr_cache_why, sizeof(mr_cache_why),
+                 "libfabric's MR cache is on: libfabric was initialised before shoal (by another "
+                 "library: NCCL's OFI plugin, mpi4py, ...) without FI_MR_CACHE_MAX_COUNT=0, and "
+                 "a cached registration stays open to peers after it is closed; start the "
+                 "process with FI_MR_CACHE_MAX_COUNT=0 in its environment (or open shoal first)");
+}
+
+/* At the first domain: one page registered twice. A provider that caches registrations
+ * (verbs, efa) hands the second the first's region, so the same key; without a cache every
+ * registration has its own (tcp takes the random keys we request; it never caches). */
+static void mr_cache_check_keys(struct shoal_fab *f)
+{
+        long pg = sysconf(_SC_PAGESIZE);
+        void *page =
+                mmap(NULL, (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (page == MAP_FAILED)
+                return;
+        struct fid_mr *mr[2] = {NULL, NULL};
+        uint64_t key[2] = {0, 0};
+        int rc = 0;
+        for (int i = 0; i < 2 && !rc; i++) {
+                uint64_t want;
+                if (!(rc = request_key(f, &want)))
+                        rc = fi_mr_reg(f->domain, page, (size_t)pg, FI_SEND | FI_RECV, 0, want, 0,
+                                       &mr[i], NULL);
+                if (!rc)
+                        key[i] = fi_mr_key(mr[i]);
+        }
+        for (int i = 0; i < 2; i++)
+                if (mr[i])
+                        fi_close(&mr[i]->fid);
+        munmap(page, (size_t)pg);
+        if (!rc && key[0] == key[1])
+                snprintf(mr_cache_why, sizeof(mr_cache_why),
+                         "libfabric's MR cache is on (provider %s returned the same key for two "
+                         "registrations of one page), and a cached registration stays open to "
+                         "peers after it is closed; start the process with "
+                         "FI_MR_CACHE_MAX_COUNT=0 in its environment",
+                         f->prov);
+}
+
+const char *shoal_fab_mr_cache_refusal(void)
+{
+        return mr_cache_why;
+}
+
 const struct shoal_fab_limits *shoal_fab_process_limits(void)
 {
         return &limits;
@@ -186,6 +262,7 @@ const struct shoal_fab_limits *shoal_fab_process_limits(void)
 
 static void process_setup(void)
 {
+        mr_cache_check_init_order();
         set_env();
         int rc = shoal_fab_raise_limits(&limits);
         if (rc)
@@ -370,6 +447,10 @@ int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname
         memset(f, 0, sizeof(*f));
         shoal_strlcpy(f->ifname, ifname, sizeof(f->ifname));
         pthread_once(&setup_once, process_setup);
+        if (*mr_cache_why) {
+                snprintf(err, errlen, "--rdma-network %s: %s", ifname, mr_cache_why);
+                return -EPERM;
+        }
         int rc = shoal_iface_ipv4(ifname, f->ip, sizeof(f->ip));
         if (rc) {
                 snprintf(err, errlen, "--rdma-network %s: %s", ifname,
@@ -430,6 +511,13 @@ int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname
                 snprintf(err, errlen, "--rdma-network %s: fi_domain (%s): %s", ifname, f->prov,
                          fi_strerror(-rc));
                 return rc;
+        }
+        static atomic_flag keys_probed = ATOMIC_FLAG_INIT;
+        if (!atomic_flag_test_and_set(&keys_probed))
+                mr_cache_check_keys(f);
+        if (*mr_cache_why) {
+                snprintf(err, errlen, "--rdma-network %s: %s", ifname, mr_cache_why);
+                return -EPERM;
         }
         if (f->key_size > 8 || !f->tx_size || !f->rx_size) {
                 snprintf(err, errlen,

@@ -81,6 +81,19 @@ int shoal_fab_memlock_check(const struct shoal_fab_limits *l, size_t pinned, siz
 /* The limits in force after the process set-up of the first shoal_fab_open (all unlimited
  * before it). */
 const struct shoal_fab_limits *shoal_fab_process_limits(void);
+/* libfabric's MR cache (issue 32): shoal turns it off by environment before libfabric reads its
+ * parameters, which it does once, at its first initialisation. Another library that initialised
+ * libfabric first (NCCL's OFI plugin) leaves it on, and a cached registration outlives its
+ * fi_close. The first shoal_fab_open checks that libfabric was not initialised before it (or
+ * that its environment turned the cache off then) and, at its first domain, that two
+ * registrations of one page get two keys; either finding refuses every later open with -EPERM
+ * and one line naming the cause and the fix. */
+/* True once libfabric has initialised itself in this process (by anyone). Initialises nothing. */
+bool shoal_fab_libfabric_initialised(void);
+/* True when an FI_MR_CACHE_MAX_COUNT value (NULL: unset) turns the cache off. */
+bool shoal_fab_env_cache_off(const char *max_count);
+/* The refusal line when the MR cache was found on, else "". */
+const char *shoal_fab_mr_cache_refusal(void);
 /* Bytes this process has registered with providers that pin memory (all interfaces). */
 size_t shoal_fab_pinned(void);
 
