@@ -53,15 +53,17 @@
 #include "rpc/rdma_conn.h"
 #include "rpc/wire.h"
 
-#define NSLOTS      64 /* receives and send buffers per channel */
-#define MAX_REGIONS 256
-#define CONNECT_NS  (3ULL * 1000000000ULL)
-#define WAIT_NS     (3ULL * 1000000000ULL) /* longest wait for a channel before TCP takes it */
-#define DRAIN_NS    (2ULL * 1000000000ULL)
-#define PARK_NS     (10ULL * 1000000000ULL)
-#define TICK_NS     (100ULL * 1000000ULL)
-#define BOUNCE_BUFS 8
-#define POLL_BUDGET 1024
+#define NSLOTS           64 /* receives and send buffers per channel */
+#define MAX_REGIONS      256
+#define CONNECT_NS       (3ULL * 1000000000ULL)
+#define WAIT_NS          (3ULL * 1000000000ULL) /* longest wait for a channel before TCP takes it */
+#define DRAIN_NS         (2ULL * 1000000000ULL)
+#define PARK_NS          (10ULL * 1000000000ULL)
+#define TICK_NS          (100ULL * 1000000ULL)
+#define REFUSED_PAUSE_NS (5ULL * 1000000ULL)     /* first pause after a refused connection */
+#define REFUSED_NS       (10ULL * 1000000000ULL) /* refused connections retried this long */
+#define BOUNCE_BUFS      8
+#define POLL_BUDGET      1024
 
 enum q_kind {
         Q_EVENTS, /* the eventfd: submissions, opened channels */
@@ -434,7 +436,7 @@ static void chan_opened(struct shoal_rdma_client *cl, struct rc_chan *ch, uint64
                 shoal_fab_log_err(l->addr, call, rc);
                 bool grow = ch->grow;
                 chan_free(ch);
-                if (grow) {
+                if (grow && l->m.nchans) { /* else the retry of a refused only channel */
                         shoal_rdma_link_grow_failed(&l->m);
                         return;
                 }
@@ -700,7 +702,10 @@ static void eq_event(struct shoal_fab_event *ev, uint64_t now)
         if (!ch)
                 return;
         char line[300];
-        if (ev->err) {
+        if (ev->err == FI_ECONNREFUSED) {
+                snprintf(line, sizeof(line), "connection to %s: %s", ch->m.addr, ev->msg);
+                shoal_rdma_chan_refused(&ch->m, line, now);
+        } else if (ev->err) {
                 snprintf(line, sizeof(line), "connection to %s: %s", ch->m.addr, ev->msg);
                 shoal_rdma_chan_error(&ch->m, line, now);
         } else if (ev->event == FI_CONNECTED) {
@@ -798,9 +803,10 @@ static void *progress_main(void *arg)
         struct shoal_rdma_client *cl = arg;
         uint64_t next_tick = 0;
         bool busy = true;
+        int timeout_ms = 100;
         while (!atomic_load(&cl->stop)) {
                 struct epoll_event evs[64];
-                int n = epoll_wait(cl->epfd, evs, 64, busy ? 0 : 100);
+                int n = epoll_wait(cl->epfd, evs, 64, busy ? 0 : timeout_ms);
                 uint64_t now = shoal_now_ns();
                 bool events = false;
                 for (int i = 0; i < n; i++) {
@@ -815,9 +821,16 @@ static void *progress_main(void *arg)
                 busy = false;
                 for (unsigned i = 0; i < cl->nrails; i++)
                         busy |= queue_service(&cl->rails[i].q, now);
+                uint64_t soon = next_tick;
                 for (struct rc_peer *p = atomic_load(&cl->peers); p; p = atomic_load(&p->next))
-                        for (unsigned i = 0; i < p->nlinks; i++)
-                                busy |= queue_service(&p->links[i]->q, now);
+                        for (unsigned i = 0; i < p->nlinks; i++) {
+                                struct rc_link *l = p->links[i];
+                                busy |= queue_service(&l->q, now);
+                                shoal_rdma_link_retry(&l->m, now);
+                                if (l->m.retry_at && l->m.retry_at < soon)
+                                        soon = l->m.retry_at;
+                        }
+                timeout_ms = soon > now ? (int)SHOAL_MIN((soon - now + 999999) / 1000000, 100) : 0;
                 if (now >= next_tick) {
                         tick(cl, now);
                         next_tick = now + TICK_NS;
@@ -895,6 +908,10 @@ static void link_config(struct shoal_rdma_client *cl)
                 .grow_qps = 5000,
                 .shrink_bytes = 512 * SHOAL_MiB,
                 .shrink_qps = 2000,
+                /* a member at its pre-authentication limits (many workers of one host
+                 * starting together) admits the next in milliseconds */
+                .refused_pause_ns = REFUSED_PAUSE_NS,
+                .refused_ns = REFUSED_NS,
         };
 }
 

@@ -52,7 +52,7 @@
 #define MAX_RX             64  /* receives of an authenticated connection */
 #define CONNS_MAX          256 /* connections per interface */
 #define PREAUTH_MAX        64  /* connections per interface not authenticated yet */
-#define PREAUTH_PER_SOURCE 8   /* of those, from one source address */
+#define PREAUTH_PER_SOURCE 8   /* of those, from one source address (default) */
 #define DRAIN_NS           (2ULL * 1000000000ULL)
 #define PARK_NS            (10ULL * 1000000000ULL)
 #define STOP_WAIT_NS       (30ULL * 1000000000ULL)
@@ -117,6 +117,7 @@ struct shoal_rdma_server {
         void *dio_base, *held_base;
         size_t dio_len, held_len;
         unsigned conn_budget; /* connections the open-files limit allows, all interfaces */
+        _Atomic unsigned preauth_per_source; /* PREAUTH_PER_SOURCE, or the member's setting */
         unsigned nrails_wanted;
         int epfd, evfd;
         struct rs_q ev_q;
@@ -340,7 +341,7 @@ static bool on_connreq(struct rs_rail *r, struct fi_info *info)
                 return reject(r, info, "too many connections");
         if (r->npreauth >= PREAUTH_MAX || r->pool_nfree < 4)
                 return reject(r, info, "too many connections still authenticating");
-        if (preauth_from(r, src) >= PREAUTH_PER_SOURCE)
+        if (preauth_from(r, src) >= atomic_load(&rs->preauth_per_source))
                 return reject(r, info, "too many connections authenticating from one address");
         size_t rx = info->rx_attr ? info->rx_attr->size : r->fab.rx_size;
         size_t tx = info->tx_attr ? info->tx_attr->size : r->fab.tx_size;
@@ -735,6 +736,7 @@ struct shoal_rdma_server *shoal_rdma_server_start(struct shoal_server *srv, cons
         }
         rs->srv = srv;
         rs->epfd = rs->evfd = -1;
+        atomic_store(&rs->preauth_per_source, PREAUTH_PER_SOURCE);
         pthread_mutex_init(&rs->mu, NULL);
         if (shoal_hs_key_init(&rs->key, secret) ||
             shoal_strlcpy(rs->member_id, member_id ? member_id : "", sizeof(rs->member_id)) >=
@@ -810,4 +812,10 @@ void shoal_rdma_server_stop(struct shoal_rdma_server *rs)
         pthread_mutex_destroy(&rs->mu);
         shoal_hs_key_clear(&rs->key);
         free(rs);
+}
+
+void shoal_rdma_server_set_preauth_per_source(struct shoal_rdma_server *rs, unsigned n)
+{
+        if (rs && n)
+                atomic_store(&rs->preauth_per_source, SHOAL_MIN(n, (unsigned)PREAUTH_MAX));
 }
