@@ -255,6 +255,39 @@ const char *shoal_fab_mr_cache_refusal(void)
         return mr_cache_why;
 }
 
+/* ---- fork ------------------------------------------------------------------------------------ */
+
+/* The process that first opened a provider with device state, and which (copied into forked
+ * children as they are). */
+static pid_t devices_pid;
+static char devices_prov[32];
+
+bool shoal_fab_fork_safe_provider(const char *prov)
+{
+        /* Sockets only: a child's own fabric on them shares nothing with the parent's. Verbs
+         * (librdmacm keeps the devices open for the process's life, and a child's contexts are
+         * built on them), efa, psm and the rest keep device state. */
+        return !strcmp(prov, "tcp") || !strcmp(prov, "sockets") || !strcmp(prov, "udp");
+}
+
+bool shoal_fab_inherited_devices(char *prov, size_t provlen)
+{
+        pid_t p = __atomic_load_n(&devices_pid, __ATOMIC_ACQUIRE);
+        if (!p || p == getpid())
+                return false;
+        shoal_strlcpy(prov, devices_prov, provlen);
+        return true;
+}
+
+static void note_devices(const struct shoal_fab *f)
+{
+        if (shoal_fab_fork_safe_provider(f->prov) ||
+            __atomic_load_n(&devices_pid, __ATOMIC_ACQUIRE))
+                return;
+        shoal_strlcpy(devices_prov, f->prov, sizeof(devices_prov));
+        __atomic_store_n(&devices_pid, getpid(), __ATOMIC_RELEASE);
+}
+
 const struct shoal_fab_limits *shoal_fab_process_limits(void)
 {
         return &limits;
@@ -451,6 +484,15 @@ int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname
                 snprintf(err, errlen, "--rdma-network %s: %s", ifname, mr_cache_why);
                 return -EPERM;
         }
+        char parent_prov[32];
+        if (shoal_fab_inherited_devices(parent_prov, sizeof(parent_prov))) {
+                snprintf(err, errlen,
+                         "--rdma-network %s: this process was forked from one that opened RDMA "
+                         "provider %s, whose device contexts a child shares and must not use: "
+                         "start workers with spawn or forkserver to read over RDMA",
+                         ifname, parent_prov);
+                return -EPERM;
+        }
         int rc = shoal_iface_ipv4(ifname, f->ip, sizeof(f->ip));
         if (rc) {
                 snprintf(err, errlen, "--rdma-network %s: %s", ifname,
@@ -526,6 +568,7 @@ int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname
                          ifname, f->prov, f->key_size, f->tx_size, f->rx_size);
                 return -ENOTSUP;
         }
+        note_devices(f);
         log_info("rdma", "%s (%s): provider %s, domain %s (chosen %s), queues %zu/%zu, %s", ifname,
                  f->ip, f->prov, f->info->domain_attr->name, by_str(by), f->tx_size, f->rx_size,
                  pins_memory(f) ? "registrations pinned" : "nothing pinned");

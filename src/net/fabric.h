@@ -94,6 +94,15 @@ bool shoal_fab_libfabric_initialised(void);
 bool shoal_fab_env_cache_off(const char *max_count);
 /* The refusal line when the MR cache was found on, else "". */
 const char *shoal_fab_mr_cache_refusal(void);
+/* fork (issue 32): a child never touches its parent's fabric (libshoal abandons the parent's
+ * node in it). It may open its own only when no ancestor opened a provider with device state:
+ * shoal_fab_open refuses with -EPERM in a child of a process that did (libshoal's child then
+ * reads over IORPC on TCP, with one log line). */
+/* True for the providers over plain sockets (tcp, sockets, udp), which keep no device state. */
+bool shoal_fab_fork_safe_provider(const char *prov);
+/* True (the provider's name in PROV) when this process descends from one that opened a provider
+ * that is not fork-safe; false in that process itself and where none was opened. */
+bool shoal_fab_inherited_devices(char *prov, size_t provlen);
 /* Bytes this process has registered with providers that pin memory (all interfaces). */
 size_t shoal_fab_pinned(void);
 

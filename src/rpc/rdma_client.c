@@ -44,6 +44,7 @@
 
 #include "common/bufpool.h"
 #include "common/config.h"
+#include "common/forkgate.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
@@ -389,7 +390,10 @@ static void *connector_main(void *arg)
                 if (!cl->connq)
                         cl->connq_tail = NULL;
                 pthread_mutex_unlock(&cl->mu);
+                /* libfabric calls: never copied half-done into a forked child */
+                bool t = shoal_fork_gate_bg_enter();
                 chan_prepare(ch);
+                shoal_fork_gate_bg_exit(t);
                 pthread_mutex_lock(&cl->mu);
                 ch->next = cl->opened;
                 cl->opened = ch;
@@ -807,6 +811,10 @@ static void *progress_main(void *arg)
         while (!atomic_load(&cl->stop)) {
                 struct epoll_event evs[64];
                 int n = epoll_wait(cl->epfd, evs, 64, busy ? 0 : timeout_ms);
+                /* Each turn's libfabric calls inside the fork gate's second door: a fork never
+                 * copies a lock of libfabric's held by this thread into a child that opens its
+                 * own fabric (lib/client.c). */
+                bool gated = shoal_fork_gate_bg_enter();
                 uint64_t now = shoal_now_ns();
                 bool events = false;
                 for (int i = 0; i < n; i++) {
@@ -835,7 +843,9 @@ static void *progress_main(void *arg)
                         tick(cl, now);
                         next_tick = now + TICK_NS;
                 }
+                shoal_fork_gate_bg_exit(gated);
         }
+        bool gated = shoal_fork_gate_bg_enter();
         /* Stopping: shut every channel down (requests return -ENOTCONN), then free them. */
         for (struct rc_peer *p = atomic_load(&cl->peers); p; p = atomic_load(&p->next))
                 peer_fail(p, "client stopping", shoal_now_ns());
@@ -860,6 +870,7 @@ static void *progress_main(void *arg)
                 cl->dying = ch->next;
                 chan_free(ch); /* closes the endpoint: the provider drops what was posted */
         }
+        shoal_fork_gate_bg_exit(gated);
         return NULL;
 }
 
