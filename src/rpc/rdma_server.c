@@ -309,15 +309,41 @@ static void conn_free(struct rs_conn *c)
         free(c);
 }
 
-/* Refuses the connection request INFO (freed). Returns false, for the caller to return. */
-static bool reject(struct rs_rail *r, struct fi_info *info, const char *why)
+/* True where fi_reject leaks the request's rdma_cm id: verbs before libfabric 1.21
+ * (vrb_msg_ep_reject calls rdma_reject and never rdma_destroy_id; fixed by 0a4029f7b), the path
+ * of every refusal of a pre-authentication flood. */
+static bool reject_leaks(const struct rs_rail *r)
+{
+        return !strcmp(r->fab.prov, "verbs") && fi_version() < FI_VERSION(1, 21);
+}
+
+/* Refuses the connection request INFO without fi_reject's leak: an endpoint takes the request's
+ * rdma_cm id (verbs 1.17 vrb_open_ep; no queue pair yet) and closing it destroys the id, which
+ * makes the kernel reject the request (the requester sees ECONNREFUSED, as after rdma_reject);
+ * fi_reject, finding no id left, then only frees the request. */
+static void reject_request(struct rs_rail *r, struct fi_info *info, bool id_taken)
+{
+        struct fid_ep *ep = NULL;
+        if (!id_taken && reject_leaks(r) && fi_endpoint(r->fab.domain, info, &ep, NULL) == 0)
+                fi_close(&ep->fid);
+        fi_reject(r->pep, info->handle, NULL, 0);
+}
+
+/* Refuses the connection request INFO (freed); ID_TAKEN: an endpoint made on it was closed
+ * already. Returns false, for the caller to return. */
+static bool reject_ex(struct rs_rail *r, struct fi_info *info, const char *why, bool id_taken)
 {
         shoal_metric_inc(SHOAL_M_rdma_rejected);
         log_ratelimited(SHOAL_LOG_WARN, "rdma", "listener %s: connection refused: %s", r->addr,
                         why);
-        fi_reject(r->pep, info->handle, NULL, 0);
+        reject_request(r, info, id_taken);
         fi_freeinfo(info);
         return false;
+}
+
+static bool reject(struct rs_rail *r, struct fi_info *info, const char *why)
+{
+        return reject_ex(r, info, why, false);
 }
 
 static unsigned preauth_from(struct rs_rail *r, uint32_t src)
@@ -374,10 +400,11 @@ static bool on_connreq(struct rs_rail *r, struct fi_info *info)
                 rc = shoal_fab_ep_bind(c->ep, r->eq, r->cq, &call);
         if (rc) {
                 shoal_fab_log_err(r->addr, call, rc);
+                bool taken = c->ep != NULL;
                 if (c->ep)
                         fi_close(&c->ep->fid);
                 free(c);
-                return reject(r, info, "cannot open an endpoint");
+                return reject_ex(r, info, "cannot open an endpoint", taken);
         }
         struct shoal_rdma_buf *pool[4];
         for (int i = 0; i < 4; i++) {
