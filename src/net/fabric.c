@@ -181,6 +181,30 @@ int shoal_fab_memlock_check(const struct shoal_fab_limits *l, size_t pinned, siz
 
 static struct shoal_fab_limits limits = {.nofile = SIZE_MAX, .memlock = SIZE_MAX};
 
+/* Locked memory kept aside for what a pinning provider pins beside our registrations: its queues
+ * (verbs pins every CQ and QP; a member's CQ per interface is ~83k entries), per open
+ * interface. */
+static _Atomic size_t queue_margin;
+
+size_t shoal_fab_queue_margin(void)
+{
+        return atomic_load(&queue_margin);
+}
+
+bool shoal_fab_memlock_hint(int rc, bool pins, const char *call, char *msg, size_t msglen)
+{
+        if (!pins || (rc != -FI_ENOMEM && rc != -ENOMEM))
+                return false;
+        snprintf(msg, msglen,
+                 "%s: out of memory, most likely locked memory: the provider pins its queues "
+                 "(CQs, QPs) beside registered memory, against RLIMIT_MEMLOCK (%zu MiB, %zu MiB "
+                 "registered): raise it (ulimit -l unlimited; LimitMEMLOCK=infinity in a systemd "
+                 "unit) or run with CAP_IPC_LOCK",
+                 call, limits.memlock == SIZE_MAX ? (size_t)0 : limits.memlock >> 20,
+                 atomic_load(&pinned_bytes) >> 20);
+        return true;
+}
+
 static int request_key(const struct shoal_fab *f, uint64_t *key);
 
 /* Why RDMA is refused in this process because libfabric's MR cache is on ("" when it is off). */
@@ -569,6 +593,10 @@ int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname
                 return -ENOTSUP;
         }
         note_devices(f);
+        if (pins_memory(f)) {
+                f->queue_margin = SHOAL_FAB_QUEUE_MARGIN;
+                atomic_fetch_add(&queue_margin, f->queue_margin);
+        }
         log_info("rdma", "%s (%s): provider %s, domain %s (chosen %s), queues %zu/%zu, %s", ifname,
                  f->ip, f->prov, f->info->domain_attr->name, by_str(by), f->tx_size, f->rx_size,
                  pins_memory(f) ? "registrations pinned" : "nothing pinned");
@@ -577,6 +605,9 @@ int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname
 
 void shoal_fab_close(struct shoal_fab *f)
 {
+        if (f->queue_margin)
+                atomic_fetch_sub(&queue_margin, f->queue_margin);
+        f->queue_margin = 0;
         if (f->domain)
                 fi_close(&f->domain->fid);
         if (f->fabric)
@@ -610,7 +641,12 @@ int shoal_fab_cq_open(struct shoal_fab *f, size_t size, struct fid_cq **cq, int 
         struct fi_cq_attr a = {.size = size, .format = FI_CQ_FORMAT_MSG, .wait_obj = FI_WAIT_FD};
         int rc = fi_cq_open(f->domain, &a, cq, NULL);
         if (rc) {
-                shoal_fab_log_err(f->ifname, "fi_cq_open", rc);
+                char msg[400];
+                if (shoal_fab_memlock_hint(rc, pins_memory(f), "fi_cq_open", msg, sizeof(msg)))
+                        log_ratelimited(SHOAL_LOG_WARN, "rdma", "--rdma-network %s: %s", f->ifname,
+                                        msg);
+                else
+                        shoal_fab_log_err(f->ifname, "fi_cq_open", rc);
                 return rc;
         }
         rc = fi_control(&(*cq)->fid, FI_GETWAIT, fd);
@@ -669,8 +705,8 @@ int shoal_fab_mr_reg_dom(struct shoal_fab *f, struct fid_domain *dom, void *buf,
         bool pins = pins_memory(f);
         if (pins) {
                 char msg[400];
-                int rc = shoal_fab_memlock_check(&limits, atomic_load(&pinned_bytes), len, msg,
-                                                 sizeof(msg));
+                size_t held = atomic_load(&pinned_bytes) + atomic_load(&queue_margin);
+                int rc = shoal_fab_memlock_check(&limits, held, len, msg, sizeof(msg));
                 if (rc) {
                         /* per-request registrations can meet it at any rate */
                         log_ratelimited(SHOAL_LOG_WARN, "rdma", "--rdma-network %s: %s", f->ifname,
@@ -821,8 +857,14 @@ int shoal_fab_ep_create(struct fid_domain *dom, struct fi_info *info, size_t rx,
         if (info->tx_attr)
                 info->tx_attr->size = SHOAL_MIN(info->tx_attr->size, tx);
         int rc = fi_endpoint(dom, info, ep, ctx);
-        if (rc)
+        if (rc) {
                 *ep = NULL;
+                char msg[400];
+                bool pins = info->domain_attr && (info->domain_attr->mr_mode & FI_MR_ALLOCATED) &&
+                            !shoal_config_env()->fi_verbs_use_odp;
+                if (shoal_fab_memlock_hint(rc, pins, "fi_endpoint", msg, sizeof(msg)))
+                        log_ratelimited(SHOAL_LOG_WARN, "rdma", "%s", msg);
+        }
         return rc;
 }
 

@@ -43,6 +43,7 @@ struct shoal_fab {
         size_t key_size;         /* bytes of a remote key */
         size_t tx_size, rx_size; /* queue sizes read back from the provider */
         size_t max_msg;          /* largest single message or RMA */
+        size_t queue_margin;     /* locked memory kept for its queues (SHOAL_FAB_QUEUE_MARGIN) */
 };
 
 /* ---- process limits ------------------------------------------------------------------------ */
@@ -103,6 +104,15 @@ bool shoal_fab_fork_safe_provider(const char *prov);
 /* True (the provider's name in PROV) when this process descends from one that opened a provider
  * that is not fork-safe; false in that process itself and where none was opened. */
 bool shoal_fab_inherited_devices(char *prov, size_t provlen);
+/* Locked memory the RLIMIT_MEMLOCK pre-check keeps aside per interface open on a provider that
+ * pins memory, for the queues it pins beside our registrations (verbs: a member interface's CQ
+ * of ~83k entries is ~5 MiB, each connection's QP tens of KiB). */
+#define SHOAL_FAB_QUEUE_MARGIN (16u << 20)
+/* What is kept aside now, all interfaces. */
+size_t shoal_fab_queue_margin(void);
+/* For RC (a negative error) of CALL (fi_cq_open, fi_endpoint) on a provider that PINS memory:
+ * when it is -ENOMEM, one line in MSG naming RLIMIT_MEMLOCK and how to raise it, and true. */
+bool shoal_fab_memlock_hint(int rc, bool pins, const char *call, char *msg, size_t msglen);
 /* Bytes this process has registered with providers that pin memory (all interfaces). */
 size_t shoal_fab_pinned(void);
 

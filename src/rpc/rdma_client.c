@@ -335,26 +335,34 @@ static void chan_prepare(struct rc_chan *ch)
         struct rc_link *l = ch->link;
         struct shoal_fab *f = &l->rail->fab;
         struct fi_info *info = NULL;
+        /* What the provider's queues hold, at most NSLOTS each (issue 32: a receive queue of
+         * 16 took 64 posts before, the 17th failed and so did the member). */
+        unsigned nrx = (unsigned)SHOAL_MIN(f->rx_size, (size_t)NSLOTS);
+        unsigned nsb = (unsigned)SHOAL_MIN(f->tx_size, (size_t)NSLOTS);
+        ch->open_call = "the provider's queues (fewer than 4 receives or 2 sends)";
+        ch->open_rc = -ENOTSUP;
+        if (nrx < 4 || nsb < 2)
+                return;
         ch->open_call = "calloc";
         ch->open_rc = -ENOMEM;
-        ch->bufs = calloc(2 * NSLOTS, sizeof(*ch->bufs));
-        ch->slots = calloc(NSLOTS, sizeof(*ch->slots));
+        ch->bufs = calloc(nrx + nsb, sizeof(*ch->bufs));
+        ch->slots = calloc(nrx, sizeof(*ch->slots));
         if (!ch->bufs || !ch->slots)
                 return;
         ch->open_call = "fi_mr_reg";
-        if ((ch->open_rc = shoal_fab_slots_open(f, l->dom, 2 * NSLOTS, &ch->mem))) {
+        if ((ch->open_rc = shoal_fab_slots_open(f, l->dom, nrx + nsb, &ch->mem))) {
                 shoal_fab_slots_close(f, &ch->mem); /* counted only once registered */
                 return;
         }
         shoal_metric_gauge_add(SHOAL_M_rdma_registered_bytes, (int64_t)ch->mem.len);
-        for (unsigned i = 0; i < 2 * NSLOTS; i++) {
+        for (unsigned i = 0; i < nrx + nsb; i++) {
                 ch->bufs[i].data = shoal_fab_slot(&ch->mem, i);
                 ch->bufs[i].desc = ch->mem.desc;
         }
         ch->m.rx = ch->bufs;
-        ch->m.nrx = NSLOTS;
-        ch->m.sb = ch->bufs + NSLOTS;
-        ch->m.nsb = NSLOTS;
+        ch->m.nrx = nrx;
+        ch->m.sb = ch->bufs + nrx;
+        ch->m.nsb = nsb;
         ch->m.slots = ch->slots;
         ch->open_call = "fi_dupinfo";
         ch->open_rc = -EINVAL;
@@ -369,8 +377,8 @@ static void chan_prepare(struct rc_chan *ch)
         memcpy(info->dest_addr, ch->dest, sizeof(*ch->dest));
         info->dest_addrlen = sizeof(*ch->dest);
         ch->open_call = "fi_endpoint";
-        /* Queues: NSLOTS receives, NSLOTS sends; the link's CQ holds them all. */
-        ch->open_rc = shoal_fab_ep_create(l->dom, info, NSLOTS, NSLOTS, ch, &ch->ep);
+        /* Queues: NRX receives, NSB sends; the link's CQ holds them all. */
+        ch->open_rc = shoal_fab_ep_create(l->dom, info, nrx, nsb, ch, &ch->ep);
 out:
         if (info)
                 fi_freeinfo(info);

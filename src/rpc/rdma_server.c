@@ -480,9 +480,13 @@ static void on_event(struct rs_rail *r, struct shoal_fab_event *ev, uint64_t now
                 return;
         }
         struct rs_conn *c = (struct rs_conn *)kind;
-        if (ev->err)
+        if (ev->err) {
+                if (!c->m.broken) /* its first error: a warning (issue 32) */
+                        log_ratelimited(SHOAL_LOG_WARN, "rdma",
+                                        "server: connection from %s broken: %s", c->m.peer,
+                                        ev->msg);
                 shoal_rdma_conn_break(&c->m, "connection error", now);
-        else if (ev->event == FI_CONNECTED)
+        } else if (ev->event == FI_CONNECTED)
                 shoal_rdma_conn_connected(&c->m, now);
         else if (ev->event == FI_SHUTDOWN)
                 shoal_rdma_conn_break(&c->m, "peer shut down", now);

@@ -562,6 +562,45 @@ static void test_srv_eagain(void **state)
         srv_free(s);
 }
 
+/* Issue 32: -FI_EAGAIN while no send is out (verbs reports every post failure so) breaks the
+ * connection after SHOAL_RDMA_IDLE_EAGAIN_MAX tries instead of holding the answer until the
+ * requester's deadline; while sends are out it waits, however long. */
+static void test_srv_eagain_idle(void **state)
+{
+        struct srv *s = srv_new(&KEY, 4, 12);
+        assert_true(srv_handshake(s, &KEY, true));
+        srv_complete_sends(s);
+        srv_read(s, 1);
+        s->eagain_send = 1000;
+        srv_engine_answer(s, 0);
+        for (int k = 1; k < SHOAL_RDMA_IDLE_EAGAIN_MAX - 1; k++)
+                shoal_rdma_conn_tick(&s->c, s->now + (uint64_t)k * MS);
+        assert_false(s->c.broken);
+        assert_non_null(s->c.ready);
+        shoal_rdma_conn_tick(&s->c, s->now + 100 * MS);
+        assert_true(s->c.broken);
+        srv_flush_all(s);
+        srv_free(s);
+        /* a send out: EAGAIN is a full queue, waited on */
+        s = srv_new(&KEY, 4, 12);
+        assert_true(srv_handshake(s, &KEY, true));
+        srv_complete_sends(s);
+        srv_read(s, 1);
+        srv_read(s, 2);
+        srv_engine_answer(s, 0); /* posted: its send is out */
+        s->eagain_send = 1000;
+        srv_engine_answer(s, 0); /* the second, now the oldest */
+        for (int k = 1; k < 5 * SHOAL_RDMA_IDLE_EAGAIN_MAX; k++)
+                shoal_rdma_conn_tick(&s->c, s->now + (uint64_t)k * MS);
+        assert_false(s->c.broken);
+        s->eagain_send = 0;
+        srv_complete_sends(s);
+        assert_null(s->c.ready);
+        assert_false(s->c.broken);
+        srv_complete_sends(s);
+        srv_free(s);
+}
+
 /* Deadlines: the handshake must finish in SHOAL_RDMA_CONN_HS_NS; a silent session is idle. */
 static void test_srv_deadlines(void **state)
 {
@@ -1204,6 +1243,7 @@ int main(void)
                 cmocka_unit_test(test_srv_shutdown_twice_and_flush),
                 cmocka_unit_test(test_srv_slot_pressure_late_sends),
                 cmocka_unit_test(test_srv_eagain),
+                cmocka_unit_test(test_srv_eagain_idle),
                 cmocka_unit_test(test_srv_deadlines),
                 cmocka_unit_test(test_srv_random_orders),
                 cmocka_unit_test(test_cli_credit_wait),
