@@ -61,7 +61,7 @@
 #define DRAIN_NS         (2ULL * 1000000000ULL)
 #define PARK_NS          (10ULL * 1000000000ULL)
 #define TICK_NS          (100ULL * 1000000ULL)
-#define REFUSED_PAUSE_NS (5ULL * 1000000ULL)     /* first pause after a refused connection */
+#define REFUSED_PAUSE_NS (5ULL * 1000000ULL)    /* first pause after a refused connection */
 #define REFUSED_NS       (3ULL * 1000000000ULL) /* refused connections retried this long */
 #define BOUNCE_BUFS      8
 #define POLL_BUDGET      1024
@@ -843,7 +843,8 @@ static void *progress_main(void *arg)
                                 struct rc_link *l = p->links[i];
                                 busy |= queue_service(&l->q, now);
                                 shoal_rdma_link_retry(&l->m, now);
-                                if (l->m.retry_at && l->m.retry_at < soon)
+                                /* one that is due but cannot start yet waits for a tick */
+                                if (l->m.retry_at > now && l->m.retry_at < soon)
                                         soon = l->m.retry_at;
                         }
                 timeout_ms = soon > now ? (int)SHOAL_MIN((soon - now + 999999) / 1000000, 100) : 0;
@@ -930,7 +931,9 @@ static void link_config(struct shoal_rdma_client *cl)
                 /* a member at its pre-authentication limits (many workers of one host
                  * starting together) admits the next in milliseconds */
                 .refused_pause_ns = REFUSED_PAUSE_NS,
-                .refused_ns = REFUSED_NS,
+                /* never longer than a failure would keep RDMA off anyway (nobody listening is
+                 * ECONNREFUSED too) */
+                .refused_ns = SHOAL_MIN(REFUSED_NS, cl->cfg.retry_ns),
         };
 }
 
