@@ -320,7 +320,8 @@ static bool reject_leaks(const struct rs_rail *r)
 /* Refuses the connection request INFO without fi_reject's leak: an endpoint takes the request's
  * rdma_cm id (verbs 1.17 vrb_open_ep; no queue pair yet) and closing it destroys the id, which
  * makes the kernel reject the request (the requester sees ECONNREFUSED, as after rdma_reject);
- * fi_reject, finding no id left, then only frees the request. */
+ * fi_reject, finding no id left, then only frees the request (and answers -FI_EBUSY, which
+ * libfabric logs only under FI_LOG_LEVEL=warn). */
 static void reject_request(struct rs_rail *r, struct fi_info *info, bool id_taken)
 {
         struct fid_ep *ep = NULL;
