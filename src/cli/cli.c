@@ -99,6 +99,13 @@ static const struct opt_def opts[OPT__COUNT] = {
                                .cmds = COMMON | CMD_PING,
                                .metavar = "NAME",
                                .help = "libfabric provider (default verbs, or FI_PROVIDER)"},
+        [OPT_RDMA_PREAUTH_PER_SOURCE] = {.setting = SHOAL_SET_RDMA_PREAUTH_PER_SOURCE,
+                                         .cmds = COMMON,
+                                         .metavar = "N",
+                                         .help = "member: RDMA connections one host may have "
+                                                 "authenticating at once (default 8, at most "
+                                                 "64): the worker processes a host starts "
+                                                 "together"},
         [OPT_BUFFER_SIZE] = {.setting = SHOAL_SET_BUFFER_SIZE,
                              .cmds = COMMON,
                              .metavar = "MiB",

@@ -45,6 +45,7 @@ enum shoal_opt {
         OPT_CACHE_TRY_DIO,
         OPT_RDMA_NETWORK,
         OPT_RDMA_PROVIDER,
+        OPT_RDMA_PREAUTH_PER_SOURCE,
         OPT_BUFFER_SIZE,
         OPT_MAX_DOWNLOADS,
         OPT_PREFETCH,

@@ -293,6 +293,7 @@ static int start_servers(struct shoal_node *n, struct plan *p, char *err, size_t
                                                  p->member_id, err, errlen);
         if (!n->rdma_server)
                 return -EIO;
+        shoal_rdma_server_set_preauth_per_source(n->rdma_server, cfg->rdma_preauth_per_source);
         char ra[SHOAL_FAB_MAX_IFACES][64];
         unsigned nra = shoal_rdma_server_addrs(n->rdma_server, ra);
         shoal_server_set_rdma_addrs(n->server, ra, nra);

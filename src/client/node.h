@@ -34,7 +34,8 @@ struct shoal_node_config {
         bool cache_try_dio;
         const char *rdma_network;
         const char *rdma_provider;
-        uint64_t buffer_size; /* bytes */
+        unsigned rdma_preauth_per_source; /* 0: the default */
+        uint64_t buffer_size;             /* bytes */
         unsigned max_downloads;
         unsigned prefetch;         /* readahead blocks */
         uint64_t upload_part_size; /* --upload-part-size; 0: the store's default */

@@ -74,6 +74,9 @@ static const struct def defs[SHOAL_SET__COUNT] = {
         [SHOAL_SET_CACHE_TRY_DIO] = {.name = "cache-try-dio", .kind = K_SWITCH},
         [SHOAL_SET_RDMA_NETWORK] = {.name = "rdma-network", .kind = K_STRING, .library = true},
         [SHOAL_SET_RDMA_PROVIDER] = {.name = "rdma-provider", .kind = K_STRING, .library = true},
+        [SHOAL_SET_RDMA_PREAUTH_PER_SOURCE] = {.name = "rdma-preauth-per-source",
+                                               .kind = K_COUNT,
+                                               .max = 64},
         [SHOAL_SET_BUFFER_SIZE] = {.name = "buffer-size",
                                    .kind = K_SIZE,
                                    .unit = SHOAL_MiB,
@@ -553,6 +556,7 @@ int shoal_settings_build(struct shoal_settings *s, const char *storage, const st
         cfg->cache_try_dio = switch_val(s, SHOAL_SET_CACHE_TRY_DIO);
         cfg->rdma_network = v[SHOAL_SET_RDMA_NETWORK];
         cfg->rdma_provider = v[SHOAL_SET_RDMA_PROVIDER];
+        cfg->rdma_preauth_per_source = (unsigned)count_val(s, SHOAL_SET_RDMA_PREAUTH_PER_SOURCE, 0);
         cfg->buffer_size = (uint64_t)size_val(s, SHOAL_SET_BUFFER_SIZE, BUFFER_SIZE_DEFAULT);
         cfg->max_downloads = (unsigned)count_val(s, SHOAL_SET_MAX_DOWNLOADS, MAX_DOWNLOADS_DEFAULT);
         cfg->prefetch = (unsigned)count_val(s, SHOAL_SET_PREFETCH, PREFETCH_DEFAULT);

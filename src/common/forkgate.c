@@ -12,6 +12,8 @@ static struct {
         unsigned inside;
         bool closing;
         bool installed;
+        unsigned bg_inside; /* background threads (shoal_fork_gate_bg_enter) */
+        bool bg_closing;
 } gate = {.mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
 
 void shoal_fork_gate_install(void)
@@ -63,6 +65,10 @@ void shoal_fork_gate_close(void)
         gate.closing = true;
         while (gate.inside)
                 pthread_cond_wait(&gate.cond, &gate.mu);
+        /* Only now: the callers that just left may have waited for these threads. */
+        gate.bg_closing = true;
+        while (gate.bg_inside)
+                pthread_cond_wait(&gate.cond, &gate.mu);
         pthread_mutex_unlock(&gate.mu);
 }
 
@@ -70,6 +76,7 @@ void shoal_fork_gate_open(void)
 {
         pthread_mutex_lock(&gate.mu);
         gate.closing = false;
+        gate.bg_closing = false;
         pthread_cond_broadcast(&gate.cond);
         pthread_mutex_unlock(&gate.mu);
 }
@@ -81,4 +88,28 @@ void shoal_fork_gate_reset_child(void)
         pthread_cond_init(&gate.cond, NULL);
         gate.inside = 0;
         gate.closing = false;
+        gate.bg_inside = 0;
+        gate.bg_closing = false;
+}
+
+bool shoal_fork_gate_bg_enter(void)
+{
+        if (!__atomic_load_n(&gate.installed, __ATOMIC_ACQUIRE))
+                return false;
+        pthread_mutex_lock(&gate.mu);
+        while (gate.bg_closing)
+                pthread_cond_wait(&gate.cond, &gate.mu);
+        gate.bg_inside++;
+        pthread_mutex_unlock(&gate.mu);
+        return true;
+}
+
+void shoal_fork_gate_bg_exit(bool taken)
+{
+        if (!taken)
+                return;
+        pthread_mutex_lock(&gate.mu);
+        if (--gate.bg_inside == 0 && gate.bg_closing)
+                pthread_cond_broadcast(&gate.cond);
+        pthread_mutex_unlock(&gate.mu);
 }

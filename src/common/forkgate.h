@@ -29,6 +29,17 @@ bool shoal_fork_gate_tryenter(bool *taken);
 /* Leaves the gate if TAKEN. */
 void shoal_fork_gate_exit(bool taken);
 
+/* Background threads that serve callers inside the gate (the RDMA client's progress and
+ * connector threads: a read inside the gate waits for them) cannot be held off with the callers,
+ * or the fork would wait for a caller that waits for them. They go through a second door around
+ * each turn of work (libfabric calls that take process-wide locks, which a child opening its own
+ * fabric needs): close shuts it only once every caller has left, and waits for the turns in
+ * progress. bg_enter waits while that door is shut (a fork is being made; never while callers
+ * are inside, so a caller that joins such a thread cannot deadlock with it). Returns whether it
+ * was taken, for shoal_fork_gate_bg_exit. */
+bool shoal_fork_gate_bg_enter(void);
+void shoal_fork_gate_bg_exit(bool taken);
+
 /* For the installer's pthread_atfork handlers: close waits for every thread inside to leave and
  * holds new ones off (prepare); open lets them in again (parent); reset_child gives the child an
  * open, empty gate (the parent's waiters are not there). */

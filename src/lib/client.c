@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "client/node.h"
 #include "client/reader.h"
@@ -25,6 +26,7 @@
 #include "common/util.h"
 #include "lib/lib.h"
 #include "metrics/metrics.h"
+#include "net/fabric.h"
 #include "shoal/shoal.h"
 #include "store/store.h"
 
@@ -126,6 +128,18 @@ static struct shoal_node *node_start(struct shoal_client *c, bool child, int *rc
                 /* ... and its cache folder, which it holds locked (one process per folder):
                  * the child reads through the group and the store without a disk cache. */
                 nc.cache_size = 0;
+        }
+        char prov[32];
+        if (child && nc.rdma_network && shoal_fab_inherited_devices(prov, sizeof(prov))) {
+                /* The parent's device contexts are the child's too (net/fabric.h). */
+                log_warn("rdma",
+                         "forked process %d: its parent opened RDMA provider %s, whose devices a "
+                         "child must not use; it reads over IORPC on TCP (start workers with "
+                         "spawn or forkserver to read over RDMA)",
+                         (int)getpid(), prov);
+                nc.rdma_network = NULL;
+                nc.rdma_provider = NULL;
+                nc.use_iorpc = true;
         }
         char err[1024];
         struct shoal_node *n;

@@ -124,6 +124,8 @@
         X(rdma_preauth_conns, GAUGE, "RDMA connections not yet authenticated (member)")            \
         X(rdma_registered_bytes, GAUGE, "Bytes registered for RDMA connections' own buffers")      \
         X(rdma_rejected, COUNTER, "RDMA connection requests refused by the member's limits")       \
+        X(rdma_connect_retries, COUNTER,                                                           \
+          "RDMA connections refused by a member and tried again (client)")                         \
         X(rdma_if0_bytes, COUNTER, "RDMA payload bytes on the 1st --rdma-network interface")       \
         X(rdma_if1_bytes, COUNTER, "RDMA payload bytes on the 2nd --rdma-network interface")       \
         X(rdma_if2_bytes, COUNTER, "RDMA payload bytes on the 3rd --rdma-network interface")       \

@@ -1,6 +1,8 @@
 /* libfabric helpers for IORPC over RDMA. See fabric.h and RDMA.md. */
 #include "net/fabric.h"
 
+#include <rdma/providers/fi_prov.h>
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -179,6 +181,137 @@ int shoal_fab_memlock_check(const struct shoal_fab_limits *l, size_t pinned, siz
 
 static struct shoal_fab_limits limits = {.nofile = SIZE_MAX, .memlock = SIZE_MAX};
 
+/* Locked memory kept aside for what a pinning provider pins beside our registrations: its queues
+ * (verbs pins every CQ and QP; a member's CQ per interface is ~83k entries), per open
+ * interface. */
+static _Atomic size_t queue_margin;
+
+size_t shoal_fab_queue_margin(void)
+{
+        return atomic_load(&queue_margin);
+}
+
+bool shoal_fab_memlock_hint(int rc, bool pins, const char *call, char *msg, size_t msglen)
+{
+        if (!pins || (rc != -FI_ENOMEM && rc != -ENOMEM))
+                return false;
+        snprintf(msg, msglen,
+                 "%s: out of memory, most likely locked memory: the provider pins its queues "
+                 "(CQs, QPs) beside registered memory, against RLIMIT_MEMLOCK (%zu MiB, %zu MiB "
+                 "registered): raise it (ulimit -l unlimited; LimitMEMLOCK=infinity in a systemd "
+                 "unit) or run with CAP_IPC_LOCK",
+                 call, limits.memlock == SIZE_MAX ? (size_t)0 : limits.memlock >> 20,
+                 atomic_load(&pinned_bytes) >> 20);
+        return true;
+}
+
+static int request_key(const struct shoal_fab *f, uint64_t *key);
+
+/* Why RDMA is refused in this process because libfabric's MR cache is on ("" when it is off). */
+static char mr_cache_why[400];
+
+bool shoal_fab_libfabric_initialised(void)
+{
+        /* libfabric defines its core parameters at its first initialisation (fi_ini);
+         * fi_param_get of one not defined yet answers -FI_ENOENT and initialises nothing. */
+        size_t v;
+        return fi_param_get(NULL, "mr_cache_max_count", &v) != -FI_ENOENT;
+}
+
+bool shoal_fab_env_cache_off(const char *max_count)
+{
+        /* What libfabric parses (strtol): a count of 0 makes ofi_mr_cache_init fail, and verbs
+         * then registers uncached. (A size of 0 means its default, not off.) */
+        return max_count && strtol(max_count, NULL, 0) == 0;
+}
+
+/* Before set_env: when libfabric was initialised by someone else (NCCL's OFI plugin, mpi4py),
+ * it read FI_MR_CACHE_MAX_COUNT then, and our setenv comes too late. The environment now is
+ * taken for what it read (programs do not unset it). */
+static void mr_cache_check_init_order(void)
+{
+        if (!shoal_fab_libfabric_initialised() ||
+            shoal_fab_env_cache_off(getenv("FI_MR_CACHE_MAX_COUNT")))
+                return;
+        snprintf(mr_cache_why, sizeof(mr_cache_why),
+                 "libfabric's MR cache is on: libfabric was initialised before shoal (by another "
+                 "library: NCCL's OFI plugin, mpi4py, ...) without FI_MR_CACHE_MAX_COUNT=0, and "
+                 "a cached registration stays open to peers after it is closed; start the "
+                 "process with FI_MR_CACHE_MAX_COUNT=0 in its environment (or open shoal first)");
+}
+
+/* At the first domain: one page registered twice. A provider that caches registrations
+ * (verbs, efa) hands the second the first's region, so the same key; without a cache every
+ * registration has its own (tcp takes the random keys we request; it never caches). */
+static void mr_cache_check_keys(struct shoal_fab *f)
+{
+        long pg = sysconf(_SC_PAGESIZE);
+        void *page =
+                mmap(NULL, (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (page == MAP_FAILED)
+                return;
+        struct fid_mr *mr[2] = {NULL, NULL};
+        uint64_t key[2] = {0, 0};
+        int rc = 0;
+        for (int i = 0; i < 2 && !rc; i++) {
+                uint64_t want;
+                if (!(rc = request_key(f, &want)))
+                        rc = fi_mr_reg(f->domain, page, (size_t)pg, FI_SEND | FI_RECV, 0, want, 0,
+                                       &mr[i], NULL);
+                if (!rc)
+                        key[i] = fi_mr_key(mr[i]);
+        }
+        for (int i = 0; i < 2; i++)
+                if (mr[i])
+                        fi_close(&mr[i]->fid);
+        munmap(page, (size_t)pg);
+        if (!rc && key[0] == key[1])
+                snprintf(mr_cache_why, sizeof(mr_cache_why),
+                         "libfabric's MR cache is on (provider %s returned the same key for two "
+                         "registrations of one page), and a cached registration stays open to "
+                         "peers after it is closed; start the process with "
+                         "FI_MR_CACHE_MAX_COUNT=0 in its environment",
+                         f->prov);
+}
+
+const char *shoal_fab_mr_cache_refusal(void)
+{
+        return mr_cache_why;
+}
+
+/* ---- fork ------------------------------------------------------------------------------------ */
+
+/* The process that first opened a provider with device state, and which (copied into forked
+ * children as they are). */
+static pid_t devices_pid;
+static char devices_prov[32];
+
+bool shoal_fab_fork_safe_provider(const char *prov)
+{
+        /* Sockets only: a child's own fabric on them shares nothing with the parent's. Verbs
+         * (librdmacm keeps the devices open for the process's life, and a child's contexts are
+         * built on them), efa, psm and the rest keep device state. */
+        return !strcmp(prov, "tcp") || !strcmp(prov, "sockets") || !strcmp(prov, "udp");
+}
+
+bool shoal_fab_inherited_devices(char *prov, size_t provlen)
+{
+        pid_t p = __atomic_load_n(&devices_pid, __ATOMIC_ACQUIRE);
+        if (!p || p == getpid())
+                return false;
+        shoal_strlcpy(prov, devices_prov, provlen);
+        return true;
+}
+
+static void note_devices(const struct shoal_fab *f)
+{
+        if (shoal_fab_fork_safe_provider(f->prov) ||
+            __atomic_load_n(&devices_pid, __ATOMIC_ACQUIRE))
+                return;
+        shoal_strlcpy(devices_prov, f->prov, sizeof(devices_prov));
+        __atomic_store_n(&devices_pid, getpid(), __ATOMIC_RELEASE);
+}
+
 const struct shoal_fab_limits *shoal_fab_process_limits(void)
 {
         return &limits;
@@ -186,6 +319,7 @@ const struct shoal_fab_limits *shoal_fab_process_limits(void)
 
 static void process_setup(void)
 {
+        mr_cache_check_init_order();
         set_env();
         int rc = shoal_fab_raise_limits(&limits);
         if (rc)
@@ -370,6 +504,19 @@ int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname
         memset(f, 0, sizeof(*f));
         shoal_strlcpy(f->ifname, ifname, sizeof(f->ifname));
         pthread_once(&setup_once, process_setup);
+        if (*mr_cache_why) {
+                snprintf(err, errlen, "--rdma-network %s: %s", ifname, mr_cache_why);
+                return -EPERM;
+        }
+        char parent_prov[32];
+        if (shoal_fab_inherited_devices(parent_prov, sizeof(parent_prov))) {
+                snprintf(err, errlen,
+                         "--rdma-network %s: this process was forked from one that opened RDMA "
+                         "provider %s, whose device contexts a child shares and must not use: "
+                         "start workers with spawn or forkserver to read over RDMA",
+                         ifname, parent_prov);
+                return -EPERM;
+        }
         int rc = shoal_iface_ipv4(ifname, f->ip, sizeof(f->ip));
         if (rc) {
                 snprintf(err, errlen, "--rdma-network %s: %s", ifname,
@@ -431,12 +578,24 @@ int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname
                          fi_strerror(-rc));
                 return rc;
         }
+        static atomic_flag keys_probed = ATOMIC_FLAG_INIT;
+        if (!atomic_flag_test_and_set(&keys_probed))
+                mr_cache_check_keys(f);
+        if (*mr_cache_why) {
+                snprintf(err, errlen, "--rdma-network %s: %s", ifname, mr_cache_why);
+                return -EPERM;
+        }
         if (f->key_size > 8 || !f->tx_size || !f->rx_size) {
                 snprintf(err, errlen,
                          "--rdma-network %s: provider %s: unusable key size %zu or "
                          "queue sizes %zu/%zu",
                          ifname, f->prov, f->key_size, f->tx_size, f->rx_size);
                 return -ENOTSUP;
+        }
+        note_devices(f);
+        if (pins_memory(f)) {
+                f->queue_margin = SHOAL_FAB_QUEUE_MARGIN;
+                atomic_fetch_add(&queue_margin, f->queue_margin);
         }
         log_info("rdma", "%s (%s): provider %s, domain %s (chosen %s), queues %zu/%zu, %s", ifname,
                  f->ip, f->prov, f->info->domain_attr->name, by_str(by), f->tx_size, f->rx_size,
@@ -446,6 +605,9 @@ int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname
 
 void shoal_fab_close(struct shoal_fab *f)
 {
+        if (f->queue_margin)
+                atomic_fetch_sub(&queue_margin, f->queue_margin);
+        f->queue_margin = 0;
         if (f->domain)
                 fi_close(&f->domain->fid);
         if (f->fabric)
@@ -479,7 +641,12 @@ int shoal_fab_cq_open(struct shoal_fab *f, size_t size, struct fid_cq **cq, int 
         struct fi_cq_attr a = {.size = size, .format = FI_CQ_FORMAT_MSG, .wait_obj = FI_WAIT_FD};
         int rc = fi_cq_open(f->domain, &a, cq, NULL);
         if (rc) {
-                shoal_fab_log_err(f->ifname, "fi_cq_open", rc);
+                char msg[400];
+                if (shoal_fab_memlock_hint(rc, pins_memory(f), "fi_cq_open", msg, sizeof(msg)))
+                        log_ratelimited(SHOAL_LOG_WARN, "rdma", "--rdma-network %s: %s", f->ifname,
+                                        msg);
+                else
+                        shoal_fab_log_err(f->ifname, "fi_cq_open", rc);
                 return rc;
         }
         rc = fi_control(&(*cq)->fid, FI_GETWAIT, fd);
@@ -538,8 +705,8 @@ int shoal_fab_mr_reg_dom(struct shoal_fab *f, struct fid_domain *dom, void *buf,
         bool pins = pins_memory(f);
         if (pins) {
                 char msg[400];
-                int rc = shoal_fab_memlock_check(&limits, atomic_load(&pinned_bytes), len, msg,
-                                                 sizeof(msg));
+                size_t held = atomic_load(&pinned_bytes) + atomic_load(&queue_margin);
+                int rc = shoal_fab_memlock_check(&limits, held, len, msg, sizeof(msg));
                 if (rc) {
                         /* per-request registrations can meet it at any rate */
                         log_ratelimited(SHOAL_LOG_WARN, "rdma", "--rdma-network %s: %s", f->ifname,
@@ -690,8 +857,14 @@ int shoal_fab_ep_create(struct fid_domain *dom, struct fi_info *info, size_t rx,
         if (info->tx_attr)
                 info->tx_attr->size = SHOAL_MIN(info->tx_attr->size, tx);
         int rc = fi_endpoint(dom, info, ep, ctx);
-        if (rc)
+        if (rc) {
                 *ep = NULL;
+                char msg[400];
+                bool pins = info->domain_attr && (info->domain_attr->mr_mode & FI_MR_ALLOCATED) &&
+                            !shoal_config_env()->fi_verbs_use_odp;
+                if (shoal_fab_memlock_hint(rc, pins, "fi_endpoint", msg, sizeof(msg)))
+                        log_ratelimited(SHOAL_LOG_WARN, "rdma", "%s", msg);
+        }
         return rc;
 }
 

@@ -43,6 +43,7 @@ struct shoal_fab {
         size_t key_size;         /* bytes of a remote key */
         size_t tx_size, rx_size; /* queue sizes read back from the provider */
         size_t max_msg;          /* largest single message or RMA */
+        size_t queue_margin;     /* locked memory kept for its queues (SHOAL_FAB_QUEUE_MARGIN) */
 };
 
 /* ---- process limits ------------------------------------------------------------------------ */
@@ -81,6 +82,37 @@ int shoal_fab_memlock_check(const struct shoal_fab_limits *l, size_t pinned, siz
 /* The limits in force after the process set-up of the first shoal_fab_open (all unlimited
  * before it). */
 const struct shoal_fab_limits *shoal_fab_process_limits(void);
+/* libfabric's MR cache (issue 32): shoal turns it off by environment before libfabric reads its
+ * parameters, which it does once, at its first initialisation. Another library that initialised
+ * libfabric first (NCCL's OFI plugin) leaves it on, and a cached registration outlives its
+ * fi_close. The first shoal_fab_open checks that libfabric was not initialised before it (or
+ * that its environment turned the cache off then) and, at its first domain, that two
+ * registrations of one page get two keys; either finding refuses every later open with -EPERM
+ * and one line naming the cause and the fix. */
+/* True once libfabric has initialised itself in this process (by anyone). Initialises nothing. */
+bool shoal_fab_libfabric_initialised(void);
+/* True when an FI_MR_CACHE_MAX_COUNT value (NULL: unset) turns the cache off. */
+bool shoal_fab_env_cache_off(const char *max_count);
+/* The refusal line when the MR cache was found on, else "". */
+const char *shoal_fab_mr_cache_refusal(void);
+/* fork (issue 32): a child never touches its parent's fabric (libshoal abandons the parent's
+ * node in it). It may open its own only when no ancestor opened a provider with device state:
+ * shoal_fab_open refuses with -EPERM in a child of a process that did (libshoal's child then
+ * reads over IORPC on TCP, with one log line). */
+/* True for the providers over plain sockets (tcp, sockets, udp), which keep no device state. */
+bool shoal_fab_fork_safe_provider(const char *prov);
+/* True (the provider's name in PROV) when this process descends from one that opened a provider
+ * that is not fork-safe; false in that process itself and where none was opened. */
+bool shoal_fab_inherited_devices(char *prov, size_t provlen);
+/* Locked memory the RLIMIT_MEMLOCK pre-check keeps aside per interface open on a provider that
+ * pins memory, for the queues it pins beside our registrations (verbs: a member interface's CQ
+ * of ~83k entries is ~5 MiB, each connection's QP tens of KiB). */
+#define SHOAL_FAB_QUEUE_MARGIN (16u << 20)
+/* What is kept aside now, all interfaces. */
+size_t shoal_fab_queue_margin(void);
+/* For RC (a negative error) of CALL (fi_cq_open, fi_endpoint) on a provider that PINS memory:
+ * when it is -ENOMEM, one line in MSG naming RLIMIT_MEMLOCK and how to raise it, and true. */
+bool shoal_fab_memlock_hint(int rc, bool pins, const char *call, char *msg, size_t msglen);
 /* Bytes this process has registered with providers that pin memory (all interfaces). */
 size_t shoal_fab_pinned(void);
 

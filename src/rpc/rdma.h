@@ -35,6 +35,10 @@ struct shoal_rdma_server *shoal_rdma_server_start(struct shoal_server *srv, cons
 /* The listening addresses "ip:port", one per interface; returns their count. */
 unsigned shoal_rdma_server_addrs(const struct shoal_rdma_server *rs,
                                  char addrs[SHOAL_FAB_MAX_IFACES][64]);
+/* At most N (1..64; 0: the default 8) of RS's connections per interface from one source address
+ * may be authenticating at once; more are refused, and their requesters try again within
+ * milliseconds. A host running many worker processes that start together wants its count. */
+void shoal_rdma_server_set_preauth_per_source(struct shoal_rdma_server *rs, unsigned n);
 /* Closes every connection and listener; waits (bounded) for the requests it handed to the request
  * engine. Call before shoal_server_stop. NULL is a no-op. */
 void shoal_rdma_server_stop(struct shoal_rdma_server *rs);

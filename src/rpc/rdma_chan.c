@@ -93,6 +93,50 @@ void shoal_rdma_chan_error(struct shoal_rdma_chan *ch, const char *why, uint64_t
         chan_failed(ch, why, now);
 }
 
+/* Longest pause between two tries of a refused connection. */
+#define REFUSED_PAUSE_MAX_NS (200ULL * 1000000ULL)
+
+void shoal_rdma_chan_refused(struct shoal_rdma_chan *ch, const char *why, uint64_t now)
+{
+        struct shoal_rdma_link *l = ch->link;
+        if (ch->broken)
+                return;
+        /* Only the link's only channel, refused before it connected, within the retry window:
+         * a member at its pre-authentication limits admits the next requester in milliseconds,
+         * which is no reason to read from it over TCP for the retry duration. */
+        bool window = !l->refusals || now - l->refused_since < l->cfg.refused_ns;
+        if (ch->state != SHOAL_RDMA_CHAN_CONNECTING || ch->draining || l->nchans != 1 ||
+            !l->cfg.refused_ns || !l->cfg.refused_pause_ns || !window) {
+                chan_failed(ch, why, now);
+                return;
+        }
+        if (!l->refusals)
+                l->refused_since = now;
+        unsigned shift = l->refusals < 6 ? l->refusals : 6;
+        l->refusals++;
+        uint64_t d = SHOAL_MIN(l->cfg.refused_pause_ns << shift, REFUSED_PAUSE_MAX_NS);
+        /* jitter: requesters refused together do not come back together */
+        d = d / 2 + l->ops->rand(l->env) % (d / 2 + 1);
+        l->retry_at = now + d;
+        shoal_metric_inc(SHOAL_M_rdma_connect_retries);
+        log_debug("rdma", "connection to %s refused (%s): try %u again in %llu ms", ch->addr, why,
+                  l->refusals, (unsigned long long)(d / 1000000));
+        chan_down(ch, now);
+}
+
+bool shoal_rdma_link_retry(struct shoal_rdma_link *l, uint64_t now)
+{
+        if (!l->retry_at || now < l->retry_at || l->nchans || l->growing)
+                return false;
+        l->retry_at = 0;
+        if (l->ops->grow(l->env, l)) {
+                l->ops->fail(l->env, l, "cannot open a channel", now);
+                return false;
+        }
+        l->growing = true;
+        return true;
+}
+
 static struct shoal_rdma_cbuf *sb_get(struct shoal_rdma_chan *ch)
 {
         struct shoal_rdma_cbuf *b = ch->sb_free;
@@ -320,6 +364,7 @@ static bool on_handshake(struct shoal_rdma_chan *ch, const struct shoal_wire_hdr
         if (ch->credits < 1 || ch->nsb < 2)
                 return false;
         ch->state = SHOAL_RDMA_CHAN_READY;
+        l->refusals = 0;
         ch->last_rx = ch->last_ping = now;
         shoal_metric_gauge_add(SHOAL_M_rdma_channels, 1);
         l->ops->ready(l->env, ch);
@@ -593,4 +638,6 @@ void shoal_rdma_link_fail(struct shoal_rdma_link *l, uint64_t now)
         while ((r = waiting_pop(l)))
                 l->ops->complete(l->env, r, -ENOTCONN);
         l->growing = false;
+        l->retry_at = 0;
+        l->refusals = 0;
 }

@@ -129,6 +129,10 @@ struct shoal_rdma_link_config {
         unsigned max_chans;             /* 1..SHOAL_RDMA_CHANS_MAX */
         uint64_t grow_ns, shrink_ns;    /* scaling periods */
         uint64_t grow_bytes, grow_qps, shrink_bytes, shrink_qps; /* per second */
+        /* A refused connection of the link's only channel is tried again after a pause from
+         * refused_pause_ns, doubling, jittered, for refused_ns from the first refusal; then
+         * (or with either 0) it fails the member. */
+        uint64_t refused_pause_ns, refused_ns;
 };
 
 struct shoal_rdma_link {
@@ -141,6 +145,9 @@ struct shoal_rdma_link {
         unsigned nwaiting;
         bool growing;
         uint64_t next_grow, next_shrink;
+        uint64_t retry_at; /* when to try a refused connection again; 0: none due */
+        uint64_t refused_since;
+        unsigned refusals; /* refused connections in a row */
 };
 
 /* Sets L up (no channel). */
@@ -168,6 +175,14 @@ void shoal_rdma_chan_completion(struct shoal_rdma_chan *ch, struct shoal_fab_op 
                                 int err, uint64_t now);
 /* An EQ error, FI_SHUTDOWN, or fi_connect failing, with a reason for the log. */
 void shoal_rdma_chan_error(struct shoal_rdma_chan *ch, const char *why, uint64_t now);
+/* The member refused CH's connection (ECONNREFUSED: its limits, or nobody listening). The
+ * link's only channel, not connected yet, is dropped and tried again (shoal_rdma_link_retry)
+ * while the refusals stay within cfg.refused_ns; otherwise as shoal_rdma_chan_error. Requests
+ * keep waiting meanwhile (and go by TCP after cfg.wait_ns, the member not failed). */
+void shoal_rdma_chan_refused(struct shoal_rdma_chan *ch, const char *why, uint64_t now);
+/* Asks for the channel of a refused connection once its pause is over (ops->grow; a failure
+ * there fails the member). Returns whether it asked. */
+bool shoal_rdma_link_retry(struct shoal_rdma_link *l, uint64_t now);
 /* The owner closed CH's endpoint (after it was shut down). */
 void shoal_rdma_chan_ep_closed(struct shoal_rdma_chan *ch);
 /* True when the owner may free CH: shut down, endpoint closed, nothing posted. */

@@ -44,6 +44,7 @@
 
 #include "common/bufpool.h"
 #include "common/config.h"
+#include "common/forkgate.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
@@ -53,15 +54,17 @@
 #include "rpc/rdma_conn.h"
 #include "rpc/wire.h"
 
-#define NSLOTS      64 /* receives and send buffers per channel */
-#define MAX_REGIONS 256
-#define CONNECT_NS  (3ULL * 1000000000ULL)
-#define WAIT_NS     (3ULL * 1000000000ULL) /* longest wait for a channel before TCP takes it */
-#define DRAIN_NS    (2ULL * 1000000000ULL)
-#define PARK_NS     (10ULL * 1000000000ULL)
-#define TICK_NS     (100ULL * 1000000ULL)
-#define BOUNCE_BUFS 8
-#define POLL_BUDGET 1024
+#define NSLOTS           64 /* receives and send buffers per channel */
+#define MAX_REGIONS      256
+#define CONNECT_NS       (3ULL * 1000000000ULL)
+#define WAIT_NS          (3ULL * 1000000000ULL) /* longest wait for a channel before TCP takes it */
+#define DRAIN_NS         (2ULL * 1000000000ULL)
+#define PARK_NS          (10ULL * 1000000000ULL)
+#define TICK_NS          (100ULL * 1000000ULL)
+#define REFUSED_PAUSE_NS (5ULL * 1000000ULL)    /* first pause after a refused connection */
+#define REFUSED_NS       (3ULL * 1000000000ULL) /* refused connections retried this long */
+#define BOUNCE_BUFS      8
+#define POLL_BUDGET      1024
 
 enum q_kind {
         Q_EVENTS, /* the eventfd: submissions, opened channels */
@@ -332,26 +335,34 @@ static void chan_prepare(struct rc_chan *ch)
         struct rc_link *l = ch->link;
         struct shoal_fab *f = &l->rail->fab;
         struct fi_info *info = NULL;
+        /* What the provider's queues hold, at most NSLOTS each (issue 32: a receive queue of
+         * 16 took 64 posts before, the 17th failed and so did the member). */
+        unsigned nrx = (unsigned)SHOAL_MIN(f->rx_size, (size_t)NSLOTS);
+        unsigned nsb = (unsigned)SHOAL_MIN(f->tx_size, (size_t)NSLOTS);
+        ch->open_call = "the provider's queues (fewer than 4 receives or 2 sends)";
+        ch->open_rc = -ENOTSUP;
+        if (nrx < 4 || nsb < 2)
+                return;
         ch->open_call = "calloc";
         ch->open_rc = -ENOMEM;
-        ch->bufs = calloc(2 * NSLOTS, sizeof(*ch->bufs));
-        ch->slots = calloc(NSLOTS, sizeof(*ch->slots));
+        ch->bufs = calloc(nrx + nsb, sizeof(*ch->bufs));
+        ch->slots = calloc(nrx, sizeof(*ch->slots));
         if (!ch->bufs || !ch->slots)
                 return;
         ch->open_call = "fi_mr_reg";
-        if ((ch->open_rc = shoal_fab_slots_open(f, l->dom, 2 * NSLOTS, &ch->mem))) {
+        if ((ch->open_rc = shoal_fab_slots_open(f, l->dom, nrx + nsb, &ch->mem))) {
                 shoal_fab_slots_close(f, &ch->mem); /* counted only once registered */
                 return;
         }
         shoal_metric_gauge_add(SHOAL_M_rdma_registered_bytes, (int64_t)ch->mem.len);
-        for (unsigned i = 0; i < 2 * NSLOTS; i++) {
+        for (unsigned i = 0; i < nrx + nsb; i++) {
                 ch->bufs[i].data = shoal_fab_slot(&ch->mem, i);
                 ch->bufs[i].desc = ch->mem.desc;
         }
         ch->m.rx = ch->bufs;
-        ch->m.nrx = NSLOTS;
-        ch->m.sb = ch->bufs + NSLOTS;
-        ch->m.nsb = NSLOTS;
+        ch->m.nrx = nrx;
+        ch->m.sb = ch->bufs + nrx;
+        ch->m.nsb = nsb;
         ch->m.slots = ch->slots;
         ch->open_call = "fi_dupinfo";
         ch->open_rc = -EINVAL;
@@ -366,8 +377,8 @@ static void chan_prepare(struct rc_chan *ch)
         memcpy(info->dest_addr, ch->dest, sizeof(*ch->dest));
         info->dest_addrlen = sizeof(*ch->dest);
         ch->open_call = "fi_endpoint";
-        /* Queues: NSLOTS receives, NSLOTS sends; the link's CQ holds them all. */
-        ch->open_rc = shoal_fab_ep_create(l->dom, info, NSLOTS, NSLOTS, ch, &ch->ep);
+        /* Queues: NRX receives, NSB sends; the link's CQ holds them all. */
+        ch->open_rc = shoal_fab_ep_create(l->dom, info, nrx, nsb, ch, &ch->ep);
 out:
         if (info)
                 fi_freeinfo(info);
@@ -387,7 +398,10 @@ static void *connector_main(void *arg)
                 if (!cl->connq)
                         cl->connq_tail = NULL;
                 pthread_mutex_unlock(&cl->mu);
+                /* libfabric calls: never copied half-done into a forked child */
+                bool t = shoal_fork_gate_bg_enter();
                 chan_prepare(ch);
+                shoal_fork_gate_bg_exit(t);
                 pthread_mutex_lock(&cl->mu);
                 ch->next = cl->opened;
                 cl->opened = ch;
@@ -434,7 +448,7 @@ static void chan_opened(struct shoal_rdma_client *cl, struct rc_chan *ch, uint64
                 shoal_fab_log_err(l->addr, call, rc);
                 bool grow = ch->grow;
                 chan_free(ch);
-                if (grow) {
+                if (grow && l->m.nchans) { /* else the retry of a refused only channel */
                         shoal_rdma_link_grow_failed(&l->m);
                         return;
                 }
@@ -700,7 +714,10 @@ static void eq_event(struct shoal_fab_event *ev, uint64_t now)
         if (!ch)
                 return;
         char line[300];
-        if (ev->err) {
+        if (ev->err == FI_ECONNREFUSED) {
+                snprintf(line, sizeof(line), "connection to %s: %s", ch->m.addr, ev->msg);
+                shoal_rdma_chan_refused(&ch->m, line, now);
+        } else if (ev->err) {
                 snprintf(line, sizeof(line), "connection to %s: %s", ch->m.addr, ev->msg);
                 shoal_rdma_chan_error(&ch->m, line, now);
         } else if (ev->event == FI_CONNECTED) {
@@ -798,9 +815,14 @@ static void *progress_main(void *arg)
         struct shoal_rdma_client *cl = arg;
         uint64_t next_tick = 0;
         bool busy = true;
+        int timeout_ms = 100;
         while (!atomic_load(&cl->stop)) {
                 struct epoll_event evs[64];
-                int n = epoll_wait(cl->epfd, evs, 64, busy ? 0 : 100);
+                int n = epoll_wait(cl->epfd, evs, 64, busy ? 0 : timeout_ms);
+                /* Each turn's libfabric calls inside the fork gate's second door: a fork never
+                 * copies a lock of libfabric's held by this thread into a child that opens its
+                 * own fabric (lib/client.c). */
+                bool gated = shoal_fork_gate_bg_enter();
                 uint64_t now = shoal_now_ns();
                 bool events = false;
                 for (int i = 0; i < n; i++) {
@@ -815,14 +837,24 @@ static void *progress_main(void *arg)
                 busy = false;
                 for (unsigned i = 0; i < cl->nrails; i++)
                         busy |= queue_service(&cl->rails[i].q, now);
+                uint64_t soon = next_tick;
                 for (struct rc_peer *p = atomic_load(&cl->peers); p; p = atomic_load(&p->next))
-                        for (unsigned i = 0; i < p->nlinks; i++)
-                                busy |= queue_service(&p->links[i]->q, now);
+                        for (unsigned i = 0; i < p->nlinks; i++) {
+                                struct rc_link *l = p->links[i];
+                                busy |= queue_service(&l->q, now);
+                                shoal_rdma_link_retry(&l->m, now);
+                                /* one that is due but cannot start yet waits for a tick */
+                                if (l->m.retry_at > now && l->m.retry_at < soon)
+                                        soon = l->m.retry_at;
+                        }
+                timeout_ms = soon > now ? (int)SHOAL_MIN((soon - now + 999999) / 1000000, 100) : 0;
                 if (now >= next_tick) {
                         tick(cl, now);
                         next_tick = now + TICK_NS;
                 }
+                shoal_fork_gate_bg_exit(gated);
         }
+        bool gated = shoal_fork_gate_bg_enter();
         /* Stopping: shut every channel down (requests return -ENOTCONN), then free them. */
         for (struct rc_peer *p = atomic_load(&cl->peers); p; p = atomic_load(&p->next))
                 peer_fail(p, "client stopping", shoal_now_ns());
@@ -847,6 +879,7 @@ static void *progress_main(void *arg)
                 cl->dying = ch->next;
                 chan_free(ch); /* closes the endpoint: the provider drops what was posted */
         }
+        shoal_fork_gate_bg_exit(gated);
         return NULL;
 }
 
@@ -895,6 +928,12 @@ static void link_config(struct shoal_rdma_client *cl)
                 .grow_qps = 5000,
                 .shrink_bytes = 512 * SHOAL_MiB,
                 .shrink_qps = 2000,
+                /* a member at its pre-authentication limits (many workers of one host
+                 * starting together) admits the next in milliseconds */
+                .refused_pause_ns = REFUSED_PAUSE_NS,
+                /* never longer than a failure would keep RDMA off anyway (nobody listening is
+                 * ECONNREFUSED too) */
+                .refused_ns = SHOAL_MIN(REFUSED_NS, cl->cfg.retry_ns),
         };
         /* SHOAL_RDMA_GROW_QPS / _MIBPS: as for IORPC on TCP (iorpc_client.c) */
         if (env->rdma_grow_qps) {

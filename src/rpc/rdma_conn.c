@@ -110,6 +110,17 @@ void shoal_rdma_conn_break(struct shoal_rdma_conn *c, const char *why, uint64_t 
         conn_break(c, why, now);
 }
 
+/* conn_break for an error (not a close, a flush or a deadline): the first error of a connection
+ * is what an operator needs, so it is a warning; a connection breaks once, so later ones are not
+ * logged. */
+static void conn_fail(struct shoal_rdma_conn *c, const char *why, uint64_t now)
+{
+        if (!c->broken)
+                log_ratelimited(SHOAL_LOG_WARN, "rdma", "server: connection from %s broken: %s",
+                                c->peer, why);
+        conn_break(c, why, now);
+}
+
 void shoal_rdma_conn_init(struct shoal_rdma_conn *c, const struct shoal_rdma_conn_ops *ops,
                           void *env, const struct shoal_hs_config *hsc, uint32_t max_inflight,
                           size_t max_write, uint64_t now)
@@ -130,7 +141,7 @@ static bool post_rx(struct shoal_rdma_conn *c, struct shoal_rdma_buf *b, uint64_
 {
         int rc = c->ops->post_rx(c->env, c, b);
         if (rc) {
-                conn_break(c, "cannot post a receive", now);
+                conn_fail(c, "cannot post a receive", now);
                 return false;
         }
         b->posted = true;
@@ -160,7 +171,7 @@ void shoal_rdma_conn_connected(struct shoal_rdma_conn *c, uint64_t now)
                 return; /* a late FI_CONNECTED after the first message: nothing to do */
         c->state = SHOAL_RDMA_CONN_HANDSHAKE;
         if (shoal_hs_start(&c->hs, &c->hsc))
-                conn_break(c, "cannot start the handshake (no random bytes)", now);
+                conn_fail(c, "cannot start the handshake (no random bytes)", now);
 }
 
 /* Sends the handshake's frame from a pool send buffer. False when it cannot. */
@@ -177,6 +188,7 @@ static bool hs_send(struct shoal_rdma_conn *c)
                 return false;
         b->posted = true;
         c->posted++;
+        c->sends_out++;
         return true;
 }
 
@@ -383,6 +395,15 @@ static size_t answer_frame(struct shoal_rdma_conn *c, struct shoal_rdma_req *rq,
                                        body, n > 0 ? (size_t)n : 0);
 }
 
+/* -FI_EAGAIN for an answer: WAIT for room, or BROKE when nothing of C's is out to make it. */
+static enum post_result answer_eagain(struct shoal_rdma_conn *c, uint64_t now)
+{
+        if (c->sends_out || ++c->idle_eagains < SHOAL_RDMA_IDLE_EAGAIN_MAX)
+                return WAIT;
+        conn_fail(c, "the provider refuses sends on an empty send queue", now);
+        return BROKE;
+}
+
 static enum post_result post_answer(struct shoal_rdma_conn *c, struct shoal_rdma_req *rq,
                                     uint64_t now)
 {
@@ -396,11 +417,11 @@ static enum post_result post_answer(struct shoal_rdma_conn *c, struct shoal_rdma
                 int rc = c->ops->post_write(c->env, c, b, data, wlen, rq->raddr, rq->rkey);
                 if (rc == -FI_EAGAIN) {
                         sb_put(c, b); /* also gives a test buffer back; it is filled again */
-                        return WAIT;
+                        return answer_eagain(c, now);
                 }
                 if (rc) {
                         sb_put(c, b);
-                        conn_break(c, "cannot write", now);
+                        conn_fail(c, "cannot write", now);
                         return BROKE;
                 }
                 b->wposted = true;
@@ -408,18 +429,20 @@ static enum post_result post_answer(struct shoal_rdma_conn *c, struct shoal_rdma
         int rc = c->ops->post_send(c->env, c, b, flen);
         if (rc == -FI_EAGAIN) {
                 rq->sb = b; /* its write (if any) is out: only the send is retried */
-                return WAIT;
+                return answer_eagain(c, now);
         }
         if (rc) {
                 if (b->wposted)
                         rq->sb = b; /* kept until the endpoint is closed */
                 else
                         sb_put(c, b);
-                conn_break(c, "cannot send", now);
+                conn_fail(c, "cannot send", now);
                 return BROKE;
         }
         b->posted = true;
         c->posted++;
+        c->sends_out++;
+        c->idle_eagains = 0;
         b->wposted = false;
         b->a = rq->a;
         rq->a = NULL;
@@ -468,7 +491,8 @@ static void on_send_done(struct shoal_rdma_conn *c, struct shoal_rdma_buf *b, in
         else
                 sb_put(c, b);
         if (err)
-                conn_break(c, err == FI_ECANCELED ? "send flushed" : "send failed", now);
+                (err == FI_ECANCELED ? conn_break : conn_fail)(
+                        c, err == FI_ECANCELED ? "send flushed" : "send failed", now);
         else
                 flush(c, now);
 }
@@ -480,8 +504,8 @@ static void on_recv(struct shoal_rdma_conn *c, struct shoal_rdma_buf *b, size_t 
                 if (b->pooled)
                         pool_give_back(c, b);
                 if (err)
-                        conn_break(c, err == FI_ECANCELED ? "receive flushed" : "receive failed",
-                                   now);
+                        (err == FI_ECANCELED ? conn_break : conn_fail)(
+                                c, err == FI_ECANCELED ? "receive flushed" : "receive failed", now);
                 return;
         }
         c->last_rx = now;
@@ -490,7 +514,7 @@ static void on_recv(struct shoal_rdma_conn *c, struct shoal_rdma_buf *b, size_t 
         if (c->state == SHOAL_RDMA_CONN_ACCEPTING)
                 shoal_rdma_conn_connected(c, now);
         if (!c->broken && !on_message(c, (const uint8_t *)b->data, len, now))
-                conn_break(c, "protocol violation", now);
+                conn_fail(c, "protocol violation", now);
         if (b->pooled)
                 pool_give_back(c, b);
         else if (!c->broken)
@@ -505,7 +529,8 @@ void shoal_rdma_conn_completion(struct shoal_rdma_conn *c, struct shoal_fab_op *
         if (op->kind == SHOAL_FAB_OP_WRITE) {
                 /* Never counted (no completion asked); only a failure is ever reported. */
                 if (err)
-                        conn_break(c, err == FI_ECANCELED ? "write flushed" : "write failed", now);
+                        (err == FI_ECANCELED ? conn_break : conn_fail)(
+                                c, err == FI_ECANCELED ? "write flushed" : "write failed", now);
                 return;
         }
         if (!b->posted) {
@@ -513,11 +538,13 @@ void shoal_rdma_conn_completion(struct shoal_rdma_conn *c, struct shoal_fab_op *
                                 "server: %s: a completion for a buffer "
                                 "that was not posted",
                                 c->peer);
-                conn_break(c, "unexpected completion", now);
+                conn_fail(c, "unexpected completion", now);
                 return;
         }
         b->posted = false;
         c->posted--;
+        if (op->kind == SHOAL_FAB_OP_SEND && c->sends_out)
+                c->sends_out--;
         if (op->kind == SHOAL_FAB_OP_SEND)
                 on_send_done(c, b, err, now);
         else

@@ -129,9 +129,11 @@ struct shoal_rdma_conn {
         void *env;
         enum shoal_rdma_conn_state state;
         bool broken, ep_closed;
-        const char *why; /* why it broke (a constant) */
-        int posted;      /* receives and sends posted whose completion was not read */
-        unsigned refs;   /* requests inside the engine */
+        const char *why;       /* why it broke (a constant) */
+        int posted;            /* receives and sends posted whose completion was not read */
+        unsigned sends_out;    /* of those, sends */
+        unsigned idle_eagains; /* -FI_EAGAIN in a row with no send posted (see below) */
+        unsigned refs;         /* requests inside the engine */
         uint32_t max_inflight;
         size_t max_write; /* largest RMA write the provider takes */
         unsigned iface;   /* position of its interface in --rdma-network (metrics) */
@@ -147,6 +149,12 @@ struct shoal_rdma_conn {
         struct shoal_rdma_req *ready, *ready_tail; /* answers waiting to be posted, in order */
         char peer[64];
 };
+
+/* An answer refused with -FI_EAGAIN while none of C's sends is out waits for nothing: verbs
+ * turns every ibv_post_send failure into -FI_EAGAIN (a QP in error, a bad descriptor), and no
+ * completion will make room. That many in a row break the connection instead of holding the
+ * requester until its deadline. */
+#define SHOAL_RDMA_IDLE_EAGAIN_MAX 10
 
 /* Sets C up in ACCEPTING for a connection request (no I/O): the handshake as HSC says (copied;
  * strings it points to must outlive C), announcing MAX_INFLIGHT; writes of at most MAX_WRITE

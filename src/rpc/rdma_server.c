@@ -52,7 +52,7 @@
 #define MAX_RX             64  /* receives of an authenticated connection */
 #define CONNS_MAX          256 /* connections per interface */
 #define PREAUTH_MAX        64  /* connections per interface not authenticated yet */
-#define PREAUTH_PER_SOURCE 8   /* of those, from one source address */
+#define PREAUTH_PER_SOURCE 8   /* of those, from one source address (default) */
 #define DRAIN_NS           (2ULL * 1000000000ULL)
 #define PARK_NS            (10ULL * 1000000000ULL)
 #define STOP_WAIT_NS       (30ULL * 1000000000ULL)
@@ -117,6 +117,7 @@ struct shoal_rdma_server {
         void *dio_base, *held_base;
         size_t dio_len, held_len;
         unsigned conn_budget; /* connections the open-files limit allows, all interfaces */
+        _Atomic unsigned preauth_per_source; /* PREAUTH_PER_SOURCE, or the member's setting */
         unsigned nrails_wanted;
         int epfd, evfd;
         struct rs_q ev_q;
@@ -308,15 +309,42 @@ static void conn_free(struct rs_conn *c)
         free(c);
 }
 
-/* Refuses the connection request INFO (freed). Returns false, for the caller to return. */
-static bool reject(struct rs_rail *r, struct fi_info *info, const char *why)
+/* True where fi_reject leaks the request's rdma_cm id: verbs before libfabric 1.21
+ * (vrb_msg_ep_reject calls rdma_reject and never rdma_destroy_id; fixed by 0a4029f7b), the path
+ * of every refusal of a pre-authentication flood. */
+static bool reject_leaks(const struct rs_rail *r)
+{
+        return !strcmp(r->fab.prov, "verbs") && fi_version() < FI_VERSION(1, 21);
+}
+
+/* Refuses the connection request INFO without fi_reject's leak: an endpoint takes the request's
+ * rdma_cm id (verbs 1.17 vrb_open_ep; no queue pair yet) and closing it destroys the id, which
+ * makes the kernel reject the request (the requester sees ECONNREFUSED, as after rdma_reject);
+ * fi_reject, finding no id left, then only frees the request (and answers -FI_EBUSY, which
+ * libfabric logs only under FI_LOG_LEVEL=warn). */
+static void reject_request(struct rs_rail *r, struct fi_info *info, bool id_taken)
+{
+        struct fid_ep *ep = NULL;
+        if (!id_taken && reject_leaks(r) && fi_endpoint(r->fab.domain, info, &ep, NULL) == 0)
+                fi_close(&ep->fid);
+        fi_reject(r->pep, info->handle, NULL, 0);
+}
+
+/* Refuses the connection request INFO (freed); ID_TAKEN: an endpoint made on it was closed
+ * already. Returns false, for the caller to return. */
+static bool reject_ex(struct rs_rail *r, struct fi_info *info, const char *why, bool id_taken)
 {
         shoal_metric_inc(SHOAL_M_rdma_rejected);
         log_ratelimited(SHOAL_LOG_WARN, "rdma", "listener %s: connection refused: %s", r->addr,
                         why);
-        fi_reject(r->pep, info->handle, NULL, 0);
+        reject_request(r, info, id_taken);
         fi_freeinfo(info);
         return false;
+}
+
+static bool reject(struct rs_rail *r, struct fi_info *info, const char *why)
+{
+        return reject_ex(r, info, why, false);
 }
 
 static unsigned preauth_from(struct rs_rail *r, uint32_t src)
@@ -340,7 +368,7 @@ static bool on_connreq(struct rs_rail *r, struct fi_info *info)
                 return reject(r, info, "too many connections");
         if (r->npreauth >= PREAUTH_MAX || r->pool_nfree < 4)
                 return reject(r, info, "too many connections still authenticating");
-        if (preauth_from(r, src) >= PREAUTH_PER_SOURCE)
+        if (preauth_from(r, src) >= atomic_load(&rs->preauth_per_source))
                 return reject(r, info, "too many connections authenticating from one address");
         size_t rx = info->rx_attr ? info->rx_attr->size : r->fab.rx_size;
         size_t tx = info->tx_attr ? info->tx_attr->size : r->fab.tx_size;
@@ -373,10 +401,11 @@ static bool on_connreq(struct rs_rail *r, struct fi_info *info)
                 rc = shoal_fab_ep_bind(c->ep, r->eq, r->cq, &call);
         if (rc) {
                 shoal_fab_log_err(r->addr, call, rc);
+                bool taken = c->ep != NULL;
                 if (c->ep)
                         fi_close(&c->ep->fid);
                 free(c);
-                return reject(r, info, "cannot open an endpoint");
+                return reject_ex(r, info, "cannot open an endpoint", taken);
         }
         struct shoal_rdma_buf *pool[4];
         for (int i = 0; i < 4; i++) {
@@ -452,9 +481,13 @@ static void on_event(struct rs_rail *r, struct shoal_fab_event *ev, uint64_t now
                 return;
         }
         struct rs_conn *c = (struct rs_conn *)kind;
-        if (ev->err)
+        if (ev->err) {
+                if (!c->m.broken) /* its first error: a warning (issue 32) */
+                        log_ratelimited(SHOAL_LOG_WARN, "rdma",
+                                        "server: connection from %s broken: %s", c->m.peer,
+                                        ev->msg);
                 shoal_rdma_conn_break(&c->m, "connection error", now);
-        else if (ev->event == FI_CONNECTED)
+        } else if (ev->event == FI_CONNECTED)
                 shoal_rdma_conn_connected(&c->m, now);
         else if (ev->event == FI_SHUTDOWN)
                 shoal_rdma_conn_break(&c->m, "peer shut down", now);
@@ -735,6 +768,7 @@ struct shoal_rdma_server *shoal_rdma_server_start(struct shoal_server *srv, cons
         }
         rs->srv = srv;
         rs->epfd = rs->evfd = -1;
+        atomic_store(&rs->preauth_per_source, PREAUTH_PER_SOURCE);
         pthread_mutex_init(&rs->mu, NULL);
         if (shoal_hs_key_init(&rs->key, secret) ||
             shoal_strlcpy(rs->member_id, member_id ? member_id : "", sizeof(rs->member_id)) >=
@@ -810,4 +844,10 @@ void shoal_rdma_server_stop(struct shoal_rdma_server *rs)
         pthread_mutex_destroy(&rs->mu);
         shoal_hs_key_clear(&rs->key);
         free(rs);
+}
+
+void shoal_rdma_server_set_preauth_per_source(struct shoal_rdma_server *rs, unsigned n)
+{
+        if (rs && n)
+                atomic_store(&rs->preauth_per_source, SHOAL_MIN(n, (unsigned)PREAUTH_MAX));
 }

@@ -668,6 +668,32 @@ static void test_memlock_check(void **state)
         assert_int_equal(shoal_fab_memlock_check(&l, 9 * mib, 1u << 30, msg, sizeof(msg)), 0);
 }
 
+/* Issue 32: ENOMEM from CQ or endpoint creation on a pinning provider names RLIMIT_MEMLOCK; the
+ * MR-cache environment is read as libfabric reads it; only socket providers are fork-safe. */
+static void test_issue32_helpers(void **state)
+{
+        char msg[400] = "";
+        assert_false(shoal_fab_memlock_hint(-FI_ENOMEM, false, "fi_cq_open", msg, sizeof(msg)));
+        assert_false(shoal_fab_memlock_hint(-FI_EINVAL, true, "fi_cq_open", msg, sizeof(msg)));
+        assert_true(shoal_fab_memlock_hint(-FI_ENOMEM, true, "fi_cq_open", msg, sizeof(msg)));
+        assert_non_null(strstr(msg, "fi_cq_open: out of memory"));
+        assert_non_null(strstr(msg, "RLIMIT_MEMLOCK"));
+        assert_non_null(strstr(msg, "ulimit -l"));
+        assert_true(shoal_fab_env_cache_off("0"));
+        assert_true(shoal_fab_env_cache_off(""));
+        assert_false(shoal_fab_env_cache_off(NULL));
+        assert_false(shoal_fab_env_cache_off("1024"));
+        assert_true(shoal_fab_fork_safe_provider("tcp"));
+        assert_true(shoal_fab_fork_safe_provider("sockets"));
+        assert_false(shoal_fab_fork_safe_provider("verbs"));
+        assert_false(shoal_fab_fork_safe_provider("efa"));
+        char prov[32];
+        assert_false(shoal_fab_inherited_devices(prov, sizeof(prov))); /* tcp only, here */
+        assert_int_equal(shoal_fab_queue_margin(), 0);                 /* tcp pins nothing */
+        assert_true(shoal_fab_libfabric_initialised()); /* the tests above opened it */
+        assert_string_equal(shoal_fab_mr_cache_refusal(), "");
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -686,6 +712,7 @@ int main(void)
                 cmocka_unit_test(test_raise_limits),
                 cmocka_unit_test(test_conn_budget),
                 cmocka_unit_test(test_memlock_check),
+                cmocka_unit_test(test_issue32_helpers),
         };
         return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -102,6 +102,42 @@ static void test_entries_wait_while_closed(void **state)
         assert_true(entered);
 }
 
+static void *bg_enter_main(void *arg)
+{
+        bool *entered = arg;
+        bool t = shoal_fork_gate_bg_enter();
+        __atomic_store_n(entered, true, __ATOMIC_RELEASE);
+        shoal_fork_gate_bg_exit(t);
+        return NULL;
+}
+
+/* Issue 32: the background door (the RDMA threads) stays open while a pending fork waits for the
+ * callers inside (they may wait for those threads), is shut once they left, waits for a turn in
+ * progress, and holds background threads off until the gate opens again. */
+static void test_background_door(void **state)
+{
+        assert_true(shoal_fork_gate_enter()); /* a caller inside, waiting for an RDMA answer */
+        struct closer c = {0};
+        assert_int_equal(pthread_create(&c.th, NULL, close_main, &c), 0);
+        shoal_sleep_ns(100000000ULL);
+        assert_false(__atomic_load_n(&c.closed, __ATOMIC_ACQUIRE));
+        bool bg = shoal_fork_gate_bg_enter(); /* the answer's turn: not held off */
+        assert_true(bg);
+        shoal_fork_gate_exit(true);                    /* the caller leaves ... */
+        assert_false(closed_within(&c, 200000000ULL)); /* ... the turn is still going */
+        shoal_fork_gate_bg_exit(bg);
+        assert_true(closed_within(&c, 5000000000ULL));
+        pthread_join(c.th, NULL);
+        bool entered = false;
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, bg_enter_main, &entered), 0);
+        shoal_sleep_ns(200000000ULL);
+        assert_false(__atomic_load_n(&entered, __ATOMIC_ACQUIRE)); /* the fork is being made */
+        shoal_fork_gate_open();
+        pthread_join(th, NULL);
+        assert_true(entered);
+}
+
 static void before(void)
 {
         shoal_fork_gate_close();
@@ -147,6 +183,7 @@ int main(void)
                 cmocka_unit_test(test_off_until_installed),
                 cmocka_unit_test(test_close_waits_for_those_inside),
                 cmocka_unit_test(test_entries_wait_while_closed),
+                cmocka_unit_test(test_background_door),
                 cmocka_unit_test(test_fork_with_handlers),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

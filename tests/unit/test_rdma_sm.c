@@ -562,6 +562,45 @@ static void test_srv_eagain(void **state)
         srv_free(s);
 }
 
+/* Issue 32: -FI_EAGAIN while no send is out (verbs reports every post failure so) breaks the
+ * connection after SHOAL_RDMA_IDLE_EAGAIN_MAX tries instead of holding the answer until the
+ * requester's deadline; while sends are out it waits, however long. */
+static void test_srv_eagain_idle(void **state)
+{
+        struct srv *s = srv_new(&KEY, 4, 12);
+        assert_true(srv_handshake(s, &KEY, true));
+        srv_complete_sends(s);
+        srv_read(s, 1);
+        s->eagain_send = 1000;
+        srv_engine_answer(s, 0);
+        for (int k = 1; k < SHOAL_RDMA_IDLE_EAGAIN_MAX - 1; k++)
+                shoal_rdma_conn_tick(&s->c, s->now + (uint64_t)k * MS);
+        assert_false(s->c.broken);
+        assert_non_null(s->c.ready);
+        shoal_rdma_conn_tick(&s->c, s->now + 100 * MS);
+        assert_true(s->c.broken);
+        srv_flush_all(s);
+        srv_free(s);
+        /* a send out: EAGAIN is a full queue, waited on */
+        s = srv_new(&KEY, 4, 12);
+        assert_true(srv_handshake(s, &KEY, true));
+        srv_complete_sends(s);
+        srv_read(s, 1);
+        srv_read(s, 2);
+        srv_engine_answer(s, 0); /* posted: its send is out */
+        s->eagain_send = 1000;
+        srv_engine_answer(s, 0); /* the second, now the oldest */
+        for (int k = 1; k < 5 * SHOAL_RDMA_IDLE_EAGAIN_MAX; k++)
+                shoal_rdma_conn_tick(&s->c, s->now + (uint64_t)k * MS);
+        assert_false(s->c.broken);
+        s->eagain_send = 0;
+        srv_complete_sends(s);
+        assert_null(s->c.ready);
+        assert_false(s->c.broken);
+        srv_complete_sends(s);
+        srv_free(s);
+}
+
 /* Deadlines: the handshake must finish in SHOAL_RDMA_CONN_HS_NS; a silent session is idle. */
 static void test_srv_deadlines(void **state)
 {
@@ -1008,6 +1047,61 @@ static void test_cli_grow_failure(void **state)
         free(c);
 }
 
+/* Issue 32: the only channel refused before it connected is tried again after milliseconds
+ * (doubling pauses), its waiting request kept and sent once a retry gets in, the member not
+ * failed; refusals past the window, or of a channel that was up, fail it as before. */
+static void test_cli_refused_retry(void **state)
+{
+        struct cli *c = cli_new(8, 4);
+        c->l.cfg.refused_pause_ns = 5 * MS;
+        c->l.cfg.refused_ns = 10000 * MS;
+        struct shoal_rdma_chan *ch = cli_add(c, 16, 16);
+        cli_submit(c, 0);
+        assert_int_equal(c->l.nwaiting, 1);
+        uint64_t pause[4];
+        for (int k = 0; k < 4; k++) {
+                shoal_rdma_chan_refused(ch, "connection refused", c->now);
+                assert_int_equal(c->fails, 0);
+                assert_true(ch->broken);
+                assert_int_equal(c->l.nchans, 0);
+                assert_int_equal(c->l.nwaiting, 1); /* still waiting for a channel */
+                pause[k] = c->l.retry_at - c->now;
+                assert_true(pause[k] >= (5 * MS << k) / 2 && pause[k] <= 5 * MS << k);
+                assert_false(shoal_rdma_link_retry(&c->l, c->now + pause[k] - 1));
+                int grows = c->grows;
+                c->now += pause[k];
+                assert_true(shoal_rdma_link_retry(&c->l, c->now));
+                assert_int_equal(c->grows, grows + 1);
+                assert_false(shoal_rdma_link_retry(&c->l, c->now)); /* one at a time */
+                ch = cli_add(c, 16, 16);                            /* the channel asked for */
+        }
+        cli_open(c, ch);
+        assert_int_equal(c->l.refusals, 0);
+        shoal_rdma_link_tick(&c->l, c->now);
+        uint64_t ids[64];
+        assert_int_equal(cli_inflight_ids(ch, ids), 1); /* sent on the channel that got in */
+        cli_answer(c, ch, ids[0]);
+        assert_int_equal(c->done[0], 1);
+        assert_int_equal(c->rc[0], 0);
+        assert_int_equal(c->fails, 0);
+        /* a channel that was up and is refused later is a failure */
+        shoal_rdma_chan_refused(ch, "connection refused", c->now);
+        assert_int_equal(c->fails, 1);
+        /* refusals past the window fail the member */
+        struct cli *d = cli_new(8, 4);
+        d->l.cfg.refused_pause_ns = 5 * MS;
+        d->l.cfg.refused_ns = 100 * MS;
+        struct shoal_rdma_chan *x = cli_add(d, 16, 16);
+        shoal_rdma_chan_refused(x, "connection refused", d->now);
+        d->now += 101 * MS;
+        assert_true(shoal_rdma_link_retry(&d->l, d->now));
+        x = cli_add(d, 16, 16);
+        shoal_rdma_chan_refused(x, "connection refused", d->now);
+        assert_int_equal(d->fails, 1);
+        free(c);
+        free(d);
+}
+
 /* [R5]: a busy channel grows the link (one at a time), an idle shrink period drains it back to
  * one, a drained channel shuts down once idle without failing the member. */
 static void test_cli_scaling(void **state)
@@ -1149,6 +1243,7 @@ int main(void)
                 cmocka_unit_test(test_srv_shutdown_twice_and_flush),
                 cmocka_unit_test(test_srv_slot_pressure_late_sends),
                 cmocka_unit_test(test_srv_eagain),
+                cmocka_unit_test(test_srv_eagain_idle),
                 cmocka_unit_test(test_srv_deadlines),
                 cmocka_unit_test(test_srv_random_orders),
                 cmocka_unit_test(test_cli_credit_wait),
@@ -1156,6 +1251,7 @@ int main(void)
                 cmocka_unit_test(test_cli_slot_pressure_late_sends),
                 cmocka_unit_test(test_cli_shutdown_twice_and_flush),
                 cmocka_unit_test(test_cli_grow_failure),
+                cmocka_unit_test(test_cli_refused_retry),
                 cmocka_unit_test(test_cli_scaling),
                 cmocka_unit_test(test_cli_random_orders),
         };
