@@ -186,10 +186,10 @@ int shoal_etcd_url_parse(const char *rest, struct shoal_etcd_url *u, char *err, 
                 return -EINVAL;
         }
         if (memchr(rest, '@', len) || memchr(rest, '/', len)) {
+                /* (Not echoed: what stands before an '@' may be a password.) */
                 snprintf(err, errlen,
-                         "registry: etcd URL \"%.200s\": credentials and paths are not supported "
-                         "(etcd://host:port[,host:port...])",
-                         rest);
+                         "registry: etcd URL: credentials and paths are not supported "
+                         "(etcd://host:port[,host:port...])");
                 return -EINVAL;
         }
         const char *p = rest, *end = rest + len;

@@ -98,7 +98,7 @@ int shoal_registry_open(const char *url, const char *group, struct shoal_registr
                 ret = shoal_registry_etcd_open(url + 7, group, &r, err, errlen);
         } else {
                 snprintf(err, errlen,
-                         "registry: unsupported meta URL \"%.200s\" (use sqlite3:///path/meta.db "
+                         "registry: unsupported meta URL \"%.200s\" (use sqlite3:///path/meta.db, "
                          "redis://[:password@]host:port[/db] or etcd://host:port[,host:port])",
                          url);
                 return -EINVAL;
@@ -132,9 +132,19 @@ int shoal_registry_url_check(const char *url, char *err, size_t errlen)
                 }
                 return rc;
         }
+        if (!strncmp(url, "etcd://", 7)) {
+                struct shoal_etcd_url u;
+                char why[256];
+                int rc = shoal_etcd_url_parse(url + 7, &u, why, sizeof(why));
+                if (rc) {
+                        const char *w = !strncmp(why, "registry: ", 10) ? why + 10 : why;
+                        snprintf(err, errlen, "%s", w);
+                }
+                return rc;
+        }
         snprintf(err, errlen,
-                 "unsupported scheme (use sqlite3:///path/meta.db or "
-                 "redis://[:password@]host:port[/db])");
+                 "unsupported scheme (use sqlite3:///path/meta.db, "
+                 "redis://[:password@]host:port[/db] or etcd://host:port[,host:port])");
         return -EINVAL;
 }
 

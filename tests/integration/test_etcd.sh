@@ -89,13 +89,14 @@ echo "== bad URLs and a dead etcd"
 bad_url() { # bad_url URL — refused before any connection, in one line naming the URL's fault
   local rc=0
   "$SHOAL" group --meta "$1" --cache-group g1 >"$T/bad.out" 2>"$T/bad.err" || rc=$?
-  [ "$rc" -ne 0 ] || fail "shoal group accepted --meta $1"
+  [ "$rc" -eq 2 ] || fail "shoal group --meta $1: exit $rc, expected 2"
   [ "$(wc -l <"$T/bad.err")" -eq 1 ] && grep -q "etcd URL" "$T/bad.err" ||
     fail "--meta $1: expected one line about the etcd URL, got: $(cat "$T/bad.err")"
 }
 bad_url "etcd://"
 bad_url "etcd://host:notaport"
-bad_url "etcd://u:p@$EP"
+bad_url "etcd://u:pw@$EP"
+if grep -q "pw" "$T/bad.err"; then fail "the error shows what may be a password: $(cat "$T/bad.err")"; fi
 bad_url "etcd://$EP/path"
 dead=$(free_port)
 out=$("$SHOAL" group --meta "etcd://127.0.0.1:$dead" --cache-group g1 2>&1) &&
