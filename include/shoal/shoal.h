@@ -63,9 +63,9 @@ SHOAL_API void shoal_options_free(struct shoal_options *o);
  * "rdma-provider", "buffer-size" (MiB or with a unit), "max-downloads", "prefetch" (blocks),
  * "group-secret-file", "metrics" (HOST:PORT of a Prometheus endpoint; none by default),
  * "log-level", "log-file", "strict-group" (a switch: a group that cannot share fails the open
- * with -EIO instead of a warning). VALUE NULL restores the default. Values are checked here: returns 0,
- * or -EINVAL for an unknown name, a flag that only a serving member takes ("group-weight"), or a
- * bad value (the message names both). */
+ * with -EIO instead of a warning). VALUE NULL restores the default. Values are checked here:
+ * returns 0, or -EINVAL for an unknown name, a flag that only a serving member takes
+ * ("group-weight"), or a bad value (the message names both). */
 SHOAL_API int shoal_options_set(struct shoal_options *o, const char *name, const char *value);
 
 /* Sets the group secret to the LEN bytes at SECRET (16 to 4096 bytes, every byte counts, NUL
