@@ -621,6 +621,8 @@ void shoal_rdma_link_tick(struct shoal_rdma_link *l, uint64_t now)
                 *pp = r->next;
                 l->nwaiting--;
                 shoal_metric_inc(SHOAL_M_rdma_wait_spills);
+                log_debug("rdma", "request %llu waited too long for a channel (%u up): by TCP",
+                          (unsigned long long)r->id, l->nchans);
                 l->ops->complete(l->env, r, -ENOTCONN);
         }
         l->waiting_tail = NULL;
