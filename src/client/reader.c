@@ -316,7 +316,7 @@ static int read_prev_owner(struct shoal_reader *r, struct shoal_group *g, struct
         const struct shoal_member *p;
         int rc = -ENOENT;
         if (shoal_group_prev_owner(v, &mb->id, &p) >= 0 && strcmp(p->id, shoal_group_self_id(g)) &&
-            !shoal_remote_avoided(r->cfg.remote, p->id)) {
+            !shoal_remote_member_avoided(r->cfg.remote, p)) {
                 rc = shoal_remote_read(r->cfg.remote, p, r->cfg.vol, obj, index, 0, mb->len,
                                        mb->buf, SHOAL_VIEW_COPY_ONLY);
                 if (!rc) {
@@ -356,7 +356,8 @@ static int read_member(struct shoal_reader *r, struct shoal_group_view *v,
 
 static bool usable(struct shoal_reader *r, const struct shoal_member *m, const char *self)
 {
-        return r->cfg.remote && strcmp(m->id, self) && !shoal_remote_avoided(r->cfg.remote, m->id);
+        return r->cfg.remote && strcmp(m->id, self) &&
+               !shoal_remote_member_avoided(r->cfg.remote, m);
 }
 
 /* Where a block comes from in the group, for FILL. Sets *OWNER_IS_SELF (this process caches what
