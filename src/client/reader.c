@@ -394,6 +394,8 @@ static int fill_from_group(struct shoal_reader *r, struct shoal_group *g, struct
                 rc = read_member(r, v, o, mb, obj, index, off, len);
                 if (!rc || rc == -ESTALE || rc == -ENOENT)
                         goto out;
+                if (allow_remote) /* the owner failed a client: the next member, else the store */
+                        shoal_metric_inc(SHOAL_M_remotecache_fallbacks);
         }
         if (substitute) {
                 *owner_is_self = true; /* from the store, kept here */
@@ -404,7 +406,6 @@ static int fill_from_group(struct shoal_reader *r, struct shoal_group *g, struct
                 if (!rc || rc == -ESTALE || rc == -ENOENT)
                         goto out;
         }
-        shoal_metric_inc(SHOAL_M_remotecache_fallbacks);
 out:
         shoal_group_view_put(v);
         return rc;
