@@ -316,7 +316,7 @@ static int read_prev_owner(struct shoal_reader *r, struct shoal_group *g, struct
         const struct shoal_member *p;
         int rc = -ENOENT;
         if (shoal_group_prev_owner(v, &mb->id, &p) >= 0 && strcmp(p->id, shoal_group_self_id(g)) &&
-            !shoal_remote_avoided(r->cfg.remote, p->id)) {
+            !shoal_remote_member_avoided(r->cfg.remote, p)) {
                 rc = shoal_remote_read(r->cfg.remote, p, r->cfg.vol, obj, index, 0, mb->len,
                                        mb->buf, SHOAL_VIEW_COPY_ONLY);
                 if (!rc) {
@@ -356,7 +356,8 @@ static int read_member(struct shoal_reader *r, struct shoal_group_view *v,
 
 static bool usable(struct shoal_reader *r, const struct shoal_member *m, const char *self)
 {
-        return r->cfg.remote && strcmp(m->id, self) && !shoal_remote_avoided(r->cfg.remote, m->id);
+        return r->cfg.remote && strcmp(m->id, self) &&
+               !shoal_remote_member_avoided(r->cfg.remote, m);
 }
 
 /* Where a block comes from in the group, for FILL. Sets *OWNER_IS_SELF (this process caches what
@@ -393,6 +394,8 @@ static int fill_from_group(struct shoal_reader *r, struct shoal_group *g, struct
                 rc = read_member(r, v, o, mb, obj, index, off, len);
                 if (!rc || rc == -ESTALE || rc == -ENOENT)
                         goto out;
+                if (allow_remote) /* the owner failed a client: the next member, else the store */
+                        shoal_metric_inc(SHOAL_M_remotecache_fallbacks);
         }
         if (substitute) {
                 *owner_is_self = true; /* from the store, kept here */
@@ -403,7 +406,6 @@ static int fill_from_group(struct shoal_reader *r, struct shoal_group *g, struct
                 if (!rc || rc == -ESTALE || rc == -ENOENT)
                         goto out;
         }
-        shoal_metric_inc(SHOAL_M_remotecache_fallbacks);
 out:
         shoal_group_view_put(v);
         return rc;

@@ -5,8 +5,16 @@
  * that moment is less than the timeout ago. Wall clocks of different hosts disagree, so wall time
  * is used only to place the first sighting of a record (a record whose updated_ms is already a
  * timeout old starts out dead), and never to delete one: a record is deleted only after this
- * reader itself has watched it stay silent for STALE_FACTOR timeouts. A member whose clock runs
- * an hour behind is therefore seen after its next heartbeat, not deleted over and over.
+ * reader itself has watched it stay silent for STALE_FACTOR timeouts (or its grace period and a
+ * timeout, when longer). A member whose clock runs an hour behind is therefore seen after its
+ * next heartbeat, not deleted over and over.
+ *
+ * A member that says goodbye (its record says leaving) or stops beating leaves the serving view
+ * but keeps its place for the grace period its record carries: it is listed in the view's away
+ * list, and since placement is rendezvous hashing over the serving members, the next member in
+ * each of its blocks' order serves them and nothing else moves. The agent also keeps the
+ * placement before the last change of it (the previous view's providers; at the join, the group
+ * without this member) for shoal_group_prev_owner.
  *
  * Registry errors never stop the agent: the last view stays, the member keeps serving (it is
  * always in its own view), and the next heartbeat tries again. */
@@ -371,7 +379,6 @@ static int refresh(struct shoal_group *g, struct shoal_member *list, size_t n)
         struct shoal_member *serving = calloc(n + 1, sizeof(*serving));
         struct shoal_member *away = calloc(n + 1, sizeof(*away));
         size_t n_seen = 0, n_serving = 0, n_away = 0;
-        bool self_listed = false;
         int ret = -ENOMEM;
 
         if (!seen || !serving || !away)
@@ -383,7 +390,6 @@ static int refresh(struct shoal_group *g, struct shoal_member *list, size_t n)
                 if (i > 0 && !strcmp(m->id, list[i - 1].id))
                         continue;
                 if (!strcmp(m->id, g->self.id)) {
-                        self_listed = true;
                         adopt_weight(g, m);
                         continue;
                 }
@@ -421,8 +427,7 @@ static int refresh(struct shoal_group *g, struct shoal_member *list, size_t n)
                         away[n_away++] = *m;
                 }
         }
-        (void)self_listed; /* the self record is not in the listing until its first write lands */
-        serving[n_serving++] = g->self;
+        serving[n_serving++] = g->self; /* always, listed or not (its write may not have landed) */
         qsort(serving, n_serving, sizeof(*serving), cmp_member);
 
         pthread_mutex_lock(&g->lock);

@@ -67,7 +67,9 @@
         X(remotecache_get_bytes, COUNTER, "Bytes read from group members")                         \
         X(remotecache_get_errors, COUNTER, "Block reads from group members that failed")           \
         X(remotecache_get_dur, HIST, "Latency of block reads from group members")                  \
-        X(remotecache_fallbacks, COUNTER, "Block reads sent to the store after a member failed")   \
+        X(remotecache_fallbacks, COUNTER,                                                          \
+          "Block reads whose owner failed (then the next member in the block's order, or the "     \
+          "store)")                                                                                \
         X(remotecache_auth_failures, COUNTER,                                                      \
           "Handshakes refused: a peer without the group secret (either side)")                     \
         X(remotecache_serve_requests, COUNTER, "Block reads served to group members")              \

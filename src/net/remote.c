@@ -31,6 +31,7 @@ struct member_state {
         enum rpc_state rpc;
         uint64_t rpc_checked;
         char iorpc_addr[SHOAL_ADDR_LEN];
+        char tcp_addr[SHOAL_ADDR_LEN]; /* where it listened when this state was made */
 };
 
 struct shoal_remote {
@@ -96,6 +97,31 @@ static struct member_state *member_locked(struct shoal_remote *rm, const char *i
         return &rm->members[i];
 }
 
+/* The state of member M, started afresh when M listens elsewhere than it did: a member id is
+ * kept across restarts (issue 26), and a restarted member is neither the one that failed nor
+ * at the IORPC address learnt before. rm->mu held. */
+static struct member_state *member_of_locked(struct shoal_remote *rm, const struct shoal_member *m)
+{
+        struct member_state *ms = member_locked(rm, m->id);
+        if (strcmp(ms->tcp_addr, m->tcp_addr)) {
+                if (ms->tcp_addr[0]) {
+                        ms->avoid_until = 0;
+                        ms->rpc = RPC_UNKNOWN;
+                        ms->iorpc_addr[0] = '\0';
+                }
+                shoal_strlcpy(ms->tcp_addr, m->tcp_addr, sizeof(ms->tcp_addr));
+        }
+        return ms;
+}
+
+bool shoal_remote_member_avoided(struct shoal_remote *rm, const struct shoal_member *m)
+{
+        pthread_mutex_lock(&rm->mu);
+        bool avoided = shoal_now_ns() < member_of_locked(rm, m)->avoid_until;
+        pthread_mutex_unlock(&rm->mu);
+        return avoided;
+}
+
 bool shoal_remote_avoided(struct shoal_remote *rm, const char *member_id)
 {
         pthread_mutex_lock(&rm->mu);
@@ -117,7 +143,7 @@ static void iorpc_addr_for(struct shoal_remote *rm, const struct shoal_member *m
 {
         out[0] = '\0';
         pthread_mutex_lock(&rm->mu);
-        struct member_state *ms = member_locked(rm, m->id);
+        struct member_state *ms = member_of_locked(rm, m);
         uint64_t now = shoal_now_ns();
         bool ask = ms->rpc == RPC_UNKNOWN ||
                    (ms->rpc == RPC_DISABLED && now - ms->rpc_checked > RECHECK_NS);

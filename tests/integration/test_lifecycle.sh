@@ -11,7 +11,8 @@
 #   - a fourth member joins: the next pass makes <= 5 % GETs (it copies from the previous
 #     owners), and in a second pass it serves >= 15 % of the reads;
 #   - --set-weight 0 on it: no restart, no read error, GETs <= 5 %, and a pass after the
-#     hand-over finds it serving <= 1 % of the reads; `shoal group` shows it draining.
+#     hand-over finds it serving <= 1 % of the reads; `shoal group` shows it draining;
+#   - the same through a Redis registry; the weight outlives a restart of the member.
 . "$(dirname "$0")/lib.sh"
 export SHOAL_GROUP_HEARTBEAT=200ms SHOAL_GROUP_TIMEOUT=1s SHOAL_GROUP_GRACE=30s \
   SHOAL_REMOTE_TIMEOUT=2s SHOAL_AVOID_DURATION=500ms
@@ -158,4 +159,21 @@ stop_proc d
 expect_exit 2 "$SHOAL" serve "$S" --meta "$META" --cache-group g2 --cache-dir "$T/d.cache" \
   --block-size "$((KIB * 2))K" --log-level warn
 grep -q "block size $((KIB * 1024))" "$T/last.err" || fail "refusal: $(cat "$T/last.err")"
+echo "== --set-weight through a Redis registry, and a restart keeps it"
+start_redis
+RM=(--meta "$REDIS_URL" --cache-group gr --group-ip 127.0.0.1 "${BS[@]}")
+start_member r1 "$S" "${RM[@]}"
+start_member r2 "$S" "${RM[@]}"
+wait_members "$REDIS_URL" gr 2
+id1=$(id_of r1)
+"$SHOAL" group --meta "$REDIS_URL" --cache-group gr --set-weight "$id1" 0 >"$T/setw.out" ||
+  fail "--set-weight on Redis: $(cat "$T/setw.out")"
+wait_log "$T/r1.log" "weight of this member set to 0" 20
+wait_log "$T/r2.log" "member $id1 .* now has weight 0" 20
+stop_proc r1
+start_member r1 "$S" "${RM[@]}"
+[ "$(id_of r1)" = "$id1" ] || fail "r1 came back as $(id_of r1)"
+wait_log "$T/r1.log" "weight of this member set to 0" 20 2
+"$SHOAL" group --meta "$REDIS_URL" --cache-group gr | grep "^$id1 " | grep -q " drain " ||
+  fail "r1 is not draining after its restart: $("$SHOAL" group --meta "$REDIS_URL" --cache-group gr)"
 echo "PASS test_lifecycle"

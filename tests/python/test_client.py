@@ -178,7 +178,8 @@ def test_iorpc_connections_to_a_restarted_member_close(harness, tmp_path):
         assert _client_sockets(old), "no IORPC connection to port %d" % old
         harness.stop("a")
         harness.member("a", storage, *flags)
-        harness.wait_members(meta, "g", 1)
+        # a (the same member: it keeps its id in its cache folder) and this client
+        harness.wait_members(meta, "g", 2)
         wait_until("a's new ready line", lambda: _iorpc_port(harness, "a") not in (0, old))
         # Closed by the member, nobody reading them: gone within a few grow periods.
         wait_until("connections to the old port closed", lambda: not _client_sockets(old))
