@@ -66,9 +66,10 @@ start_s3fault "$S3_PORT"
 URL=s3://$BUCKET
 EP=$S3F_ENDPOINT
 
-read_one() { # read_one KEY — byte-exact through $READ_FLAGS, else a line in $T/bad
+read_one() { # read_one KEY — byte-exact through $READ_FLAGS (%P: this process's pid), else a line in $T/bad
   local o=$T/out.$$ e=$T/err.$$
-  if ! "$SHOAL" cat "$URL" "$1" $READ_FLAGS >"$o" 2>"$e"; then
+  # shellcheck disable=SC2086
+  if ! "$SHOAL" cat "$URL" "$1" ${READ_FLAGS//%P/$$} >"$o" 2>"$e"; then
     echo "exit $?: $1: $(head -c 300 "$e")" >>"$T/bad"
   elif ! cmp -s "$o" "$OBJS/$1"; then
     echo "differs: $1" >>"$T/bad"
@@ -98,7 +99,8 @@ read_all() { # read_all FLAGS... — the cat_keys, 4 at a time (cold, not in the
 }
 
 echo "== shoal cat: $n_cat objects byte-exact, every request signed and verified"
-read_all --endpoint "$EP" --block-size $BS --cache-dir "$T/cat.cache" --log-level error
+# (A cache folder per process: a folder holds one process at a time.)
+read_all --endpoint "$EP" --block-size $BS --cache-dir "$T/cat.cache.%P" --log-level error
 grep -q SIGFAIL "$S3F_LOG" && fail "a request failed SigV4 verification: $(grep -m1 SIGFAIL "$S3F_LOG")"
 gets=$(grep -c '^GET /' "$S3F_LOG")
 echo "  $gets GETs, $(grep -c '^HEAD /' "$S3F_LOG") HEADs, 0 signature failures"
