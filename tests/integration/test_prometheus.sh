@@ -38,8 +38,7 @@ SHOAL_FLAGS=--cache-group gp --meta $META --group-ip 127.0.0.1 --cache-dir $T/m.
 EOF
 unit_argv "$D/systemd/shoal-serve.service" "$T/serve.env"
 "${ARGV[@]}" &
-PID_m=$!
-PIDS+=("$PID_m")
+track m $! member "$T/m.log"
 wait_members "$META" gp 1
 cat >"$T/mount.env" <<EOF
 SHOAL_STORAGE=$S
@@ -54,7 +53,7 @@ mountpoint -q "$MP" || fail "not mounted after the command returned"
 # The daemon's pid is in its log lines ("shoal[PID]"), as systemd would guess it.
 PID_c=$(grep -o 'shoal\[[0-9]*\]' "$T/c.log" | tail -n 1 | tr -dc 0-9)
 [ -n "$PID_c" ] && kill -0 "$PID_c" || fail "no running mount daemon"
-PIDS+=("$PID_c")
+track c "$PID_c" daemon "$T/c.log"
 
 echo "== Prometheus with deploy/prometheus, scraping both every second"
 cp -r "$D/prometheus" "$T/prom"
@@ -67,8 +66,8 @@ PP=$(free_port)
 PROM=http://127.0.0.1:$PP
 prometheus --config.file="$T/prom/prometheus.yml" --storage.tsdb.path="$T/prom-data" \
   --web.listen-address="127.0.0.1:$PP" --log.level=warn >"$T/prom.log" 2>&1 &
-PID_p=$!
-PIDS+=("$PID_p")
+track prom $! infra "$T/prom.log"
+PID_p=$PID_prom
 wait_for curl -sf "$PROM/-/ready" || fail "prometheus did not start: $(tail -n 5 "$T/prom.log")"
 
 # q EXPR — the instant query's result as "labels value" lines (sorted); fails on an API error.

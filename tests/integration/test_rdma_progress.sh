@@ -32,9 +32,7 @@ start_member a "$S" --meta "sqlite3://$T/a.db" --cache-group ga --group-ip 127.0
   --group-secret-file "$T/secret" "${BS[@]}" --metrics "127.0.0.1:$MP" 2>"$T/a.err"
 wait_members "sqlite3://$T/a.db" ga 1
 RA=$(grep -o "rdma listening on 127.0.0.1:[0-9]*" "$T/a.log" | head -n 1 | awk '{print $NF}')
-"$PEER" idle "$RA" "$T/secret" 100 600 "$T/idle.stats" 2>"$T/idle.err" &
-IDLE=$!
-PIDS+=("$IDLE")
+start_bg idle -- "$PEER" idle "$RA" "$T/secret" 100 600 "$T/idle.stats"
 wait_for grep -q "^ready 100$" "$T/idle.stats" ||
   fail "100 idle connections did not authenticate: $(tr '\n' ' ' <"$T/idle.stats")"
 TID=$(grep -l "^shoal-rdma-srv" /proc/"$PID_a"/task/*/comm | head -n 1 | cut -d/ -f5)
@@ -49,21 +47,17 @@ echo "  $calls system calls for $msgs PINGs answered ($(awk -v c="$calls" -v m="
 grep -E "^ *[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+" "$T/strace.out" | sort -k4 -n -r | head -n 6 | sed 's/^/    /'
 [ "$msgs" -ge 100 ] || fail "too few PINGs answered in the window ($msgs)"
 [ "$calls" -le $((20 * msgs)) ] || fail "$calls system calls for $msgs messages: more than 20 each"
-kill "$IDLE"
-wait "$IDLE" 2>/dev/null || true
+stop_proc idle # exit 0 or 143, no report
 
 echo "== a member that never answers its RDMA listener: the others keep serving [finding 6]"
-python3 -c 'import socket, sys, time
+start_bg hole -- python3 -c 'import socket, sys, time
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
 print(s.getsockname()[1], flush=True)
-time.sleep(600)' >"$T/hole.port" &
-HOLE=$!
-PIDS+=("$HOLE")
-wait_for test -s "$T/hole.port" || fail "no silent listener"
+time.sleep(600)'
+wait_for test -s "$T/hole.out" || fail "no silent listener"
 APOOL=$(grep -o "tcp pool 127.0.0.1:[0-9]*" "$T/a.log" | head -n 1 | cut -d: -f2)
-python3 "$HERE/fakemember.py" "$T/a.db" ga "127.0.0.1:$APOOL" "$S" 65536 \
-  "127.0.0.1:$(cat "$T/hole.port")" >"$T/fake.id" &
-PIDS+=($!)
+start_bg fake -- python3 "$HERE/fakemember.py" "$T/a.db" ga "127.0.0.1:$APOOL" "$S" 65536 \
+  "127.0.0.1:$(cat "$T/hole.out")"
 wait_members "sqlite3://$T/a.db" ga 2
 need_fuse
 # A mount (one long-lived requester) that retries RDMA to a failed member every second: the first
@@ -88,7 +82,7 @@ while [ "$(date +%s)" -lt "$end" ]; do
     cmp -s "$T/out" "$STORE/d/o$i" || fail "d/o$i differs while reconnecting"
   done
 done
-tries=$(grep -c "Cannot establish rpc connection to member .* over RDMA: no connection to 127.0.0.1:$(cat "$T/hole.port") within" "$T/m.log" || true)
+tries=$(grep -c "Cannot establish rpc connection to member .* over RDMA: no connection to 127.0.0.1:$(cat "$T/hole.out") within" "$T/m.log" || true)
 scrape "127.0.0.1:$MP" /metrics "$T/m1.txt"
 w1=$(awk '$1 ~ "^rdma_write_ops" {print $2; exit}' "$T/m1.txt")
 echo "  $n reads of 1 MiB, the slowest $max ms; connects to the silent member timed out: $tries; live member's RDMA writes +$((${w1%.*} - ${w0%.*}))"

@@ -83,7 +83,7 @@ while True:
         pass
     time.sleep(0.2)
 PY
-PIDS+=($!)
+track fake $! helper "$T/fake.err" # exit 0 or 143; a traceback in its stderr fails the test
 wait_members "$META" gv 2
 fake=$(cat "$T/fake.id")
 # One client process retrying every 100 ms for 3 s: about 30 attempts, a line at most each second.

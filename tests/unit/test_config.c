@@ -76,6 +76,10 @@ static void test_good_values(void **state)
                                     "us-west-2",
                                     "FI_PROVIDER",
                                     "tcp",
+                                    "SHOAL_IORPC_GROW_QPS",
+                                    "200",
+                                    "SHOAL_RDMA_GROW_MIBPS",
+                                    "64",
                                     NULL};
         assert_int_equal(parse(good, &env, err, sizeof(err)), 0);
         assert_int_equal(env.remote_timeout_ns, 1500000000ULL);
@@ -88,6 +92,9 @@ static void test_good_values(void **state)
         assert_int_equal(env.group_secret_len, 16);
         assert_string_equal(env.aws_region, "us-west-2"); /* AWS_REGION wins */
         assert_string_equal(env.fi_provider, "tcp");
+        assert_int_equal(env.iorpc_grow_qps, 200);
+        assert_int_equal(env.rdma_grow_mibps, 64);
+        assert_int_equal(env.rdma_grow_qps, 0); /* not set: the seeds' threshold */
 }
 
 /* Each bad value: -EINVAL and one line naming the variable; never a default. */
@@ -119,6 +126,10 @@ static void test_bad_values(void **state)
         expect_bad("SHOAL_STORE_ATTEMPTS", "0", "1 to 1000");
         expect_bad("SHOAL_STORE_ATTEMPTS", "1001", "1 to 1000");
         expect_bad("SHOAL_S3_LIST_MAX_KEYS", "many", "1 to 1000");
+        expect_bad("SHOAL_IORPC_GROW_QPS", "0", "1 to 100000000");
+        expect_bad("SHOAL_RDMA_GROW_QPS", "fast", "1 to 100000000");
+        expect_bad("SHOAL_IORPC_GROW_MIBPS", "1048577", "1 to 1048576");
+        expect_bad("SHOAL_RDMA_GROW_MIBPS", "-5", "1 to 1048576");
         expect_bad("SHOAL_GROUP_SECRET", "short", "16 to 4096 bytes");
         expect_bad("SHOAL_S3_CA_FILE", "/nonexistent/ca.pem", "readable file");
         expect_bad("SHOAL_S3_CA_FILE", "/", "readable file");
