@@ -61,7 +61,7 @@
 #define DRAIN_NS         (2ULL * 1000000000ULL)
 #define PARK_NS          (10ULL * 1000000000ULL)
 #define TICK_NS          (100ULL * 1000000ULL)
-#define REFUSED_PAUSE_NS (5ULL * 1000000ULL)    /* first pause after a refused connection */
+#define REFUSED_PAUSE_NS (5ULL * 1000000ULL)     /* first pause after a refused connection */
 #define REFUSED_NS       (10ULL * 1000000000ULL) /* refused connections retried this long */
 #define BOUNCE_BUFS      8
 #define POLL_BUDGET      1024
