@@ -50,7 +50,7 @@ class Plan:
         self._client = client  # keeps the client alive
         p = lib.shoal_plan_create(client._handle(), int(window or 0), int(inflight or 0))
         if not p:
-            raise _lib.null_error()
+            raise _lib.null_error("settings")  # EINVAL (a window too large): ValueError
         self._p = p
         self._pid = os.getpid()
         self._items = iter(items)

@@ -12,7 +12,7 @@
 #include "metrics/metrics.h"
 #include "store/store.h"
 
-#define MATCH_SPAN    64u   /* items past the head that a read may skip to */
+#define MATCH_SPAN    16u   /* items past the head that a read may skip to */
 #define LOOK_MAX      1024u /* items past the walk searched for the next use of a victim */
 #define LOOK_BLOCKS   64u   /* blocks of one item looked at in that search */
 #define SPARE_MAX     1024u /* objects no item names any more, kept for their stat */
@@ -574,7 +574,10 @@ int shoal_planner_add(struct shoal_planner *p, const char *key, uint64_t off, ui
         return rc;
 }
 
-/* The first of the items near the head that a read of KEY at OFF falls in; NONE. */
+/* The item a read of KEY at OFF follows: the head if the read falls inside it (an item read in
+ * pieces), else one of the next few that the read starts exactly at (the items before it were
+ * skipped); NONE (off the plan). Only exact starts past the head, so that a read elsewhere in an
+ * object the plan names later does not skip the plan ahead. */
 static uint64_t match(struct shoal_planner *p, const char *key, uint64_t off)
 {
         uint64_t end = SHOAL_MIN(p->tail, p->head + MATCH_SPAN);
@@ -582,7 +585,7 @@ static uint64_t match(struct shoal_planner *p, const char *key, uint64_t off)
                 const struct pitem *it = item_at(p, s);
                 if (strcmp(it->o->obj.key, key))
                         continue;
-                if (off == it->off || (off > it->off && off - it->off < it->len))
+                if (off == it->off || (s == p->head && off > it->off && off - it->off < it->len))
                         return s;
         }
         return NONE;
