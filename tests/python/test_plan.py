@@ -235,3 +235,34 @@ def test_memory_stays_within_the_window(tmp_path):
     # and the sanitizer: far below what 300,000 items held at once would take.
     growth = out["peak"] - out["base"]
     assert growth < (16 << 20) + (48 << 20), out
+
+
+def test_metrics_endpoint_and_shoal_stats_show_plans(tmp_path):
+    from conftest import SHOAL, free_port
+    import urllib.request
+    root = str(tmp_path / "store")
+    objs = make_objects(root, 2, 2 * BLOCK)
+    k0, k1 = sorted(objs)
+    addr = "127.0.0.1:%d" % free_port()
+    with shoal.Client("file://" + root, block_size="256K", buffer_size="8M", metrics=addr) as c:
+        with c.plan([(k0, 0, 1000), (k1, 0, None)]) as p:
+            assert p.read(k0, 0, 1000) == objs[k0][:1000]
+            assert p.read(k1) == objs[k1]
+            assert p.read(k0, 5, 5) == objs[k0][5:10]  # off the plan
+            with urllib.request.urlopen("http://%s/metrics" % addr, timeout=10) as r:
+                text = r.read().decode()
+            values = {}
+            for line in text.splitlines():
+                if line.startswith("plan_"):
+                    name, v = line.rsplit(" ", 1)
+                    values[name.split("{", 1)[0]] = float(v)
+            assert values["plan_hits"] + values["plan_misses"] >= 2
+            assert values["plan_offplan_reads"] >= 1
+            assert values["plan_window_bytes"] == p.stats()["window_bytes"]
+            r = subprocess.run([SHOAL, "stats", addr, "--schema", "p", "-l", "1", "-c", "2",
+                                "--interval", "1"], capture_output=True, text=True, timeout=60,
+                               env=dict(os.environ, ASAN_OPTIONS="detect_leaks=0"))
+            assert r.returncode == 0, r.stderr
+            head = r.stdout.splitlines()
+            assert any(all(w in line.split() for w in ("hits", "miss", "pref", "win", "unused",
+                                                       "off")) for line in head), r.stdout
