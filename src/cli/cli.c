@@ -145,7 +145,7 @@ static const struct opt_def opts[OPT__COUNT] = {
                          "stderr"},
         [OPT_SCHEMA] = {"schema", 0, true, CMD_STATS, "LETTERS",
                         "sections: u usage, f fuse, m meta, c blockcache, r remotecache, e rdma, "
-                        "o object (default ufmco)"},
+                        "o object, p plan (default ufmco)"},
         [OPT_INTERVAL] = {"interval", 0, true, CMD_STATS, "SECONDS",
                           "seconds between rows (default 1)"},
         [OPT_VERBOSITY] = {"verbosity", 'l', true, CMD_STATS, "0|1", "1 adds detail columns"},
@@ -183,6 +183,9 @@ static const struct opt_def opts[OPT__COUNT] = {
                                   .metavar = "SIZE",
                                   .help = "part size of s3:// multipart uploads, 5M to 5G (default "
                                           "16M)"},
+        [OPT_PLAN] = {"plan", 0, true, CMD_WARMUP, "FILE",
+                      "with --storage: warm the items of an access plan in order of first use "
+                      "(a line: KEY, or KEY<TAB>OFFSET<TAB>LENGTH)"},
 };
 
 static const struct {

@@ -76,6 +76,7 @@ enum shoal_opt {
         OPT_ALLOW_OVERWRITE,
         OPT_ALLOW_DELETE,
         OPT_UPLOAD_PART_SIZE,
+        OPT_PLAN,
         OPT__COUNT
 };
 

@@ -266,3 +266,56 @@ def test_metrics_endpoint_and_shoal_stats_show_plans(tmp_path):
             head = r.stdout.splitlines()
             assert any(all(w in line.split() for w in ("hits", "miss", "pref", "win", "unused",
                                                        "off")) for line in head), r.stdout
+
+
+def test_warmup_plan_fills_the_group_in_first_use_order(harness, tmp_path):
+    """shoal warmup --plan: every block the plan touches is fetched once, by its owner (one
+    store GET per distinct block however often the plan names it), and a plan read afterwards
+    makes no store GET at all; a missing key is a counted error (exit 1), a bad line exit 2."""
+    from conftest import MEMBER_ASAN, SHOAL
+    root = str(tmp_path / "store")
+    objs = make_objects(root, 6, 3 * BLOCK + 500)
+    keys = sorted(objs)
+    storage = "file://" + root
+    meta = "sqlite3://%s/meta.db" % harness.tmp
+    for m in ("a", "b"):
+        harness.member(m, storage, "--meta", meta, "--cache-group", "g", "--block-size", "256K")
+    harness.wait_members(meta, "g", 2)
+    rnd = random.Random(5)
+    # Objects 0-3 only: 0 and 1 whole (keys), 2 and 3 as records, many of them twice.
+    items = [keys[0], keys[1]] + [(keys[2 + rnd.randrange(2)], rnd.randrange(3 * BLOCK), 3000)
+                                  for _ in range(200)]
+    blocks = set()
+    for it in items:
+        k, off, n = (it, 0, len(objs[it])) if isinstance(it, str) else it
+        for b in range(off // BLOCK, (min(off + n, len(objs[k])) - 1) // BLOCK + 1):
+            blocks.add((k, b))
+    plan = tmp_path / "plan.txt"
+    plan.write_text("".join((it if isinstance(it, str) else "%s\t%d\t%d" % it) + "\n"
+                            for it in items) + "\n")
+    flags = ["--meta", meta, "--cache-group", "g", "--block-size", "256K"]
+    env = dict(os.environ, ASAN_OPTIONS=MEMBER_ASAN)
+    gets = lambda: sum(harness.metrics(m).get("object_get_requests", 0) for m in ("a", "b"))
+    r = subprocess.run([SHOAL, "warmup", "--storage", storage, "--plan", str(plan), *flags],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "%d/%d blocks" % (len(blocks), len(blocks)) in r.stderr, r.stderr
+    assert gets() == len(blocks)
+    with shoal.Client(storage, meta=meta, cache_group="g", block_size="256K",
+                      buffer_size="16M") as c:
+        with c.plan(items) as p:
+            for it in items:
+                k, off, n = (it, 0, None) if isinstance(it, str) else it
+                want = objs[k][off:] if n is None else objs[k][off:off + n]
+                assert p.read(k, off, n) == want
+    assert gets() == len(blocks)  # everything came from the owners' caches
+    bad = tmp_path / "bad.txt"
+    bad.write_text("%s\nrec/no-such.bin\n" % keys[4])
+    r = subprocess.run([SHOAL, "warmup", "--storage", storage, "--plan", str(bad), *flags],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 1 and "rec/no-such.bin: no such object" in r.stderr, r.stderr
+    bad.write_text("%s\t12\n" % keys[4])
+    r = subprocess.run([SHOAL, "warmup", "--storage", storage, "--plan", str(bad), *flags],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 2 and "bad.txt:1: expected KEY" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
