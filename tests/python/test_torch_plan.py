@@ -70,3 +70,34 @@ def test_dataloader_4_workers_2_epochs(harness, tmp_path):
             print("epoch %d: %d plan hits, %d misses" % (epoch, hits, misses))
         assert orders[0] != orders[1]  # set_epoch drew a new permutation
         assert hits >= 0.95 * len(ds), (hits, misses)
+
+
+def test_example_with_plans(harness, tmp_path):
+    """examples/pytorch_shards.py --plan: 2 epochs of whole shards, 4 workers, exact."""
+    import hashlib
+    import subprocess
+    import sys
+    from conftest import SANITIZER_RE, SRC, python_env
+    from test_pytorch import make_shards
+    root = str(tmp_path / "store")
+    shards = make_shards(root, 12)
+    storage = "file://" + root
+    meta = "sqlite3://%s/meta.db" % harness.tmp
+    for m in ("a", "b"):
+        harness.member(m, storage, "--meta", meta, "--cache-group", "g", "--block-size", "256K")
+    harness.wait_members(meta, "g", 2)
+    r = subprocess.run([sys.executable, os.path.join(SRC, "examples", "pytorch_shards.py"),
+                        "--storage", storage, "--prefix", "shards/", "--meta", meta,
+                        "--cache-group", "g", "--block-size", "256K", "--workers", "4",
+                        "--epochs", "2", "--plan"],
+                       capture_output=True, env=python_env(ASAN_OPTIONS="detect_leaks=0"),
+                       timeout=600)
+    err = r.stderr.decode("utf-8", "replace")
+    assert r.returncode == 0, err[-3000:]
+    assert not SANITIZER_RE.search(r.stderr), err[-3000:]
+    seen = {}
+    for line in r.stdout.decode().splitlines():
+        digest, size, key = line.split(" ", 2)
+        assert digest == hashlib.sha256(shards[key]).hexdigest() and int(size) == len(shards[key])
+        seen[key] = seen.get(key, 0) + 1
+    assert seen == {k: 2 for k in shards}
