@@ -1,7 +1,9 @@
 """Access plans (Client.plan, shoal_plan_* in libshoal): reads that follow the plan are exact and
 counted as plan hits or misses; reads off the plan, items past the end of the data, an empty
 plan and a plan naming a missing key behave; the window and the process's memory stay bounded
-for a plan far longer than the queue; a member killed under a plan costs nothing but speed."""
+for a plan far longer than the queue; a member killed under a plan, or a reader killed in the
+middle of one, costs nothing but speed; a plan made before fork() is refused in the child;
+`shoal warmup --plan` fills the group in first-use order; shoal stats shows the figures."""
 import json
 import os
 import random
@@ -268,6 +270,27 @@ def test_metrics_endpoint_and_shoal_stats_show_plans(tmp_path):
                                                        "off")) for line in head), r.stdout
 
 
+KILLED_WORKER = r"""
+import sys
+import shoal
+storage, meta, keys = sys.argv[1], sys.argv[2], sys.argv[3:]
+c = shoal.Client(storage, meta=meta, cache_group="g", block_size="256K", buffer_size="16M")
+
+def items():
+    while True:
+        for k in keys:
+            for off in range(0, 3 * 262144, 65536):
+                yield k, off, 65536
+p = c.plan(items())
+it = items()
+for i in range(100000):
+    k, off, n = next(it)
+    assert len(p.read(k, off, n)) == n
+    if i == 20:
+        print("reading", flush=True)
+"""
+
+
 def test_warmup_plan_fills_the_group_in_first_use_order(harness, tmp_path):
     """shoal warmup --plan: every block the plan touches is fetched once, by its owner (one
     store GET per distinct block however often the plan names it), and a plan read afterwards
@@ -301,14 +324,26 @@ def test_warmup_plan_fills_the_group_in_first_use_order(harness, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "%d/%d blocks" % (len(blocks), len(blocks)) in r.stderr, r.stderr
     assert gets() == len(blocks)
+    iorpc0 = shoal.counter("remotecache_iorpc_get_bytes")
+    # A worker killed (SIGKILL) in the middle of its plan costs the group nothing.
+    child = subprocess.Popen([sys.executable, "-c", KILLED_WORKER, storage, meta, *keys[:4]],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=python_env(ASAN_OPTIONS="detect_leaks=0"))
+    try:
+        assert child.stdout.readline().strip() == b"reading", child.stderr.read()[-2000:]
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.wait(timeout=60)
+    # Over IORPC this time: plans fetch through every transport.
     with shoal.Client(storage, meta=meta, cache_group="g", block_size="256K",
-                      buffer_size="16M") as c:
+                      buffer_size="16M", use_iorpc=True) as c:
         with c.plan(items) as p:
             for it in items:
                 k, off, n = (it, 0, None) if isinstance(it, str) else it
                 want = objs[k][off:] if n is None else objs[k][off:off + n]
                 assert p.read(k, off, n) == want
     assert gets() == len(blocks)  # everything came from the owners' caches
+    assert shoal.counter("remotecache_iorpc_get_bytes") > iorpc0
     bad = tmp_path / "bad.txt"
     bad.write_text("%s\nrec/no-such.bin\n" % keys[4])
     r = subprocess.run([SHOAL, "warmup", "--storage", storage, "--plan", str(bad), *flags],
@@ -319,3 +354,30 @@ def test_warmup_plan_fills_the_group_in_first_use_order(harness, tmp_path):
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 2 and "bad.txt:1: expected KEY" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_plan_belongs_to_the_process_that_made_it(tmp_path):
+    root = str(tmp_path / "store")
+    objs = make_objects(root, 1, 2 * BLOCK)
+    (k,) = objs
+    with shoal.Client("file://" + root, block_size="256K", buffer_size="8M") as c:
+        with c.plan([(k, 0, 100), (k, 100, 100)]) as p:
+            assert p.read(k, 0, 100) == objs[k][:100]
+            pid = os.fork()
+            if pid == 0:  # the child: the parent's plan is refused, a new one works
+                code = 1
+                try:
+                    try:
+                        p.read(k, 100, 100)
+                    except OSError as e:
+                        if e.errno == 22 and "after fork" in str(e):
+                            with c.plan([(k, 5, 5)]) as q:
+                                code = 0 if q.read(k, 5, 5) == objs[k][5:10] else 3
+                        else:
+                            code = 4
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+            assert p.read(k, 100, 100) == objs[k][100:200]
+            assert p.stats()["offplan"] == 0
