@@ -242,11 +242,12 @@ SHOAL_API struct shoal_plan *shoal_plan_create(struct shoal_client *c, uint64_t 
 SHOAL_API int shoal_plan_add(struct shoal_plan *p, const char *key, uint64_t off, uint64_t len);
 
 /* Reads up to LEN bytes at OFF of KEY into BUF, as shoal_pread(): the bytes read (fewer only at
- * the end of the object) or a negative errno. A read inside the plan's next item (an item may be
- * read in pieces), or starting exactly at one of the 16 after it, follows the plan (items before
- * it count as skipped) and, once it reaches the end of its item, consumes it; anything else is
- * read off the plan. An item whose key is missing reads -ENOENT
- * (-EINVAL for an invalid key). Objects are stat'ed once per plan: a plan reads the version it
+ * the end of the object) or a negative errno. A read that starts exactly at one of the plan's next
+ * 16 items not yet read, or falls inside one whose reading began (an item may be read in pieces),
+ * follows the plan; once a read reaches the end of its item, the item is done. Items more than 8
+ * behind the one read count as skipped (readers in several threads come a little out of order).
+ * Anything else is read off the plan. An item whose key is missing reads -ENOENT (-EINVAL for an
+ * invalid key). Objects are stat'ed once per plan: a plan reads the version it
  * saw first (-ESTALE after a change). */
 SHOAL_API ssize_t shoal_plan_pread(struct shoal_plan *p, const char *key, void *buf, size_t len,
                                    uint64_t off);

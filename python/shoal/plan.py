@@ -43,7 +43,7 @@ class Plan:
     of anything else work as Client.read does. A key that does not exist raises
     FileNotFoundError at the read of its item, not before. A plan belongs to the process that
     made it: make it in the DataLoader worker (shoal.torch does). Use one thread per plan, or
-    make the reads in plan order from several."""
+    make the reads in (roughly) plan order from several."""
 
     def __init__(self, client, items, window=None, inflight=None):
         self._p = None

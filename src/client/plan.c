@@ -13,6 +13,7 @@
 #include "store/store.h"
 
 #define MATCH_SPAN    16u   /* items past the head that a read may skip to */
+#define LAG_MAX       8u    /* items left behind a read before they count as skipped */
 #define LOOK_MAX      1024u /* items past the walk searched for the next use of a victim */
 #define LOOK_BLOCKS   64u   /* blocks of one item looked at in that search */
 #define SPARE_MAX     1024u /* objects no item names any more, kept for their stat */
@@ -44,6 +45,7 @@ struct pitem {
         uint32_t landed;         /* uses whose fetch landed */
         uint64_t fetched;        /* bytes fetched for it */
         bool resolved, read;
+        bool done; /* read to its end (or failed): consumed once all before it are */
 };
 
 /* A block of the window: pinned in the reader's buffers while it holds one. */
@@ -574,21 +576,30 @@ int shoal_planner_add(struct shoal_planner *p, const char *key, uint64_t off, ui
         return rc;
 }
 
-/* The item a read of KEY at OFF follows: the head if the read falls inside it (an item read in
- * pieces), else one of the next few that the read starts exactly at (the items before it were
- * skipped); NONE (off the plan). Only exact starts past the head, so that a read elsewhere in an
- * object the plan names later does not skip the plan ahead. */
+/* The item a read of KEY at OFF follows: one of the next few items not yet done that the read
+ * starts exactly at, or falls inside once the item is being read (the head, or one that a read
+ * started: an item read in pieces); NONE (off the plan). Only exact starts otherwise, so that a
+ * read elsewhere in an object the plan names later does not move the plan on. */
 static uint64_t match(struct shoal_planner *p, const char *key, uint64_t off)
 {
         uint64_t end = SHOAL_MIN(p->tail, p->head + MATCH_SPAN);
         for (uint64_t s = p->head; s < end; s++) {
                 const struct pitem *it = item_at(p, s);
-                if (strcmp(it->o->obj.key, key))
+                if (it->done || strcmp(it->o->obj.key, key))
                         continue;
-                if (off == it->off || (s == p->head && off > it->off && off - it->off < it->len))
+                bool started = s == p->head || it->read;
+                if (off == it->off || (started && off > it->off && off - it->off < it->len))
                         return s;
         }
         return NONE;
+}
+
+/* Item SEQ is done: the head moves past every done item. */
+static void item_done(struct shoal_planner *p, uint64_t seq)
+{
+        item_at(p, seq)->done = true;
+        while (p->head < p->tail && item_at(p, p->head)->done)
+                consume(p, p->head + 1);
 }
 
 /* Reads through the reader, one block per call (as shoal_pread does). */
@@ -620,7 +631,10 @@ long shoal_planner_read(struct shoal_planner *p, const char *key, uint64_t off, 
         uint64_t seq = match(p, key, off);
         struct pobj *o;
         if (seq != NONE) {
-                consume(p, seq); /* the items before it were skipped */
+                /* Readers in several threads come a little out of order: the items just before
+                 * this one may still be read. Those further behind were skipped. */
+                if (seq > p->head + LAG_MAX)
+                        consume(p, seq - LAG_MAX);
                 struct pitem *it = item_at(p, seq);
                 it->read = true;
                 o = it->o;
@@ -664,7 +678,7 @@ long shoal_planner_read(struct shoal_planner *p, const char *key, uint64_t off, 
         }
         /* An item is done once read to its end (or failed): its blocks may go. */
         if (seq != NONE && seq >= p->head && (rc < 0 || item_end <= off || len >= item_end - off))
-                consume(p, seq + 1);
+                item_done(p, seq);
         pobj_put(p, o);
         pthread_mutex_unlock(&p->mu);
         return rc;

@@ -66,9 +66,9 @@ void shoal_planner_destroy(struct shoal_planner *p);
 int shoal_planner_add(struct shoal_planner *p, const char *key, uint64_t off, uint64_t len);
 
 /* Reads up to LEN bytes at OFF of KEY (a valid key) into DST: the version the plan saw first for
- * KEY (a later change reads -ESTALE). A read inside the head item, or starting exactly at one of
- * the next 16, follows the plan (items before it count as skipped); one that reaches the end of
- * its item consumes it.
+ * KEY (a later change reads -ESTALE). A read starting exactly at one of the next 16 items not yet
+ * done, or inside one whose reading began, follows the plan; one that reaches the end of its item
+ * makes it done. Items more than 8 behind the one read count as skipped.
  * Returns the bytes read (short only at the end of the object) or a negative errno: the item's
  * own error (-ENOENT, -EINVAL, -EACCES, -EIO from the stat) or the read's. The caller passes the
  * fork gate. */
