@@ -42,7 +42,6 @@ struct pitem {
         struct pobj *o;
         uint64_t off, len;       /* LEN clipped to the object once resolved */
         uint32_t first, nblocks; /* the blocks it touches, once resolved */
-        uint32_t landed;         /* uses whose fetch landed */
         uint64_t fetched;        /* bytes fetched for it */
         bool resolved, read;
         bool done; /* read to its end (or failed): consumed once all before it are */
@@ -406,10 +405,8 @@ static void fetch_locked(struct shoal_planner *p, struct pblock *b, uint32_t ind
         if (ok) {
                 p->st.prefetched += blen;
                 shoal_metric_add(SHOAL_M_plan_prefetch_bytes, blen);
-                if (seq >= p->head) {
-                        item_at(p, seq)->landed++;
+                if (seq >= p->head)
                         item_at(p, seq)->fetched += blen;
-                }
         } else if (!b->pinned && !b->pending) {
                 bfree(p, b); /* the read will fetch it itself and see the error */
         }
@@ -594,6 +591,41 @@ static uint64_t match(struct shoal_planner *p, const char *key, uint64_t off)
         return NONE;
 }
 
+/* Item SEQ is being read in pieces, now at OFF: its blocks wholly before OFF are no longer its
+ * own next use, so that an item larger than the window (a whole shard) streams through it. */
+static void item_passed(struct shoal_planner *p, uint64_t seq, uint64_t off)
+{
+        struct pitem *it = item_at(p, seq);
+        for (uint32_t j = 0; it->resolved && j < it->nblocks; j++) {
+                uint32_t index = it->first + j;
+                if ((uint64_t)index + 1 > off / p->bs)
+                        break;
+                struct pblock *b = bfind(p, it->o, index);
+                if (b && b->next_use == seq)
+                        b->next_use = next_use(p, b, seq + 1);
+        }
+        pthread_cond_broadcast(&p->cond);
+}
+
+/* Whether the blocks of [OFF, OFF+LEN) of item SEQ (resolved; the range inside it) are in the
+ * window with their fetch for this item landed: a read of them copies from memory. */
+static bool read_hit(struct shoal_planner *p, uint64_t seq, uint64_t off, uint64_t len)
+{
+        const struct pitem *it = item_at(p, seq);
+        if (!len || !it->nblocks)
+                return true; /* nothing to fetch */
+        uint64_t first = SHOAL_MAX(off / p->bs, (uint64_t)it->first);
+        uint64_t last = SHOAL_MIN((off + len - 1) / p->bs, (uint64_t)it->first + it->nblocks - 1);
+        for (uint64_t i = first; i <= last; i++) {
+                uint32_t j = (uint32_t)(i - it->first);
+                bool walked = seq < p->walk_q || (seq == p->walk_q && j < p->walk_j);
+                const struct pblock *b = walked ? bfind(p, it->o, (uint32_t)i) : NULL;
+                if (!b || !b->pinned || b->pending)
+                        return false;
+        }
+        return true;
+}
+
 /* Item SEQ is done: the head moves past every done item. */
 static void item_done(struct shoal_planner *p, uint64_t seq)
 {
@@ -658,8 +690,10 @@ long shoal_planner_read(struct shoal_planner *p, const char *key, uint64_t off, 
                 struct pitem *it = item_at(p, seq);
                 if (!it->resolved)
                         item_resolve(p, it);
-                hit = it->landed >= it->nblocks;
                 item_end = it->off + it->len;
+                hit = o->state == POBJ_OK &&
+                      read_hit(p, seq, off,
+                               item_end > off ? SHOAL_MIN((uint64_t)len, item_end - off) : 0);
         }
         pthread_mutex_unlock(&p->mu);
 
@@ -679,6 +713,8 @@ long shoal_planner_read(struct shoal_planner *p, const char *key, uint64_t off, 
         /* An item is done once read to its end (or failed): its blocks may go. */
         if (seq != NONE && seq >= p->head && (rc < 0 || item_end <= off || len >= item_end - off))
                 item_done(p, seq);
+        else if (seq != NONE && seq >= p->head && rc > 0)
+                item_passed(p, seq, off + (uint64_t)rc);
         pobj_put(p, o);
         pthread_mutex_unlock(&p->mu);
         return rc;

@@ -381,3 +381,24 @@ def test_a_plan_belongs_to_the_process_that_made_it(tmp_path):
             assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
             assert p.read(k, 100, 100) == objs[k][100:200]
             assert p.stats()["offplan"] == 0
+
+
+def test_an_item_larger_than_the_window_streams_through_it(tmp_path):
+    """A whole object of 16 blocks as one item, a window of 4 blocks, read in 64 KiB pieces:
+    the blocks already read leave the window, so fetching ahead goes on to the item's end."""
+    root = str(tmp_path / "store")
+    objs = make_objects(root, 2, 16 * BLOCK)
+    k0, k1 = sorted(objs)
+    with shoal.Client("file://" + root, block_size="256K", buffer_size="8M") as c:
+        with c.plan([k0, k1], window=4 * BLOCK, inflight=2) as p:
+            for k in (k0, k1):
+                got = bytearray()
+                for off in range(0, 16 * BLOCK, 65536):
+                    got += p.read(k, off, 65536)
+                    assert p.stats()["window_bytes"] <= 4 * BLOCK
+                assert got == objs[k]
+            st = p.stats()
+        assert st["offplan"] == 0 and st["queued"] == 0
+        # Every block of both objects was fetched ahead at least once: the window did not stall
+        # after its first 4 blocks.
+        assert st["prefetched"] >= 32 * BLOCK * 0.5
