@@ -117,15 +117,18 @@ class PlanSampler(tud.Sampler):
         self.epoch = epoch
 
     def order(self):
+        """The epoch's order: a range, or an int64 tensor (8 bytes an item, not a list)."""
         n = len(self.dataset)
         if not self.shuffle:
             return range(n)
         g = torch.Generator()
         g.manual_seed(self.seed * 1000003 + self.epoch)
-        return torch.randperm(n, generator=g).tolist()
+        return torch.randperm(n, generator=g)
 
     def __iter__(self):
-        return iter(self.order())
+        order = self.order()
+        for i in range(0, len(order), 65536):
+            yield from _ints(order[i:i + 65536])
 
     def __len__(self):
         return len(self.dataset)
@@ -137,7 +140,11 @@ class PlanSampler(tud.Sampler):
         b = self.batch_size or 1
         nbatch = len(order) // b if self.drop_last else (len(order) + b - 1) // b
         for k in range(worker, nbatch, num_workers):
-            yield from order[k * b:(k + 1) * b]
+            yield from _ints(order[k * b:(k + 1) * b])
+
+
+def _ints(part):
+    return part.tolist() if isinstance(part, torch.Tensor) else part
 
 
 def worker_init_fn(worker_id):
