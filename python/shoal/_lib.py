@@ -31,13 +31,6 @@ class _Entry(ctypes.Structure):
     ]
 
 
-class _PlanStats(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_uint64) for name in (
-        "hits", "misses", "offplan", "prefetched", "unused", "window_bytes", "window_max",
-        "queued")] + [("reserved", ctypes.c_uint64 * 8)]
-
-
-PLAN_TO_END = (1 << 64) - 1
 ENTRY_PREFIX = 1
 LIST_RECURSIVE = 1
 RDONLY = 0
@@ -111,13 +104,6 @@ _proto = {
     "shoal_write": (_c.c_ssize_t, [_c.c_void_p, _c.c_void_p, _c.c_size_t]),
     "shoal_write_close": (_c.c_int, [_c.c_void_p]),
     "shoal_write_abort": (None, [_c.c_void_p]),
-    # access plans (python/shoal/plan.py)
-    "shoal_plan_create": (_c.c_void_p, [_c.c_void_p, _c.c_uint64, _c.c_uint]),
-    "shoal_plan_add": (_c.c_int, [_c.c_void_p, _c.c_char_p, _c.c_uint64, _c.c_uint64]),
-    "shoal_plan_pread": (_c.c_ssize_t, [_c.c_void_p, _c.c_char_p, _c.c_void_p, _c.c_size_t,
-                                        _c.c_uint64]),
-    "shoal_plan_stats": (_c.c_int, [_c.c_void_p, _c.POINTER(_PlanStats)]),
-    "shoal_plan_destroy": (None, [_c.c_void_p]),
 }
 for _name, (_res, _args) in _proto.items():
     _fn = getattr(lib, _name)

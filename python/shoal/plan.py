@@ -19,19 +19,44 @@ from ._lib import lib
 
 __all__ = ["Plan"]
 
+PLAN_TO_END = (1 << 64) - 1
+
+
+class _PlanStats(ctypes.Structure):
+    """struct shoal_plan_stats."""
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "hits", "misses", "offplan", "prefetched", "unused", "window_bytes", "window_max",
+        "queued")] + [("reserved", ctypes.c_uint64 * 8)]
+
+
+# The prototypes of the plan functions (include/shoal/shoal.h, "access plans"), kept here
+# beside their only user.
+_c = ctypes
+for _name, (_res, _args) in {
+    "shoal_plan_create": (_c.c_void_p, [_c.c_void_p, _c.c_uint64, _c.c_uint]),
+    "shoal_plan_add": (_c.c_int, [_c.c_void_p, _c.c_char_p, _c.c_uint64, _c.c_uint64]),
+    "shoal_plan_pread": (_c.c_ssize_t, [_c.c_void_p, _c.c_char_p, _c.c_void_p, _c.c_size_t,
+                                        _c.c_uint64]),
+    "shoal_plan_stats": (_c.c_int, [_c.c_void_p, _c.POINTER(_PlanStats)]),
+    "shoal_plan_destroy": (None, [_c.c_void_p]),
+}.items():
+    _fn = getattr(lib, _name)
+    _fn.restype = _res
+    _fn.argtypes = _args
+
 
 def _item(it):
     """(key bytes, offset, length) of one plan item: a key, or (key, offset, length)."""
     from . import _key
     if isinstance(it, (str, bytes)):
-        return _key(it), 0, _lib.PLAN_TO_END
+        return _key(it), 0, PLAN_TO_END
     try:
         key, off, length = it
     except (TypeError, ValueError):
         raise TypeError("a plan item is a key or (key, offset, length), not %r" % (it,)) from None
     if off < 0 or (length is not None and length <= 0):
         raise ValueError("plan item %r: offset must be >= 0 and length > 0 (or None)" % (it,))
-    return _key(key), int(off), _lib.PLAN_TO_END if length is None else int(length)
+    return _key(key), int(off), PLAN_TO_END if length is None else int(length)
 
 
 class Plan:
@@ -109,11 +134,11 @@ class Plan:
     def stats(self):
         """What this plan did: hits, misses (reads before their fetch landed), offplan,
         prefetched and unused bytes, window_bytes (held now), window_max, queued items."""
-        st = _lib._PlanStats()
+        st = _PlanStats()
         rc = lib.shoal_plan_stats(self._handle(), ctypes.byref(st))
         if rc:
             raise _lib.error(rc)
-        return {name: getattr(st, name) for name, _ in _lib._PlanStats._fields_
+        return {name: getattr(st, name) for name, _ in _PlanStats._fields_
                 if name != "reserved"}
 
     def close(self):
