@@ -47,6 +47,22 @@ class ShardDataset(Dataset):
         return key, hashlib.sha256(shard.numpy()).hexdigest(), shard
 
 
+class PlannedShards:
+    """The same items through shoal.torch (--plan): each DataLoader worker plans the shards it
+    will be given, so that its reads find them in memory (docs/python.md, "Access plans")."""
+
+    @staticmethod
+    def make(shards, window=None):
+        import shoal.torch
+
+        class Planned(shoal.torch.PlanDataset):
+            def __getitem__(self, i):
+                shard = super().__getitem__(i)
+                key = self.item(i)[0]
+                return key, hashlib.sha256(shard.numpy()).hexdigest(), shard
+        return Planned(shards.client, shards.keys, sizes=shards.sizes, window=window)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--storage", required=True, help="file:///dir or s3://bucket[/prefix]")
@@ -59,15 +75,24 @@ def main():
     ap.add_argument("--use-iorpc", action="store_true", help="read from members over IORPC")
     ap.add_argument("--workers", type=int, default=4, help="DataLoader worker processes")
     ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--plan", action="store_true",
+                    help="read through shoal.torch: each worker plans the shards it is given")
     args = ap.parse_args()
 
     ds = ShardDataset(args.storage, args.prefix, args.suffix, meta=args.meta,
                       cache_group=args.cache_group, endpoint=args.endpoint,
                       block_size=args.block_size, use_iorpc=args.use_iorpc or None)
     # batch_size=None: items are not collated (shards differ in size).
-    loader = DataLoader(ds, batch_size=None, shuffle=True, num_workers=args.workers)
+    if args.plan:
+        import shoal.torch
+        ds = PlannedShards.make(ds)
+        loader = shoal.torch.loader(ds, batch_size=None, shuffle=True, num_workers=args.workers)
+    else:
+        loader = DataLoader(ds, batch_size=None, shuffle=True, num_workers=args.workers)
     total, start = 0, time.monotonic()
-    for _ in range(args.epochs):
+    for epoch in range(args.epochs):
+        if args.plan:
+            loader.sampler.set_epoch(epoch)
         for key, digest, shard in loader:
             print(digest, shard.numel(), key)
             total += shard.numel()

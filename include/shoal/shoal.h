@@ -212,6 +212,67 @@ SHOAL_API int shoal_write_close(struct shoal_writer *w);
  * NULL. */
 SHOAL_API void shoal_write_abort(struct shoal_writer *w);
 
+/* ---- access plans ------------------------------------------------------------------------ */
+
+/* A plan tells the library the order in which the caller will read: items (KEY, OFF, LEN), in
+ * read order, appended as the job goes (the queue is bounded, so a plan of millions of records
+ * is never in memory at once). While the caller reads, the library fetches ahead in plan order,
+ * from the local cache, the group's owners or the store, within a window of the read buffers
+ * (part of buffer-size) and with a bounded number of requests in flight; a read that follows
+ * the plan is then served from memory. A block that the plan uses again stays in the window if
+ * its next use is nearer than that of what else the window holds. Reads of anything else (off
+ * the plan) work as shoal_pread does. See docs/library.md, "Access plans". A plan belongs to the
+ * process that made it (make plans in forked workers, not before the fork); it counts as an
+ * open file of its client. Thread-safe. */
+struct shoal_plan;
+
+#define SHOAL_PLAN_TO_END UINT64_MAX /* an item's LEN: to the end of the object */
+
+/* Makes an empty plan of C. WINDOW_BYTES: buffer memory for blocks fetched ahead (0: half of
+ * buffer-size), at most buffer-size less 4 blocks, less what the client's other plans hold.
+ * INFLIGHT: fetches at once (0: 8; at most 64). Returns NULL with errno set: EINVAL (a window
+ * too large for buffer-size, INFLIGHT over 64), EBUSY (the client's other plans hold the rest of
+ * the buffers), ENOMEM. */
+SHOAL_API struct shoal_plan *shoal_plan_create(struct shoal_client *c, uint64_t window_bytes,
+                                               unsigned inflight);
+
+/* Appends the item [OFF, OFF+LEN) of object KEY (LEN SHOAL_PLAN_TO_END: to the end; clipped to
+ * the object). KEY is not looked up here: a missing or invalid key is the error of the read of
+ * this item, not before. Returns 0; -EAGAIN while the plan holds 4096 items not yet read (read
+ * some, then add again); -EINVAL for no key, a key over 1024 bytes, or LEN 0. */
+SHOAL_API int shoal_plan_add(struct shoal_plan *p, const char *key, uint64_t off, uint64_t len);
+
+/* Reads up to LEN bytes at OFF of KEY into BUF, as shoal_pread(): the bytes read (fewer only at
+ * the end of the object) or a negative errno. A read that starts exactly at one of the plan's next
+ * 16 items not yet read, or falls inside one whose reading began (an item may be read in pieces),
+ * follows the plan; once a read reaches the end of its item, the item is done. Items more than 8
+ * behind the one read count as skipped (readers in several threads come a little out of order).
+ * Anything else is read off the plan. An item whose key is missing reads -ENOENT (-EINVAL for an
+ * invalid key). Objects are stat'ed once per plan: a plan reads the version it
+ * saw first (-ESTALE after a change). */
+SHOAL_API ssize_t shoal_plan_pread(struct shoal_plan *p, const char *key, void *buf, size_t len,
+                                   uint64_t off);
+
+/* What one plan did so far. Callers allocate it; the library fills every field. */
+struct shoal_plan_stats {
+        uint64_t hits;         /* reads following the plan, all of it in memory already */
+        uint64_t misses;       /* reads following the plan that came before its fetch landed */
+        uint64_t offplan;      /* reads of something the plan did not name next */
+        uint64_t prefetched;   /* bytes fetched ahead */
+        uint64_t unused;       /* of those, bytes of items skipped or never read */
+        uint64_t window_bytes; /* buffer bytes the window holds now */
+        uint64_t window_max;   /* the window's size */
+        uint64_t queued;       /* items added and not yet read */
+        uint64_t reserved[8];
+};
+
+/* Fills ST for P. Returns 0 or -EINVAL. */
+SHOAL_API int shoal_plan_stats(const struct shoal_plan *p, struct shoal_plan_stats *st);
+
+/* Stops fetching, gives the window back and frees P (NULL is fine). Not while another thread
+ * reads through P. */
+SHOAL_API void shoal_plan_destroy(struct shoal_plan *p);
+
 /* ---- figures ----------------------------------------------------------------------------- */
 
 /* The process-wide value of counter NAME, as on a member's metrics endpoint without labels

@@ -275,6 +275,16 @@ class Client:
             lib.shoal_close(f)
 
 
+    def plan(self, items, window=None, inflight=None):
+        """An access plan (shoal.Plan): ITEMS, an iterable (a generator is fine) of keys or
+        (key, offset, length) in the order the job will read them. While the job reads through
+        the plan's read()/readinto(), the library fetches ahead in that order within WINDOW
+        bytes of the read buffers (default half of buffer_size), INFLIGHT fetches at once
+        (default 8). See docs/python.md, "Access plans"."""
+        from .plan import Plan
+        return Plan(self, items, window=window, inflight=inflight)
+
+
 def _reopen(storage, secret, settings):
     return Client(storage, secret=secret, **settings)
 
@@ -559,5 +569,9 @@ def __getattr__(name):
         return ShoalFileSystem
     raise AttributeError("module 'shoal' has no attribute %r" % name)
 
+
+from .plan import Plan  # noqa: E402 — after the names plan.py takes from here
+
+__all__.append("Plan")
 
 _register_fsspec()

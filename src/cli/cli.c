@@ -153,7 +153,7 @@ static const struct opt_def opts[OPT__COUNT] = {
                          "stderr"},
         [OPT_SCHEMA] = {"schema", 0, true, CMD_STATS, "LETTERS",
                         "sections: u usage, f fuse, m meta, c blockcache, r remotecache, e rdma, "
-                        "o object (default ufmco)"},
+                        "o object, p plan (default ufmco)"},
         [OPT_INTERVAL] = {"interval", 0, true, CMD_STATS, "SECONDS",
                           "seconds between rows (default 1)"},
         [OPT_VERBOSITY] = {"verbosity", 'l', true, CMD_STATS, "0|1", "1 adds detail columns"},
@@ -201,6 +201,9 @@ static const struct opt_def opts[OPT__COUNT] = {
                               .cmds = COMMON,
                               .help = "fail, instead of warning, when --cache-group has no live "
                                       "member that shares or its registry did not exist"},
+        [OPT_PLAN] = {"plan", 0, true, CMD_WARMUP, "FILE",
+                      "with --storage: warm the items of an access plan in order of first use "
+                      "(a line: KEY, or KEY<TAB>OFFSET<TAB>LENGTH)"},
 };
 
 static const struct {

@@ -80,6 +80,7 @@ enum shoal_opt {
         OPT_GROUP_GRACE,
         OPT_SET_WEIGHT,
         OPT_STRICT_GROUP,
+        OPT_PLAN,
         OPT__COUNT
 };
 

@@ -96,6 +96,14 @@ static const struct section sections[] = {
           {"lat", COL_HLAT, SHOAL_STATS_SECONDS, M(object_get_dur), NULL, true},
           {"put", COL_RATE, SHOAL_STATS_BYTES, M(object_put_bytes), NULL, false},
           {"put_c", COL_RATE, SHOAL_STATS_COUNT, M(object_put_requests), NULL, true}}},
+        {'p',
+         "plan",
+         {{"hits", COL_RATE, SHOAL_STATS_COUNT, M(plan_hits), NULL, false},
+          {"miss", COL_RATE, SHOAL_STATS_COUNT, M(plan_misses), NULL, false},
+          {"pref", COL_RATE, SHOAL_STATS_BYTES, M(plan_prefetch_bytes), NULL, false},
+          {"win", COL_GAUGE, SHOAL_STATS_BYTES, M(plan_window_bytes), NULL, false},
+          {"unused", COL_RATE, SHOAL_STATS_BYTES, M(plan_unused_bytes), NULL, true},
+          {"off", COL_RATE, SHOAL_STATS_COUNT, M(plan_offplan_reads), NULL, true}}},
 };
 
 #undef M
@@ -426,7 +434,7 @@ int shoal_cmd_stats(int argc, char **argv)
 
         const char *schema = cli.val[OPT_SCHEMA] ? cli.val[OPT_SCHEMA] : "ufmco";
         if (!*schema)
-                return shoal_cli_fail(&cli, "empty --schema: give letters from ufmcreo");
+                return shoal_cli_fail(&cli, "empty --schema: give letters from ufmcreop");
         bool detail = false;
         if (cli.val[OPT_VERBOSITY]) {
                 if (strcmp(cli.val[OPT_VERBOSITY], "0") && strcmp(cli.val[OPT_VERBOSITY], "1"))
@@ -457,7 +465,7 @@ int shoal_cmd_stats(int argc, char **argv)
                 if (i == SHOAL_ARRAY_SIZE(sections)) {
                         fprintf(stderr,
                                 "shoal stats: warning: unknown --schema letter '%c' ignored "
-                                "(letters: ufmcreo)\n",
+                                "(letters: ufmcreop)\n",
                                 *p);
                         continue;
                 }
@@ -469,7 +477,7 @@ int shoal_cmd_stats(int argc, char **argv)
         if (!vw.nsecs)
                 return shoal_cli_fail(&cli,
                                       "--schema %s names no section: give letters from "
-                                      "ufmcreo",
+                                      "ufmcreop",
                                       schema);
         vw.color = isatty(STDOUT_FILENO);
 

@@ -3,6 +3,9 @@
  *                                            lands in its owner's cache (and the mount's)
  *   shoal warmup --storage S --prefix P ...  asks each block's owner for it directly; without
  *                                            --cache-group it fills the local disk cache
+ *   shoal warmup --storage S --plan FILE     the same for the blocks of an access plan's items
+ *                                            (docs/python.md), in order of first use, so that
+ *                                            a cold first epoch overlaps its warmup
  * Progress every second on stderr; exit 1 when any read failed. With --cache-group, a group with
  * no live member to ask is an error at start, and stops the run within a second or so when the
  * last member leaves. */
@@ -175,6 +178,209 @@ static void progress(struct warm *w, const char *unit, uint64_t t0, bool last)
                 isatty(STDERR_FILENO) && !last ? "" : "\n");
 }
 
+/* ---- --plan FILE ----------------------------------------------------------------------------- */
+
+/* The objects a plan names (stat'ed once each; NULL for one that failed) and the blocks already
+ * queued, both in open-addressing sets that double when half full. */
+struct plan_load {
+        struct shoal_object **objs;
+        size_t nobjs, ocap;
+        uint32_t *ohash; /* object index + 1; 0 empty */
+        size_t omask;
+        uint64_t *seen; /* (object index + 1) << 32 | block; 0 empty */
+        size_t smask, nseen;
+};
+
+static uint64_t mix64(uint64_t h)
+{
+        h ^= h >> 33;
+        h *= 0xff51afd7ed558ccdULL;
+        h ^= h >> 33;
+        return h;
+}
+
+static uint64_t str_hash(const char *s)
+{
+        uint64_t h = 1469598103934665603ULL;
+        for (; *s; s++)
+                h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+        return h;
+}
+
+static int ohash_grow(struct plan_load *pl)
+{
+        size_t n = pl->omask ? 2 * (pl->omask + 1) : 1024;
+        uint32_t *h = calloc(n, sizeof(*h));
+        if (!h)
+                return -ENOMEM;
+        for (size_t i = 0; i < pl->nobjs; i++) {
+                const char *key = pl->objs[i] ? pl->objs[i]->key : NULL;
+                if (!key)
+                        continue;
+                size_t j = str_hash(key) & (n - 1);
+                while (h[j])
+                        j = (j + 1) & (n - 1);
+                h[j] = (uint32_t)i + 1;
+        }
+        free(pl->ohash);
+        pl->ohash = h;
+        pl->omask = n - 1;
+        return 0;
+}
+
+/* The index of KEY's object, stat'ed on first sight (*OBJ NULL when that failed: reported
+ * once). Returns the index or a negative errno. */
+static long plan_object(struct warm *w, struct plan_load *pl, const char *key)
+{
+        if (2 * (pl->nobjs + 1) > pl->omask + 1 && ohash_grow(pl))
+                return -ENOMEM;
+        size_t j = str_hash(key) & pl->omask;
+        for (; pl->ohash[j]; j = (j + 1) & pl->omask) {
+                struct shoal_object *o = pl->objs[pl->ohash[j] - 1];
+                if (!strcmp(o->key, key))
+                        return pl->ohash[j] - 1;
+        }
+        if (pl->nobjs == pl->ocap) {
+                size_t cap = pl->ocap ? 2 * pl->ocap : 256;
+                struct shoal_object **n = realloc(pl->objs, cap * sizeof(*n));
+                if (!n)
+                        return -ENOMEM;
+                pl->objs = n;
+                pl->ocap = cap;
+        }
+        struct shoal_object *o = calloc(1, sizeof(*o));
+        if (!o)
+                return -ENOMEM;
+        int rc = shoal_store_stat(w->node->store, key, o);
+        shoal_strlcpy(o->key, key, sizeof(o->key)); /* the set finds failed keys too */
+        if (rc) {
+                warm_error(w, "%s: %s", key, rc == -ENOENT ? "no such object" : strerror(-rc));
+                o->size = 0; /* nothing of it is warmed */
+        }
+        pl->objs[pl->nobjs] = o;
+        pl->ohash[j] = (uint32_t)pl->nobjs + 1;
+        return (long)pl->nobjs++;
+}
+
+/* Whether block INDEX of object OBJ was not queued yet (and now is marked). */
+static int plan_first_use(struct plan_load *pl, size_t obj, uint32_t index, bool *first)
+{
+        if (2 * (pl->nseen + 1) > pl->smask + 1) {
+                size_t n = pl->smask ? 2 * (pl->smask + 1) : 4096;
+                uint64_t *h = calloc(n, sizeof(*h));
+                if (!h)
+                        return -ENOMEM;
+                for (size_t i = 0; pl->seen && i <= pl->smask; i++) {
+                        if (!pl->seen[i])
+                                continue;
+                        size_t j = mix64(pl->seen[i]) & (n - 1);
+                        while (h[j])
+                                j = (j + 1) & (n - 1);
+                        h[j] = pl->seen[i];
+                }
+                free(pl->seen);
+                pl->seen = h;
+                pl->smask = n - 1;
+        }
+        uint64_t v = ((uint64_t)(obj + 1) << 32) | index;
+        size_t j = mix64(v) & pl->smask;
+        for (; pl->seen[j]; j = (j + 1) & pl->smask) {
+                if (pl->seen[j] == v) {
+                        *first = false;
+                        return 0;
+                }
+        }
+        pl->seen[j] = v;
+        pl->nseen++;
+        *first = true;
+        return 0;
+}
+
+/* Splits LINE (no newline) into KEY and its range. Returns 0, 1 for an empty line, -EINVAL. */
+static int plan_parse(char *line, const char **key, uint64_t *off, uint64_t *len)
+{
+        if (!*line)
+                return 1;
+        *key = line;
+        *off = 0;
+        *len = UINT64_MAX;
+        char *t1 = strchr(line, '\t');
+        if (!t1)
+                return 0;
+        *t1++ = 0;
+        char *t2 = strchr(t1, '\t');
+        if (!t2)
+                return -EINVAL;
+        *t2++ = 0;
+        if (shoal_parse_u64(t1, UINT64_MAX, off) || shoal_parse_u64(t2, UINT64_MAX, len) || !*len)
+                return -EINVAL;
+        return 0;
+}
+
+/* Queues the blocks of the items of FILE, each on its first use. Returns 0, 2 after a bad line
+ * or an unreadable file (printed), 1 when out of memory. Missing objects are counted errors. */
+static int plan_read_file(struct shoal_cli *cli, struct warm *w, struct plan_load *pl,
+                          const char *path)
+{
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return shoal_cli_fail(cli, "--plan %s: %s", path, strerror(errno));
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t n;
+        unsigned long lineno = 0;
+        uint32_t bs = w->node->vol.block_size;
+        int rc = 0;
+        while (!rc && (n = getline(&line, &cap, f)) >= 0) {
+                lineno++;
+                while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+                        line[--n] = 0;
+                const char *key;
+                uint64_t off, len;
+                int prc = plan_parse(line, &key, &off, &len);
+                if (prc == 1)
+                        continue;
+                if (prc || strlen(key) > SHOAL_KEY_MAX) {
+                        rc = shoal_cli_fail(cli,
+                                            "--plan %s:%lu: expected KEY or "
+                                            "KEY<TAB>OFFSET<TAB>LENGTH (LENGTH > 0)",
+                                            path, lineno);
+                        break;
+                }
+                long id = plan_object(w, pl, key);
+                if (id < 0) {
+                        rc = 1;
+                        break;
+                }
+                struct shoal_object *o = pl->objs[id];
+                if (off >= o->size)
+                        continue; /* past the end, or a failed stat (counted): nothing to warm */
+                uint64_t last = (off + SHOAL_MIN(len, o->size - off) - 1) / bs;
+                for (uint64_t b = off / bs; !rc && b <= last; b++) {
+                        bool first;
+                        if (plan_first_use(pl, (size_t)id, (uint32_t)b, &first) ||
+                            (first && add_item(w, (struct item){.obj = o, .index = (uint32_t)b})))
+                                rc = 1;
+                }
+        }
+        if (rc == 1)
+                fprintf(stderr, "shoal warmup: out of memory reading the plan\n");
+        else if (!rc && ferror(f))
+                rc = shoal_cli_fail(cli, "--plan %s: read error", path);
+        free(line);
+        fclose(f);
+        return rc;
+}
+
+static void plan_load_free(struct plan_load *pl)
+{
+        for (size_t i = 0; i < pl->nobjs; i++)
+                free(pl->objs[i]);
+        free(pl->objs);
+        free(pl->ohash);
+        free(pl->seen);
+}
+
 int shoal_cmd_warmup(int argc, char **argv)
 {
         struct shoal_cli cli;
@@ -191,10 +397,13 @@ int shoal_cmd_warmup(int argc, char **argv)
         struct warm w = {0};
         struct shoal_object *objs = NULL;
         size_t nobjs = 0;
+        struct plan_load plan = {0};
         const char *unit;
         if (cli.val[OPT_STORAGE]) {
                 if (cli.npos)
                         return shoal_cli_fail(&cli, "give paths or --storage, not both");
+                if (cli.val[OPT_PLAN] && !*cli.val[OPT_PLAN])
+                        return shoal_cli_fail(&cli, "--plan needs a FILE");
                 struct shoal_node_config cfg;
                 if (shoal_cli_node_config(&cli, cli.val[OPT_STORAGE], &cfg))
                         return 2;
@@ -217,8 +426,23 @@ int shoal_cmd_warmup(int argc, char **argv)
                         shoal_node_stop(w.node);
                         return 1;
                 }
+                if (cli.val[OPT_PLAN]) {
+                        if (cli.val[OPT_PREFIX]) {
+                                shoal_node_stop(w.node);
+                                return shoal_cli_fail(&cli, "give --plan or --prefix, not both");
+                        }
+                        rc = plan_read_file(&cli, &w, &plan, cli.val[OPT_PLAN]);
+                        if (rc) {
+                                plan_load_free(&plan);
+                                free(w.items);
+                                shoal_node_stop(w.node);
+                                return rc;
+                        }
+                }
                 const char *prefix = cli.val[OPT_PREFIX] ? cli.val[OPT_PREFIX] : "";
-                rc = shoal_store_list_objects(w.node->store, prefix, MAX_FILES, &objs, &nobjs);
+                rc = cli.val[OPT_PLAN] ? 0
+                                       : shoal_store_list_objects(w.node->store, prefix, MAX_FILES,
+                                                                  &objs, &nobjs);
                 if (rc) {
                         fprintf(stderr, "shoal warmup: listing '%s' failed: %s\n", prefix,
                                 strerror(-rc));
@@ -236,8 +460,9 @@ int shoal_cmd_warmup(int argc, char **argv)
                 if (!cli.npos)
                         return shoal_cli_fail(&cli, "expected MOUNTPOINT-PATH... or --storage "
                                                     "STORAGE --prefix P");
-                if (cli.val[OPT_PREFIX])
-                        return shoal_cli_fail(&cli, "--prefix goes with --storage");
+                if (cli.val[OPT_PREFIX] || cli.val[OPT_PLAN])
+                        return shoal_cli_fail(&cli, "--%s goes with --storage",
+                                              cli.val[OPT_PREFIX] ? "prefix" : "plan");
                 walk_target = &w;
                 for (int i = 0; i < cli.npos; i++) {
                         struct stat st;
@@ -288,6 +513,7 @@ int shoal_cmd_warmup(int argc, char **argv)
                 free(w.items[i].path);
         free(w.items);
         free(objs);
+        plan_load_free(&plan);
         if (w.node)
                 shoal_node_stop(w.node);
         return w.errors || emptied || !started ? 1 : 0;

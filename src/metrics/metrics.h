@@ -62,6 +62,12 @@
         X(buffer_hit_bytes, COUNTER, "Bytes served from in-memory block buffers")                  \
         X(buffer_used_bytes, GAUGE, "Bytes of block buffers in use")                               \
         X(readahead_blocks, COUNTER, "Blocks fetched by readahead")                                \
+        X(plan_hits, COUNTER, "Reads that followed a plan and found their blocks prefetched")      \
+        X(plan_misses, COUNTER, "Reads that followed a plan before its prefetch landed")           \
+        X(plan_offplan_reads, COUNTER, "Reads through a plan of something it did not name next")   \
+        X(plan_prefetch_bytes, COUNTER, "Bytes fetched ahead in plan order")                       \
+        X(plan_unused_bytes, COUNTER, "Bytes fetched ahead for plan items never read")             \
+        X(plan_window_bytes, GAUGE, "Bytes of read buffers held by plan windows")                  \
         /* r: remote cache (client side: get; server side: serve) */                               \
         X(remotecache_get_requests, COUNTER, "Block reads sent to group members")                  \
         X(remotecache_get_bytes, COUNTER, "Bytes read from group members")                         \

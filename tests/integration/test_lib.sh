@@ -52,6 +52,7 @@ build() { # build NAME — tests/lib/NAME.c against the installed library
 build read_all
 build fork_reads
 build write_obj
+build plan_reads
 if command -v c++ >/dev/null; then
   # shellcheck disable=SC2046
   echo '#include <shoal/shoal.h>
@@ -117,6 +118,17 @@ SHOAL_GROUP_HEARTBEAT=1ms "$T/fork_reads" "$S" "$STORE" -c 4 -r 2 -f 40 "${OPTS[
 cat "$T/fork.out"
 if grep -q -E 'Sanitizer|runtime error' "$T/fork.err"; then
   fail "fork_reads: $(grep -m 3 -E 'Sanitizer|runtime error' "$T/fork.err")"
+fi
+
+echo "== access plans: two plans of one client, 4 threads each, byte-exact; a missing key at its item"
+"$T/plan_reads" "$S" "$STORE" -t 4 -n 3000 "${OPTS[@]}" -o buffer-size=32M >"$T/plan.out" \
+  2>"$T/plan.err" || fail "plan_reads: $(tail -n 5 "$T/plan.err")"
+cat "$T/plan.out"
+[ $(($(field plan_hits "$T/plan.out") + $(field plan_misses "$T/plan.out") +
+  $(field plan_offplan "$T/plan.out"))) -eq "$(field reads "$T/plan.out")" ] ||
+  fail "plan reads not all counted: $(cat "$T/plan.out")"
+if grep -q -E 'Sanitizer|runtime error' "$T/plan.err"; then
+  fail "plan_reads: $(grep -m 3 -E 'Sanitizer|runtime error' "$T/plan.err")"
 fi
 
 echo "== without a group, readahead off, IORPC: still byte-exact"
