@@ -113,7 +113,8 @@ static const struct opt_def opts[OPT__COUNT] = {
         [OPT_MAX_DOWNLOADS] = {.setting = SHOAL_SET_MAX_DOWNLOADS,
                                .cmds = COMMON,
                                .metavar = "N",
-                               .help = "concurrent object-store reads per process (default 200)"},
+                               .help = "concurrent object-store reads per process (default "
+                                       "200; 0 = no limit)"},
         [OPT_PREFETCH] = {.setting = SHOAL_SET_PREFETCH,
                           .cmds = COMMON,
                           .metavar = "N",
@@ -199,8 +200,8 @@ static const struct opt_def opts[OPT__COUNT] = {
                             "WEIGHT that follows; 0 drains it"},
         [OPT_STRICT_GROUP] = {.setting = SHOAL_SET_STRICT_GROUP,
                               .cmds = COMMON,
-                              .help = "fail, instead of warning, when --cache-group has no live "
-                                      "member that shares or its registry did not exist"},
+                              .help = "fail instead of warn when the group cannot share (no "
+                                      "live member, a new registry)"},
         [OPT_PLAN] = {"plan", 0, true, CMD_WARMUP, "FILE",
                       "with --storage: warm the items of an access plan in order of first use "
                       "(a line: KEY, or KEY<TAB>OFFSET<TAB>LENGTH)"},
@@ -259,7 +260,13 @@ void shoal_cli_usage(enum shoal_cmd cmd, const char *name, FILE *out)
                 else
                         snprintf(lhs, sizeof(lhs), "    --%s%s%s", opt_name(i),
                                  d->metavar ? " " : "", d->metavar ? d->metavar : "");
-                fprintf(out, "  %-32s %s\n", lhs, d->help);
+                /* serve and group cannot go without a group: their help says so. */
+                const char *help = d->help;
+                if (i == OPT_CACHE_GROUP && (cmd & (CMD_SERVE | CMD_GROUP)))
+                        help = "the cache group NAME (required)";
+                else if (i == OPT_CACHE_GROUP && cmd == CMD_PING)
+                        help = "find HOST among the members of the cache group NAME";
+                fprintf(out, "  %-32s %s\n", lhs, help);
         }
         (void)name;
 }

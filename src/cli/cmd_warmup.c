@@ -449,6 +449,15 @@ int shoal_cmd_warmup(int argc, char **argv)
                         shoal_node_stop(w.node);
                         return 1;
                 }
+                if (!nobjs) {
+                        /* A mistyped prefix is not "0/0 blocks" and success. */
+                        fprintf(stderr,
+                                "shoal warmup: nothing matched: no object (with data) under '%s' "
+                                "in %s\n",
+                                prefix, cli.val[OPT_STORAGE]);
+                        shoal_node_stop(w.node);
+                        return 1;
+                }
                 for (size_t i = 0; i < nobjs; i++)
                         for (uint32_t b = 0;
                              b < shoal_block_count(objs[i].size, w.node->vol.block_size); b++)

@@ -47,8 +47,17 @@ int shoal_node_check_rdma(const char *network, const char *provider, char (*ifs)
         /* Open and close each interface on the provider: that resolves its IPv4 and asks the
          * provider for a domain on it, which is every check that needs no peer. */
         for (int i = 0; i < n; i++) {
+                /* The interface first, before the provider set-up logs anything: a mistyped
+                 * name is one line. */
+                char ip[64];
+                int rc = shoal_iface_ipv4(ifs[i], ip, sizeof(ip));
+                if (rc) {
+                        snprintf(err, errlen, "--rdma-network %s: %s", ifs[i],
+                                 rc == -ENODEV ? "no such interface" : "it has no IPv4 address");
+                        return -EINVAL;
+                }
                 struct shoal_fab f;
-                int rc = shoal_fab_open(&f, shoal_fab_provider(provider), ifs[i], err, errlen);
+                rc = shoal_fab_open(&f, shoal_fab_provider(provider), ifs[i], err, errlen);
                 shoal_fab_close(&f);
                 if (rc)
                         return rc < 0 ? rc : -ENODEV;

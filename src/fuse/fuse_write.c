@@ -747,6 +747,10 @@ void shoal_fuse_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int t
         else if ((to_set & times) && !fresh)
                 why = "the times of a stored object are the store's";
         struct write_file *h = write_handle(fi);
+        if ((to_set & FUSE_SET_ATTR_SIZE) && attr->st_size < 0) {
+                shoal_fuse_reply_err(req, t0, EINVAL);
+                return;
+        }
         if (!why && (to_set & FUSE_SET_ATTR_SIZE) && h && h->ino == ino) {
                 int err = resize(f, h, (uint64_t)attr->st_size, &why);
                 if (err) {

@@ -683,6 +683,10 @@ out:
                 free(r->buf);
         free(r);
         free(url);
+        /* The store's message is the store's: no control byte of it reaches the one line. */
+        for (char *p = why; *p; p++)
+                if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                        *p = '?';
         if (rc)
                 snprintf(out, outlen, "%s: %s", s->base, why[0] ? why : strerror(-rc));
         return rc;

@@ -3,7 +3,8 @@
 # veth address beyond loopback that needs the secret), --group-port, --cache-try-dio (its
 # `tcp pool: dio` line, and the member really reading its cache with O_DIRECT), --max-downloads
 # (the number of GETs in flight at a hung S3 server), SHOAL_GROUP_SECRET (members demand it,
-# clients present it), and the role="Consumer" / role="Provider" metric labels.
+# clients present it), the role="Consumer" / role="Provider" metric labels, and that every
+# malformed flag value is exit 2 and one line before any start-up log.
 . "$(dirname "$0")/lib.sh"
 export SHOAL_GROUP_TIMEOUT=3s SHOAL_GROUP_HEARTBEAT=200ms
 
@@ -171,4 +172,22 @@ if command -v node >/dev/null && { [ -f "$SRC/.deps/node_modules/s3rver/bin/s3rv
 else
   fail "no node/npm for s3rver (scripts/setup.sh installs them): --max-downloads untested"
 fi
+
+echo "== malformed values: exit 2 and one line, before any start-up log"
+for bad in "--meta mysql://h/db" "--meta redis://h:notaport/1" "--meta redis://h:6379/x" \
+  "--meta sqlite3://" "--endpoint notaurl" "--rdma-network nosuch0" "--group-ip 1.2.3" \
+  "--metrics nohostport" "--max-downloads -1" "--cache-size lots"; do
+  for cmd in "serve $S --cache-group gm --cache-dir $T/bad.cache" \
+    "cat $S d/o0 --cache-group gm --cache-dir $T/bad.cache" "group --cache-group gm"; do
+    case "$cmd:$bad" in group*--endpoint* | group*--rdma* | group*--group-ip* | group*--metrics* | \
+      group*--max-downloads* | group*--cache-size*) continue ;; esac
+    # shellcheck disable=SC2086
+    expect_exit 2 "$SHOAL" $cmd $bad
+    [ "$(wc -l <"$T/last.err")" -eq 1 ] || fail "$cmd $bad: not one line: $(cat "$T/last.err")"
+    grep -q "^shoal [a-z]*: .*${bad%% *}" "$T/last.err" || fail "$cmd $bad: $(cat "$T/last.err")"
+  done
+done
+expect_exit 2 "$SHOAL" serve "$S" --cache-group gm --meta 'redis://:hunter2secret@h:x/1'
+grep -q hunter2secret "$T/last.err" && fail "a redis password was echoed: $(cat "$T/last.err")"
+echo "  every malformed value: exit 2, one line"
 echo "PASS"

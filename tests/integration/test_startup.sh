@@ -63,9 +63,7 @@ if [ "$(id -u)" -eq 0 ] && [ -c /dev/fuse ] && command -v fusermount3 >/dev/null
     "$SHOAL" mount s3://nobucket "$MNT" --endpoint "$EP" --cache-dir "$T/c3" \
     --log-file "$T/m.log" -d
   mountpoint -q "$MNT" && fail "a failed mount left $MNT mounted"
-  # (Only this test's mount point: other tests run their mounts at the same time.)
-  ! grep -q " $MNT fuse.shoal" /proc/self/mounts ||
-    fail "a shoal mount is left: $(grep " $MNT fuse.shoal" /proc/self/mounts)"
+  ! grep -q " $MNT fuse.shoal " /proc/self/mounts || fail "a shoal mount is left at $MNT"
 else
   skip_section "mount needs root, /dev/fuse and fusermount3"
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # shoal warmup [C4]: --storage --prefix fills the owners' caches so that a later read costs no
 # store GET; without a group it fills the local cache; through a mount path it reads the files so
-# the group caches them; bad input is one line and exit 2.
+# the group caches them; bad input is one line and exit 2; a prefix that matches nothing is exit 1.
 . "$(dirname "$0")/lib.sh"
 export SHOAL_GROUP_TIMEOUT=10s SHOAL_GROUP_HEARTBEAT=200ms
 STORE=$T/store
@@ -41,6 +41,9 @@ expect_exit 2 "$SHOAL" warmup
 expect_exit 2 "$SHOAL" warmup "$T/nonexistent"
 expect_exit 2 "$SHOAL" warmup --storage "$S" "$T"
 expect_exit 2 "$SHOAL" warmup --storage "$S" --threads 0
+expect_exit 1 "$SHOAL" warmup --storage "$S" --prefix nonexist/ --cache-dir "$T/local"
+grep -qx "shoal warmup: nothing matched: no object (with data) under 'nonexist/' in $S" "$T/last.err" ||
+  fail "a prefix that matches nothing: $(cat "$T/last.err")"
 
 echo "== warmup of a mount path"
 if [ "$(id -u)" -eq 0 ] && [ -e /dev/fuse ] && command -v fusermount3 >/dev/null; then
