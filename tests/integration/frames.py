@@ -491,9 +491,10 @@ def run_hold(ports, first_src, nsrc, per_src, stopfile):
 
 
 def file_version(path):
-    """The version store_file.c gives a file: size and mtime."""
+    """The version store_file.c gives a file: size, mtime, inode and ctime."""
     st = os.stat(path)
-    return "%x-%x.%09d" % (st.st_size, int(st.st_mtime), st.st_mtime_ns % 1000000000)
+    return "%x-%x.%09d-%x-%x.%09d" % (st.st_size, st.st_mtime_ns // 10**9, st.st_mtime_ns % 10**9,
+                                      st.st_ino, st.st_ctime_ns // 10**9, st.st_ctime_ns % 10**9)
 
 
 def block_bodies(storedir, key, bs=4 << 20):
