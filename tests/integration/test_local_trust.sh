@@ -8,7 +8,8 @@
 # of forged bytes for an uncached object change nothing an honest reader gets. The control: the
 # same PUT_BLOCKs sent with the member's rights are taken, so the refusal is the secret's doing.
 # All of it for a `shoal serve` member (default secret path) and a sharing mount (a path of its
-# own, made on its first start).
+# own, made on its first start). Last, a client with no secret at all sends nothing to a member
+# record beyond loopback (a client with a secret does try it: the control).
 . "$(dirname "$0")/lib.sh"
 export SHOAL_GROUP_TIMEOUT=5s SHOAL_GROUP_HEARTBEAT=200ms
 HERE=$(dirname "$0")
@@ -144,6 +145,46 @@ echo "  control: forged PUT_BLOCKs with the mount's secret: $(cat "$T/ctrl2")"
 "$SHOAL" cat "$S" ctrl --meta "$META2" --cache-group g2 --no-sharing --cache-size 0 "${BS[@]}" \
   --log-level error --local-secret-file "$LS2" >"$T/out" || fail "mount: cat ctrl"
 [ "$(tr -d P <"$T/out" | wc -c)" -eq 0 ] || fail "mount: control: the planted bytes were not served"
+echo "== a client with no secret asks no member beyond loopback"
+HOSTIP=$(hostname -I 2>/dev/null | tr ' ' '\n' | grep -E '^[0-9]+[.]' | grep -v '^127[.]' | head -n 1 || true)
+if [ -z "$HOSTIP" ]; then
+  skip_section "no IPv4 address beyond loopback"
+else
+  echo 0 >"$T/lis.count"
+  start_bg lis -- "$PY" -c '
+import socket, sys
+s = socket.socket()
+s.bind((sys.argv[1], 0))
+s.listen(64)
+print(s.getsockname()[1], flush=True)
+n = 0
+while True:
+    c, _ = s.accept()
+    n += 1
+    open(sys.argv[2], "w").write("%d\n" % n)
+    c.close()
+' "$HOSTIP" "$T/lis.count"
+  wait_for test -s "$T/lis.out" || fail "the listener did not start"
+  start_bg fake -- "$PY" "$HERE/fakemember.py" "$T/reg/meta.db" g "$HOSTIP:$(cat "$T/lis.out")" "$S" 1048576
+  wait_members "$META" g 2
+  for i in 1 2 3; do
+    "$SHOAL" cat "$S" pub --meta "$META" --cache-group g --no-sharing --cache-size 0 "${BS[@]}" \
+      --local-secret-file off --log-level warn >"$T/out" 2>"$T/nosecret.err" || fail "cat without a secret"
+    cmp -s "$T/out" "$STORE/pub" || fail "cat without a secret: wrong bytes"
+  done
+  [ "$(cat "$T/lis.count")" -eq 0 ] || fail "a client without a secret connected to a member beyond loopback"
+  grep -q "not asking member .* beyond loopback" "$T/nosecret.err" ||
+    fail "the refusal was not logged: $(head -c 300 "$T/nosecret.err")"
+  # The control: a client holding a secret does go there (and is refused by the handshake).
+  "$SHOAL" cat "$S" pub --meta "$META" --cache-group g --no-sharing --cache-size 0 "${BS[@]}" \
+    --log-level error >"$T/out" || fail "cat with the local secret"
+  cmp -s "$T/out" "$STORE/pub" || fail "cat with the local secret: wrong bytes"
+  echo "  connections to the record beyond loopback: $(cat "$T/lis.count") (only from the client with a secret)"
+  [ "$(cat "$T/lis.count")" -ge 1 ] || fail "control: the record beyond loopback was never tried (the check proves nothing)"
+  stop_proc fake
+  stop_proc lis
+fi
+
 stop_mount mnt "$T/mnt"
 stop_proc m
 echo "PASS test_local_trust"
