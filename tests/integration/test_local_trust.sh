@@ -145,6 +145,39 @@ echo "  control: forged PUT_BLOCKs with the mount's secret: $(cat "$T/ctrl2")"
 "$SHOAL" cat "$S" ctrl --meta "$META2" --cache-group g2 --no-sharing --cache-size 0 "${BS[@]}" \
   --log-level error --local-secret-file "$LS2" >"$T/out" || fail "mount: cat ctrl"
 [ "$(tr -d P <"$T/out" | wc -c)" -eq 0 ] || fail "mount: control: the planted bytes were not served"
+echo "== RDMA (libfabric tcp on lo): the same secret, and no session without it"
+if command -v fi_info >/dev/null && ! fi_info -p tcp >/dev/null 2>&1; then
+  skip_section "libfabric has no tcp provider"
+else
+  export FI_PROVIDER=tcp
+  rm -f "$T/reg/"meta3.db*
+  META3="sqlite3://$T/reg/meta3.db"
+  start_member rd "$S" --meta "$META3" --cache-group g3 "${BS[@]}" --rdma-network lo
+  wait_members "$META3" g3 1
+  grep -q "host-local secret /var/lib/shoal/local.secret" "$T/rd.log" || fail "the RDMA member has no local secret"
+  rdcat() { # rdcat SUMFILE [nobody] FLAGS... — pub through g3 over RDMA
+    local sum=$1
+    shift
+    local run=()
+    [ "${1:-}" = nobody ] && { run=(nobody); shift; }
+    "${run[@]}" "$SHOAL" cat "$S" pub --meta "$META3" --cache-group g3 --no-sharing --cache-size 0 \
+      "${BS[@]}" --rdma-network lo --summary --log-level error "$@" >"$T/out" 2>"$sum" ||
+      fail "cat pub over RDMA ($*): $(tail -n 2 "$sum")"
+    cmp -s "$T/out" "$STORE/pub" || fail "pub over RDMA ($*): wrong bytes"
+  }
+  chmod 666 "$T/reg/"meta3.db* 2>/dev/null || true
+  rdcat "$T/rd.root"
+  [ "$(summary_field "rdma bytes" "$T/rd.root")" -gt 0 ] || fail "root read nothing over RDMA: $(cat "$T/rd.root")"
+  chmod 666 "$T/reg/"meta3.db* 2>/dev/null || true
+  rdcat "$T/rd.nobody" nobody
+  echo "  uid 65534 over RDMA: $(grep -o 'rdma bytes [0-9]*' "$T/rd.nobody"), $(grep -o 'auth failures [0-9]*' "$T/rd.nobody")"
+  [ "$(summary_field "rdma bytes" "$T/rd.nobody")" -eq 0 ] || fail "uid 65534 read over RDMA"
+  [ "$(summary_field "tcp bytes" "$T/rd.nobody")" -eq 0 ] || fail "uid 65534 read over TCP"
+  [ "$(summary_field "auth failures" "$T/rd.nobody")" -ge 1 ] || fail "uid 65534: no auth failure over RDMA"
+  stop_proc rd
+  unset FI_PROVIDER
+fi
+
 echo "== a client with no secret asks no member beyond loopback"
 HOSTIP=$(hostname -I 2>/dev/null | tr ' ' '\n' | grep -E '^[0-9]+[.]' | grep -v '^127[.]' | head -n 1 || true)
 if [ -z "$HOSTIP" ]; then
@@ -167,18 +200,20 @@ while True:
   wait_for test -s "$T/lis.out" || fail "the listener did not start"
   start_bg fake -- "$PY" "$HERE/fakemember.py" "$T/reg/meta.db" g "$HOSTIP:$(cat "$T/lis.out")" "$S" 1048576
   wait_members "$META" g 2
-  for i in 1 2 3; do
-    "$SHOAL" cat "$S" pub --meta "$META" --cache-group g --no-sharing --cache-size 0 "${BS[@]}" \
-      --local-secret-file off --log-level warn >"$T/out" 2>"$T/nosecret.err" || fail "cat without a secret"
-    cmp -s "$T/out" "$STORE/pub" || fail "cat without a secret: wrong bytes"
+  # (three objects, nine blocks: the fake owns some of them whatever its id)
+  for o in pub plant ctrl; do
+    "$SHOAL" cat "$S" "$o" --meta "$META" --cache-group g --no-sharing --cache-size 0 "${BS[@]}" \
+      --local-secret-file off --log-level warn >"$T/out" 2>>"$T/nosecret.err" || fail "cat $o without a secret"
+    cmp -s "$T/out" "$STORE/$o" || fail "cat $o without a secret: wrong bytes"
   done
   [ "$(cat "$T/lis.count")" -eq 0 ] || fail "a client without a secret connected to a member beyond loopback"
   grep -q "not asking member .* beyond loopback" "$T/nosecret.err" ||
     fail "the refusal was not logged: $(head -c 300 "$T/nosecret.err")"
   # The control: a client holding a secret does go there (and is refused by the handshake).
-  "$SHOAL" cat "$S" pub --meta "$META" --cache-group g --no-sharing --cache-size 0 "${BS[@]}" \
-    --log-level error >"$T/out" || fail "cat with the local secret"
-  cmp -s "$T/out" "$STORE/pub" || fail "cat with the local secret: wrong bytes"
+  for o in pub plant ctrl; do
+    "$SHOAL" cat "$S" "$o" --meta "$META" --cache-group g --no-sharing --cache-size 0 "${BS[@]}" \
+      --log-level error >"$T/out" || fail "cat $o with the local secret"
+  done
   echo "  connections to the record beyond loopback: $(cat "$T/lis.count") (only from the client with a secret)"
   [ "$(cat "$T/lis.count")" -ge 1 ] || fail "control: the record beyond loopback was never tried (the check proves nothing)"
   stop_proc fake
