@@ -78,6 +78,13 @@ static const struct opt_def opts[OPT__COUNT] = {
                                    .cmds = COMMON | CMD_PING,
                                    .metavar = "PATH",
                                    .help = "file holding the group secret (or SHOAL_GROUP_SECRET)"},
+        [OPT_LOCAL_SECRET_FILE] =
+                {.setting = SHOAL_SET_LOCAL_SECRET_FILE,
+                 .cmds = COMMON | CMD_PING,
+                 .metavar = "PATH|off",
+                 .help = "without a group secret: the host-local secret a member makes and "
+                         "local clients read (default /var/lib/shoal/local.secret as root, "
+                         "~/.shoal/local.secret otherwise); off: none"},
         [OPT_USE_IORPC] = {.setting = SHOAL_SET_USE_IORPC,
                            .cmds = COMMON,
                            .help = "read from members over IORPC instead of the TCP pool"},

@@ -40,6 +40,7 @@ enum shoal_opt {
         OPT_GROUP_PORT,
         OPT_GROUP_WEIGHT,
         OPT_GROUP_SECRET_FILE,
+        OPT_LOCAL_SECRET_FILE,
         OPT_USE_IORPC,
         OPT_IORPC_MODE,
         OPT_CACHE_TRY_DIO,

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "client/local_secret.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "group/group.h"
 #include "rpc/client_conn.h"
@@ -114,6 +116,21 @@ static int lookup_member(const char *meta, const char *group, const char *who, c
         return 1;
 }
 
+/* Without a group secret, the host-local one when this process may read it, as every client
+ * does (client/local_secret.h). */
+static void use_local_secret(struct shoal_node_config *cfg, uint8_t local[SHOAL_LOCAL_SECRET_LEN])
+{
+        if (shoal_secret_set(&cfg->group_secret) || !cfg->local_secret_file)
+                return;
+        char err[1200];
+        int rc = shoal_local_secret_read(cfg->local_secret_file, local, err, sizeof(err));
+        if (rc < 0)
+                log_warn("ping", "%s; pinging without a secret", err);
+        if (!rc)
+                cfg->group_secret =
+                        (struct shoal_secret){.bytes = local, .len = SHOAL_LOCAL_SECRET_LEN};
+}
+
 int shoal_cmd_ping(int argc, char **argv)
 {
         struct shoal_cli cli;
@@ -152,6 +169,8 @@ int shoal_cmd_ping(int argc, char **argv)
                 if (rc)
                         return rc;
         }
+        uint8_t local[SHOAL_LOCAL_SECRET_LEN];
+        use_local_secret(&cfg, local);
         struct shoal_hs_key key;
         if (shoal_hs_key_init(&key, &cfg.group_secret))
                 return shoal_cli_fail(&cli, "the group secret must be at least %d bytes",

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cache/cache.h"
+#include "client/local_secret.h"
 #include "client/push.h"
 #include "client/reader.h"
 #include "common/log.h"
@@ -174,6 +175,43 @@ static int check_config(struct shoal_node *n, struct plan *p, char *err, size_t 
         if (p->n_rdma_if > 0 && shoal_node_check_rdma(cfg->rdma_network, cfg->rdma_provider,
                                                       p->rdma_if, err, errlen) < 0)
                 return -EINVAL;
+        return 0;
+}
+
+/* Without a group secret, the host-local one (client/local_secret.h): a sharing member makes it
+ * (and cannot start without it), a client uses it when it may read it. After check_secret, so
+ * that a member with only the local secret still listens on loopback alone. */
+static int use_local_secret(struct shoal_node *n, const struct plan *p, char *err, size_t errlen)
+{
+        struct shoal_node_config *cfg = &n->cfg;
+        if (shoal_secret_set(&cfg->group_secret) || !cfg->cache_group)
+                return 0;
+        _Static_assert(sizeof(n->local_secret) == SHOAL_LOCAL_SECRET_LEN, "local secret");
+        if (!cfg->local_secret_file) {
+                if (p->sharing)
+                        log_warn("node", "--local-secret-file off and no group secret: every "
+                                         "local user can read and write this member's cache");
+                return 0;
+        }
+        int rc;
+        if (p->sharing) {
+                rc = shoal_local_secret_create(cfg->local_secret_file, n->local_secret, err,
+                                               errlen);
+                if (rc)
+                        return rc == -EPERM || rc == -EINVAL ? -EINVAL : rc;
+                log_info("node", "authenticating every connection with the host-local secret %s",
+                         cfg->local_secret_file);
+        } else {
+                rc = shoal_local_secret_read(cfg->local_secret_file, n->local_secret, err, errlen);
+                if (rc < 0)
+                        log_warn("node", "%s; reading without the group", err);
+                if (rc) {
+                        err[0] = '\0';
+                        return 0;
+                }
+        }
+        cfg->group_secret =
+                (struct shoal_secret){.bytes = n->local_secret, .len = sizeof(n->local_secret)};
         return 0;
 }
 
@@ -439,6 +477,9 @@ int shoal_node_start(const struct shoal_node_config *cfg, struct shoal_node **ou
         int rc = check_config(n, &p, err, errlen);
         if (rc)
                 goto out_stop;
+        rc = use_local_secret(n, &p, err, errlen);
+        if (rc)
+                goto out_stop;
         rc = start_store(n, err, errlen);
         if (rc)
                 goto out_stop;
@@ -515,6 +556,7 @@ void shoal_node_stop(struct shoal_node *n)
         shoal_rdma_client_destroy(n->rdma_client);
         shoal_cache_close(n->cache);
         shoal_store_close(n->store);
+        explicit_bzero(n->local_secret, sizeof(n->local_secret));
         free(n);
 }
 

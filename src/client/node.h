@@ -29,6 +29,9 @@ struct shoal_node_config {
         uint64_t group_grace_ns;          /* --group-grace; 0: the default (group.h) */
         bool group_no_grace;              /* --group-grace 0: a stop leaves the ring at once */
         struct shoal_secret group_secret; /* the secret's bytes (len 0: none) */
+        /* Without a group secret: the host-local secret's file (client/local_secret.h), made by
+         * a sharing member, read by the rest. NULL: none (a member trusts every local process). */
+        const char *local_secret_file;
         bool use_iorpc;
         int iorpc_mode; /* enum shoal_iorpc_mode */
         bool cache_try_dio;
@@ -67,7 +70,8 @@ struct shoal_node {
         struct shoal_rdma_client *rdma_client; /* --rdma-network, with a cache group */
         struct shoal_rdma_server *rdma_server; /* --rdma-network on a sharing member */
         struct shoal_metrics_http *metrics;    /* NULL: no endpoint */
-        struct shoal_push *push; /* write-through of written objects [W3]; NULL without a group */
+        struct shoal_push *push;  /* write-through of written objects [W3]; NULL without a group */
+        uint8_t local_secret[64]; /* the host-local secret's bytes, when cfg.group_secret is it */
 };
 
 /* Starts every part CFG asks for into *OUT; CFG's strings and secret must outlive the node.

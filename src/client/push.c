@@ -15,6 +15,7 @@
 #include "common/util.h"
 #include "group/group.h"
 #include "metrics/metrics.h"
+#include "net/remote.h"
 #include "rpc/client_conn.h"
 #include "rpc/handshake.h"
 #include "rpc/put_client.h"
@@ -167,6 +168,8 @@ static int conn_get(struct push_thread *t, int m, uint64_t deadline)
                 free_slot->member = -1;
         }
         const struct shoal_member *mb = &t->job->view->members[m];
+        if (!shoal_remote_member_allowed(t->job->p->key.set, mb))
+                return -EHOSTUNREACH; /* our bytes go to no member we cannot authenticate */
         bool iorpc = mb->iorpc_addr[0] != '\0';
         struct shoal_rpc_peer peer;
         int fd = shoal_rpc_connect(iorpc ? mb->iorpc_addr : mb->tcp_addr,

@@ -92,6 +92,9 @@ static const struct def defs[SHOAL_SET__COUNT] = {
         [SHOAL_SET_LOG_LEVEL] = {.name = "log-level", .kind = K_LEVEL, .library = true},
         [SHOAL_SET_LOG_FILE] = {.name = "log-file", .kind = K_STRING, .library = true},
         [SHOAL_SET_STRICT_GROUP] = {.name = "strict-group", .kind = K_SWITCH, .library = true},
+        [SHOAL_SET_LOCAL_SECRET_FILE] = {.name = "local-secret-file",
+                                         .kind = K_STRING,
+                                         .library = true},
 };
 
 /* The defaults, and the ones that differ by who the configuration is for. */
@@ -511,6 +514,22 @@ static struct shoal_secret secret_val(struct shoal_settings *s, const struct sho
                                      .len = s->secret_len};
 }
 
+/* The host-local secret's file (client/local_secret.h): the one given, else
+ * SHOAL_LOCAL_SECRET_FILE, else local.secret in the default registry's folder; NULL for "off". */
+static const char *local_secret_path(struct shoal_settings *s, const struct shoal_env *env)
+{
+        const char *v = s->val[SHOAL_SET_LOCAL_SECRET_FILE];
+        if (!v)
+                v = env->local_secret_file;
+        if (v)
+                return strcmp(v, "off") ? v : NULL;
+        default_dir(env, "/var/lib/shoal", ".shoal", s->local_secret_default,
+                    sizeof(s->local_secret_default));
+        size_t n = strlen(s->local_secret_default);
+        snprintf(s->local_secret_default + n, sizeof(s->local_secret_default) - n, "/local.secret");
+        return s->local_secret_default;
+}
+
 int shoal_settings_build(struct shoal_settings *s, const char *storage, const struct shoal_env *env,
                          struct shoal_node_config *cfg, char *err, size_t errlen)
 {
@@ -562,5 +581,6 @@ int shoal_settings_build(struct shoal_settings *s, const char *storage, const st
         cfg->prefetch = (unsigned)count_val(s, SHOAL_SET_PREFETCH, PREFETCH_DEFAULT);
         cfg->upload_part_size = (uint64_t)size_val(s, SHOAL_SET_UPLOAD_PART_SIZE, 0);
         cfg->metrics_addr = v[SHOAL_SET_METRICS];
+        cfg->local_secret_file = local_secret_path(s, env);
         return 0;
 }

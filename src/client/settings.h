@@ -58,6 +58,7 @@ enum shoal_setting {
         SHOAL_SET_LOG_LEVEL,
         SHOAL_SET_LOG_FILE,
         SHOAL_SET_STRICT_GROUP,
+        SHOAL_SET_LOCAL_SECRET_FILE,
         SHOAL_SET__COUNT
 };
 
@@ -79,6 +80,7 @@ struct shoal_settings {
         bool secret_given;
         char meta_default[1100]; /* sqlite3://<dir>/meta.db, filled by the build */
         char cache_dir_default[1024];
+        char local_secret_default[1024]; /* <dir>/local.secret, filled by the build */
 };
 
 /* Empties S for WHO: every setting at its default. Messages spell names as WHO's front end does:

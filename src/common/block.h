@@ -20,7 +20,7 @@
 #define SHOAL_BLOCK_SIZE_DEFAULT (4u * 1024u * 1024u)
 #define SHOAL_MAX_CHUNKS         (SHOAL_BLOCK_SIZE_MAX / SHOAL_CHUNK_SIZE) /* 1024 */
 #define SHOAL_KEY_MAX            1024 /* bytes of an object key */
-#define SHOAL_VERSION_MAX        128  /* bytes of an object version (ETag, size+mtime) */
+#define SHOAL_VERSION_MAX        128 /* bytes of an object version (ETag, size+mtime+inode+ctime) */
 #define SHOAL_BLOCK_ID_LEN       16
 #define SHOAL_BLOCK_ID_HEX       (2 * SHOAL_BLOCK_ID_LEN + 1)
 

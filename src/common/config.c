@@ -35,6 +35,7 @@ struct var {
  * what each does and its default. */
 static const struct var vars[] = {
         {"SHOAL_GROUP_SECRET", K_SECRET, F(group_secret), 0},
+        {"SHOAL_LOCAL_SECRET_FILE", K_STRING, F(local_secret_file), 0},
         {"SHOAL_GROUP_HEARTBEAT", K_DURATION, F(group_heartbeat_ns), 0},
         {"SHOAL_GROUP_TIMEOUT", K_DURATION, F(group_timeout_ns), 0},
         {"SHOAL_GROUP_GRACE", K_DURATION, F(group_grace_ns), 0},

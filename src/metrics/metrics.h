@@ -99,6 +99,8 @@
         X(remotecache_put_serve_bytes, COUNTER, "Bytes of pushed blocks a member cached")          \
         X(remotecache_put_refused, COUNTER,                                                        \
           "Block pushes a member refused (length, checksum, version, owner, busy)")                \
+        X(remotecache_put_conflicts, COUNTER,                                                      \
+          "Pushed blocks whose bytes differed from the cached copy's: both dropped")               \
         /* IORPC stages (names as in the seeds): IORPC requests only, on TCP or RDMA [V2, V4] */   \
         X(mount_iorpc_processRespDur, HIST, "IORPC server: time to process a request")             \
         X(mount_iorpc_writeBodyDur, HIST, "IORPC server: time to write an answer body")            \

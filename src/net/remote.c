@@ -137,6 +137,11 @@ void shoal_remote_avoid(struct shoal_remote *rm, const char *member_id)
         pthread_mutex_unlock(&rm->mu);
 }
 
+static bool addr_loopback(const char *addr)
+{
+        return !addr[0] || !strncmp(addr, "127.", 4);
+}
+
 /* The IORPC address to use for M, or "" for the TCP pool. */
 static void iorpc_addr_for(struct shoal_remote *rm, const struct shoal_member *m, char *out,
                            uint64_t deadline)
@@ -168,7 +173,9 @@ static void iorpc_addr_for(struct shoal_remote *rm, const struct shoal_member *m
         pthread_mutex_lock(&rm->mu);
         ms = member_locked(rm, m->id);
         ms->rpc_checked = shoal_now_ns();
-        if (!rc && info.iorpc_addr[0]) {
+        /* (without a secret, an IORPC address beyond loopback is as unusable as a member there) */
+        if (!rc && info.iorpc_addr[0] &&
+            (shoal_secret_set(&rm->cfg.secret) || addr_loopback(info.iorpc_addr))) {
                 ms->rpc = RPC_OK;
                 shoal_strlcpy(ms->iorpc_addr, info.iorpc_addr, sizeof(ms->iorpc_addr));
                 shoal_strlcpy(out, info.iorpc_addr, SHOAL_ADDR_LEN);
@@ -181,11 +188,26 @@ static void iorpc_addr_for(struct shoal_remote *rm, const struct shoal_member *m
         pthread_mutex_unlock(&rm->mu);
 }
 
+bool shoal_remote_member_allowed(bool has_secret, const struct shoal_member *m)
+{
+        if (has_secret)
+                return true;
+        bool ok = addr_loopback(m->tcp_addr) && addr_loopback(m->iorpc_addr);
+        for (unsigned i = 0; ok && i < m->n_rdma && i < SHOAL_RDMA_ADDRS; i++)
+                ok = addr_loopback(m->rdma_addr[i]);
+        if (!ok)
+                log_ratelimited(SHOAL_LOG_WARN, "remote",
+                                "not asking member %s at %s: it is beyond loopback and this "
+                                "client has no group secret to authenticate it with",
+                                m->id, m->tcp_addr);
+        return ok;
+}
+
 int shoal_remote_read(struct shoal_remote *rm, const struct shoal_member *m,
                       const struct shoal_volume *vol, const struct shoal_object *obj,
                       uint32_t index, uint32_t off, uint32_t len, void *dst, uint64_t view_version)
 {
-        if (!m->tcp_addr[0])
+        if (!m->tcp_addr[0] || !shoal_remote_member_allowed(shoal_secret_set(&rm->cfg.secret), m))
                 return -EHOSTUNREACH;
         uint64_t t0 = shoal_now_ns();
         uint64_t deadline = t0 + rm->cfg.timeout_ns;

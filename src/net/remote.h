@@ -39,6 +39,12 @@ int shoal_remote_read(struct shoal_remote *rm, const struct shoal_member *m,
                       const struct shoal_volume *vol, const struct shoal_object *obj,
                       uint32_t index, uint32_t off, uint32_t len, void *dst, uint64_t view_version);
 
+/* Whether a client that holds a group secret (HAS_SECRET) may send member M anything: with one,
+ * always (the handshake proves the member); without one, only when every address M publishes
+ * is on loopback, since a member beyond it cannot have authenticated to a client with no
+ * secret and a record naming one is a fake or a mistake [S1; issue 23]. */
+bool shoal_remote_member_allowed(bool has_secret, const struct shoal_member *m);
+
 /* Open connections to member M on the transport reads would use now (IORPC or TCP pool). */
 unsigned shoal_remote_conns(struct shoal_remote *rm, const struct shoal_member *m);
 

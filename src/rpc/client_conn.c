@@ -160,38 +160,84 @@ static int hs_send(int fd, struct shoal_hs *hs, uint64_t deadline)
         return shoal_rpc_send_all(fd, hs->out, hs->out_len, deadline);
 }
 
-static int handshake(int fd, const char *addr, uint8_t service, const struct shoal_hs_key *key,
-                     uint64_t deadline, struct shoal_rpc_peer *peer)
+/* Starts HS for a connection to ADDR: before the connect, so that the HELLO leaves the moment
+ * the connection is up (a member under a flood of silent connections closes its oldest silent
+ * one to admit a newcomer, and a requester that has already spoken is never that one). */
+static int handshake_start(struct shoal_hs *hs, const char *addr, uint8_t service,
+                           const struct shoal_hs_key *key)
 {
-        struct shoal_hs hs;
         struct shoal_hs_config cfg = {
                 .role = SHOAL_HS_REQUESTER, .key = key, .service = service, .addr = addr};
-        int rc = shoal_hs_start(&hs, &cfg);
-        if (rc) {
+        int rc = shoal_hs_start(hs, &cfg);
+        if (rc)
                 log_ratelimited(SHOAL_LOG_ERROR, "remote", "handshake with %s: %s", addr,
-                                hs.why ? hs.why : strerror(-rc));
-                return rc;
-        }
+                                hs->why ? hs->why : strerror(-rc));
+        return rc;
+}
+
+static int handshake(int fd, struct shoal_hs *hs, const char *addr, uint64_t deadline,
+                     struct shoal_rpc_peer *peer)
+{
+        int rc;
         enum shoal_hs_verdict v = SHOAL_HS_MORE;
         while (v == SHOAL_HS_MORE) {
-                if ((rc = hs_send(fd, &hs, deadline)))
+                if ((rc = hs_send(fd, hs, deadline)))
                         return rc;
                 uint8_t hdr[SHOAL_WIRE_HDR_LEN], body[256];
                 struct shoal_wire_hdr h;
                 if ((rc = shoal_rpc_recv_frame(fd, &h, hdr, body, sizeof(body), deadline)))
                         return rc;
-                v = shoal_hs_step(&hs, &h, body);
+                v = shoal_hs_step(hs, &h, body);
         }
         if (v == SHOAL_HS_FAIL) {
-                log_ratelimited(hs.error == -EACCES ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "remote",
-                                "handshake with member %s failed: %s", addr, hs.why);
-                return hs.error;
+                log_ratelimited(hs->error == -EACCES ? SHOAL_LOG_WARN : SHOAL_LOG_INFO, "remote",
+                                "handshake with member %s failed: %s", addr, hs->why);
+                return hs->error;
         }
         if (peer) {
-                peer->max_inflight = hs.peer_max_inflight;
-                memcpy(peer->member_id, hs.peer_id, sizeof(peer->member_id));
+                peer->max_inflight = hs->peer_max_inflight;
+                memcpy(peer->member_id, hs->peer_id, sizeof(peer->member_id));
         }
         return 0;
+}
+
+static int connect_once(const struct sockaddr_in *sa, const char *addr, uint8_t service,
+                        const struct shoal_hs_key *key, uint64_t deadline,
+                        struct shoal_rpc_peer *peer)
+{
+        struct shoal_hs hs;
+        int rc = handshake_start(&hs, addr, service, key);
+        if (rc)
+                return rc;
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa))) {
+                if (errno != EINPROGRESS) {
+                        rc = -errno;
+                        goto out_close;
+                }
+                rc = shoal_rpc_wait_fd(fd, POLLOUT, deadline);
+                if (rc)
+                        goto out_close;
+                int soerr = 0;
+                socklen_t sl = sizeof(soerr);
+                getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+                if (soerr) {
+                        rc = -soerr;
+                        goto out_close;
+                }
+        }
+        rc = handshake(fd, &hs, addr, deadline, peer);
+        if (rc)
+                goto out_close;
+        return fd;
+
+out_close:
+        close(fd);
+        return rc;
 }
 
 int shoal_rpc_connect(const char *addr, uint8_t service, const struct shoal_hs_key *key,
@@ -209,35 +255,11 @@ int shoal_rpc_connect(const char *addr, uint8_t service, const struct shoal_hs_k
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
         if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
                 return -EINVAL;
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return -errno;
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        int rc = 0;
-        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-                if (errno != EINPROGRESS) {
-                        rc = -errno;
-                        goto out_close;
-                }
-                rc = shoal_rpc_wait_fd(fd, POLLOUT, deadline);
-                if (rc)
-                        goto out_close;
-                int soerr = 0;
-                socklen_t sl = sizeof(soerr);
-                getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
-                if (soerr) {
-                        rc = -soerr;
-                        goto out_close;
-                }
-        }
-        rc = handshake(fd, addr, service, key, deadline, peer);
-        if (rc)
-                goto out_close;
-        return fd;
-
-out_close:
-        close(fd);
+        /* A connection the member closed before answering (it made room for a newcomer, or was
+         * at its limit) is tried once more: a reset costs a round trip, a fallback a store GET. */
+        int rc = connect_once(&sa, addr, service, key, deadline, peer);
+        if ((rc == -ECONNRESET || rc == -EPIPE) && shoal_now_ns() < deadline)
+                rc = connect_once(&sa, addr, service, key, deadline, peer);
         return rc;
 }
 

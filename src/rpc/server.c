@@ -1597,29 +1597,74 @@ static struct conn *preauth_victim(struct srv_loop *lp)
         return v;
 }
 
-/* Whether a new connection from IP may be admitted on LP; on success *OUT is its source's count.
- * Unauthenticated connections are limited per source address and in all. At the limit, room is
- * made by closing the oldest unauthenticated connection of the heaviest source, but only when
- * that source would still hold more than the newcomer's: a flood from a few addresses cannot
- * push out an honest peer's handshake (it would need about as many addresses as there are
- * places), and a newcomer never displaces a source lighter than its own. Everything is per loop
- * (SO_REUSEPORT spreads accepts over the loops), so no lock is taken. */
-static bool admit(struct srv_loop *lp, uint32_t ip, const char *who, struct src_count **out)
+/* Whether C has sent nothing yet, not even bytes still unread in its socket (or is gone). */
+static bool conn_silent(const struct conn *c)
 {
+        if (c->state != C_HELLO)
+                return false;
+        char b;
+        return recv(c->io.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) <= 0;
+}
+
+/* The connection of source SC to give way to a newcomer from it: its oldest that has sent
+ * nothing (silence is all a flood can do without the secret, while an honest requester sends its
+ * HELLO as soon as it connects, so its bytes wait in the socket even before this loop reads
+ * them, and its AUTH one round trip later), else its oldest. */
+static struct conn *src_victim(struct srv_loop *lp, const struct src_count *sc)
+{
+        struct conn *oldest = NULL;
+        for (struct conn *c = lp->pa_head; c; c = c->pa_next) {
+                if (c->preauth != sc)
+                        continue;
+                if (conn_silent(c))
+                        return c;
+                if (!oldest)
+                        oldest = c;
+        }
+        return oldest;
+}
+
+/* The source IP (network order) counts under: every loopback address is one source, since every
+ * local process can connect from any of 127.0.0.0/8 (the servers listen on IPv4 only, so there
+ * is no IPv6 prefix to group). */
+static uint32_t src_key(uint32_t ip)
+{
+        return (ntohl(ip) >> 24) == 127 ? htonl(0x7f000000u) : ip;
+}
+
+/* Whether a new connection from IP may be admitted on LP; on success *OUT is its source's count.
+ * Unauthenticated connections are limited per source (src_key) and in all. A newcomer is never
+ * refused for its own source's limit: that source's oldest silent connection gives way
+ * (src_victim), so a flood from an address an honest client shares (every local process shares
+ * loopback) cannot lock that client out; it can only keep cycling its own connections. At the
+ * overall limit, room is made by closing the oldest unauthenticated connection of the heaviest
+ * source, but only when that is the newcomer's own source or one that would still hold more
+ * than the newcomer's: a flood from a few sources cannot push out an honest peer's handshake
+ * (it would need about as many sources as there are places), and a newcomer never displaces a
+ * source lighter than its own. Everything is per loop (SO_REUSEPORT spreads accepts over the
+ * loops), so no lock is taken. */
+static bool admit(struct srv_loop *lp, uint32_t ip, const char *who, struct src_count **out,
+                  bool *evicted)
+{
+        *evicted = false;
         struct shoal_server *s = lp->s;
-        struct src_count *sc = src_get(lp, ip);
+        uint32_t key = src_key(ip);
+        struct src_count *sc = src_get(lp, key);
         if (!sc)
                 return false;
+        struct conn *v = NULL;
         if (sc->n >= s->loop_preauth_per_src) {
-                log_ratelimited(SHOAL_LOG_WARN, "server",
-                                "refusing %s: %u connections from it are not authenticated yet",
-                                who, sc->n);
-                return false;
-        }
-        if (__atomic_load_n(&s->nconns, __ATOMIC_RELAXED) >= s->conn_cap ||
-            lp->npreauth >= s->loop_preauth_cap) {
-                struct conn *v = preauth_victim(lp);
-                if (!v || v->preauth->n <= sc->n + 1) {
+                v = src_victim(lp, sc);
+                if (!v)
+                        return false; /* (every one it counts is on the list) */
+        } else if (__atomic_load_n(&s->nconns, __ATOMIC_RELAXED) >= s->conn_cap ||
+                   lp->npreauth >= s->loop_preauth_cap) {
+                v = preauth_victim(lp);
+                if (v && v->preauth == sc)
+                        v = src_victim(lp, sc);
+                else if (v && v->preauth->n <= sc->n + 1)
+                        v = NULL;
+                if (!v) {
                         log_ratelimited(SHOAL_LOG_WARN, "server",
                                         "refusing %s: %u connections, %u on this loop not "
                                         "authenticated",
@@ -1628,10 +1673,16 @@ static bool admit(struct srv_loop *lp, uint32_t ip, const char *who, struct src_
                         src_drop_if_unused(lp, sc);
                         return false;
                 }
+        }
+        if (v) {
                 log_ratelimited(SHOAL_LOG_WARN, "server",
-                                "closing unauthenticated %s (%u from its address) to admit %s",
+                                "closing unauthenticated %s (%u from its source) to admit %s",
                                 v->peer, v->preauth->n, who);
-                conn_close_later(v);
+                conn_close_later(v); /* may free SC when V was its last connection */
+                *evicted = true;
+                sc = src_get(lp, key);
+                if (!sc)
+                        return false;
         }
         *out = sc;
         return true;
@@ -1718,7 +1769,8 @@ static void accept_event(void *arg, uint32_t events)
                 inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof(ip));
                 snprintf(who, sizeof(who), "%s:%u", ip, ntohs(sa.sin_port));
                 struct src_count *sc;
-                if (!admit(lp, sa.sin_addr.s_addr, who, &sc)) {
+                bool evicted;
+                if (!admit(lp, sa.sin_addr.s_addr, who, &sc, &evicted)) {
                         close(fd);
                         continue;
                 }
@@ -1765,6 +1817,11 @@ static void accept_event(void *arg, uint32_t events)
                 lp->conns = c;
                 __atomic_fetch_add(&srv->nconns, 1, __ATOMIC_RELAXED);
                 shoal_metric_gauge_add(SHOAL_M_remotecache_connections, 1);
+                /* The connection that gave way closes after this batch: accept no more until it
+                 * has, so that a flood's churn never holds more fds than the limits allow (the
+                 * listener is level-triggered, the next accept comes with the next wait). */
+                if (evicted)
+                        return;
         }
 }
 

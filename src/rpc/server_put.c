@@ -154,6 +154,38 @@ static long bad_chunk(const struct shoal_put_rx *rx, const struct shoal_block_id
         return -1;
 }
 
+/* A push for a block that is cached already: the same bytes (its chunk CRCs equal those of the
+ * cached block's verified header) are nothing new. Other bytes under one id mean two writes
+ * that the store's version did not tell apart (or a writer that lies): neither copy can be
+ * trusted, so the cached one is dropped too, readers go to the store, and the conflict is
+ * counted. Returns 0 (the same), 1 (a conflict, dropped), or -ENOENT (no longer cached). */
+static int same_as_cached(struct shoal_put_srv *ps, const struct shoal_put_rx *rx,
+                          const struct shoal_block_id *id)
+{
+        struct shoal_cache_block b;
+        int rc = shoal_cache_open_block_again(ps->cfg.cache, id, 0, &b);
+        if (rc == -ENOENT || rc == -EBADMSG)
+                return -ENOENT; /* gone, or corrupt and removed: the push may fill it */
+        bool same = false;
+        if (!rc) {
+                uint32_t n = shoal_chunk_count(rx->block_len);
+                same = b.len == rx->block_len;
+                for (uint32_t i = 0; same && i < n; i++)
+                        same = b.crcs[i] == get32le(rx->buf + 4 * (size_t)i);
+                shoal_cache_block_close(ps->cfg.cache, &b);
+        }
+        if (same)
+                return 0;
+        /* (-ERANGE, another length, and -EIO are conflicts too: keep nothing under this id) */
+        shoal_cache_remove(ps->cfg.cache, id);
+        shoal_metric_inc(SHOAL_M_remotecache_put_conflicts);
+        log_warn("server",
+                 "block %u of %s version %s pushed with other bytes than the cached copy: both "
+                 "dropped (two writes under one version?)",
+                 rx->index, rx->obj.key, rx->obj.version);
+        return 1;
+}
+
 static uint32_t check_and_insert(struct shoal_put_srv *ps, struct shoal_put_rx *rx)
 {
         const struct shoal_object *o = &rx->obj;
@@ -188,8 +220,17 @@ static uint32_t check_and_insert(struct shoal_put_srv *ps, struct shoal_put_rx *
                        (unsigned long long)size, (unsigned long long)o->size);
                 return rx->status;
         }
-        if (shoal_cache_contains(ps->cfg.cache, &id))
-                return SHOAL_ST_OK; /* already cached (checked when it was written) */
+        if (shoal_cache_contains(ps->cfg.cache, &id)) {
+                rc = same_as_cached(ps, rx, &id);
+                if (rc != -ENOENT) {
+                        if (rc)
+                                refuse(rx, SHOAL_ST_STALE,
+                                       "block %u of %.60s is cached with other bytes: both "
+                                       "dropped",
+                                       rx->index, o->key);
+                        return rx->status;
+                }
+        }
         rc = shoal_cache_insert(ps->cfg.cache, &id,
                                 rx->buf + 4 * (size_t)shoal_chunk_count(rx->block_len),
                                 rx->block_len);

@@ -1,9 +1,9 @@
 /* Object sizes the process learned itself [S4]: (key, version) -> size, from a stat of the store.
  *
- * A version names one content (ETag; size+mtime for file://), so the size of (key, version) never
- * changes: entries need no expiry, only a bound on their number (least recently used go first).
- * Concurrent asks for one (key, version) share one stat (single flight). Only what the store
- * said is kept: errors are never cached, and a stat that finds another version records that
+ * A version names one content (ETag; size+mtime+inode+ctime for file://), so the size of (key,
+ * version) never changes: entries need no expiry, only a bound on their number (least recently used
+ * go first). Concurrent asks for one (key, version) share one stat (single flight). Only what the
+ * store said is kept: errors are never cached, and a stat that finds another version records that
  * version's size (it is just as true) and answers -ESTALE.
  *
  * A member uses it to know a block's length without trusting the requester's claim. Thread-safe;

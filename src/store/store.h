@@ -167,7 +167,8 @@ bool shoal_store_retry_wait(struct shoal_store *st, int err, unsigned attempt);
  * there was one, is untouched). When commit returns 0 the store has confirmed the whole object —
  * file://: data fsynced, linked into place in one step, folder fsynced; s3://: the PUT or the
  * CompleteMultipartUpload answered 200 — and *OUT holds its size, mtime and version exactly as a
- * later stat reports them (the ETag for s3, size+mtime for file://), so blocks can be keyed by it.
+ * later stat reports them (the ETag for s3, size+mtime+inode+ctime for file://), so blocks can be
+ * keyed by it.
  *
  * s3:// parts: the bytes are cut into parts of cfg.upload_part_size; an object smaller than one
  * part goes up in one PUT at commit, a larger one as a multipart upload whose parts go up while

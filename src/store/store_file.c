@@ -1,5 +1,5 @@
 /* file:///DIR — a local folder as the object store [O1]. Keys are relative paths under DIR;
- * the version of an object is its size and mtime [D2]. Keys are resolved with openat2
+ * the version of an object is its size, mtime, inode and ctime [D2]. Keys are resolved with openat2
  * RESOLVE_BENEATH, so no key (or symlink inside the store) can reach outside DIR.
  *
  * Uploads [W1, W2] write an unnamed file (O_TMPFILE) in the object's folder, fsync it and link
@@ -70,10 +70,15 @@ static int open_beneath(struct file_store *fs, const char *rel, int flags)
         return (int)fd;
 }
 
+/* SIZE-MTIME.NS-INODE-CTIME.NS (hex seconds, decimal nanoseconds). Size and mtime alone are
+ * shared by two writes of one size within one clock tick; each write through a temporary file
+ * and a rename is another inode, and a write in place moves the ctime, so two writes get two
+ * versions and their blocks two ids. */
 static void version_of(const struct stat *st, char *out, size_t outlen)
 {
-        snprintf(out, outlen, "%" PRIx64 "-%" PRIx64 ".%09ld", (uint64_t)st->st_size,
-                 (uint64_t)st->st_mtim.tv_sec, (long)st->st_mtim.tv_nsec);
+        snprintf(out, outlen, "%" PRIx64 "-%" PRIx64 ".%09ld-%" PRIx64 "-%" PRIx64 ".%09ld",
+                 (uint64_t)st->st_size, (uint64_t)st->st_mtim.tv_sec, (long)st->st_mtim.tv_nsec,
+                 (uint64_t)st->st_ino, (uint64_t)st->st_ctim.tv_sec, (long)st->st_ctim.tv_nsec);
 }
 
 static int map_open_err(int err)
@@ -589,8 +594,14 @@ static int file_stream_commit(struct shoal_store *st, void *h, struct shoal_obje
                 upload_free(st, u, true);
                 return map_write_err(rc == -ENOTEMPTY ? -EISDIR : rc);
         }
+        /* The version is taken once the name is in place: linking and renaming move the ctime
+         * that it carries (version_of). A rename of another writer's that replaced ours in
+         * between leaves this version naming an inode the store no longer holds, which is what
+         * keeps our pushes out of the cache. */
+        if (fstat(u->fd, &sb))
+                rc = map_write_err(-errno);
         /* The name is durable only once its folder is. */
-        if (fsync(u->dfd))
+        if (!rc && fsync(u->dfd))
                 rc = map_write_err(-errno);
         memset(out, 0, sizeof(*out));
         shoal_strlcpy(out->key, u->key, sizeof(out->key));

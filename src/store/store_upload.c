@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <openssl/evp.h>
 
 #include "common/log.h"
 #include "common/util.h"
@@ -66,6 +68,9 @@ struct shoal_upload {
         char id[UPLOAD_ID_MAX];
         char (*etags)[UPLOAD_ETAG_MAX]; /* etags[num - 1] */
         unsigned etags_cap;
+        /* MD5 of every byte appended, for complete_lost: a store that names a multipart object
+         * by its content's MD5 (s3rver) instead of S3's MD5 of the part MD5s. NULL: none. */
+        EVP_MD_CTX *md5;
 };
 
 static bool streamed(const struct shoal_store *st)
@@ -246,20 +251,90 @@ static int mpu_begin(struct shoal_upload *u)
         return rc;
 }
 
+/* The ETag S3 gives the object this upload's parts make: the MD5 of the parts' binary MD5s (their
+ * ETags), then "-N". Returns 0, or -EINVAL when a part's ETag is not an MD5 (encrypted with
+ * SSE-KMS, or a store that names parts otherwise): then nothing can be checked. */
+static int parts_etag(const struct shoal_upload *u, char *out, size_t outlen)
+{
+        EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+        if (!ctx || !EVP_DigestInit_ex(ctx, EVP_md5(), NULL)) {
+                EVP_MD_CTX_free(ctx);
+                return -ENOMEM;
+        }
+        int rc = 0;
+        for (unsigned i = 0; !rc && i < u->nparts; i++) {
+                const char *e = u->etags[i];
+                uint8_t md5[16];
+                if (strlen(e) != 32)
+                        rc = -EINVAL;
+                for (int k = 0; !rc && k < 16; k++) {
+                        int hi = shoal_hexval(e[2 * k]), lo = shoal_hexval(e[2 * k + 1]);
+                        if (hi < 0 || lo < 0)
+                                rc = -EINVAL;
+                        else
+                                md5[k] = (uint8_t)(hi << 4 | lo);
+                }
+                if (!rc && !EVP_DigestUpdate(ctx, md5, sizeof(md5)))
+                        rc = -ENOMEM;
+        }
+        uint8_t sum[16];
+        unsigned slen = 0;
+        if (!rc && (!EVP_DigestFinal_ex(ctx, sum, &slen) || slen != sizeof(sum)))
+                rc = -ENOMEM;
+        EVP_MD_CTX_free(ctx);
+        if (rc)
+                return rc;
+        char hex[33];
+        shoal_hex(sum, sizeof(sum), hex);
+        snprintf(out, outlen, "%s-%u", hex, u->nparts);
+        return 0;
+}
+
 /* A CompleteMultipartUpload whose answer was lost may have worked: a retry then finds no such
  * upload (-ENOENT) — ours or libcurl's own, which sends a request again when a reused
- * connection dies before the answer, so even a first attempt can see it. The object is then
- * judged by its size; a stranger who wrote the same key with the same size in between could
- * fool this, which is why it is only the fallback. */
+ * connection dies before the answer, so even a first attempt can see it. The object there is
+ * taken as ours only when its ETag is the one our parts make (parts_etag), or the MD5 of our
+ * bytes (what s3rver names a multipart object by): a same-size object
+ * another writer put in between has another, and taking it would push our blocks under its
+ * version, where every reader would get them. Anything else fails the write: nothing is
+ * pushed, and the caller's error says the object's state is unknown. */
 static int complete_lost(struct shoal_upload *u, char *version, size_t vlen)
 {
         struct shoal_object o;
+        char want[64];
         if (shoal_store_stat(u->st, u->key, &o) || o.size != u->size)
                 return -EIO;
+        char whole[33] = "";
+        uint8_t sum[16];
+        unsigned slen = 0;
+        EVP_MD_CTX *c = EVP_MD_CTX_new(); /* a copy: the running one stays usable */
+        if (c && EVP_MD_CTX_copy_ex(c, u->md5) && EVP_DigestFinal_ex(c, sum, &slen) &&
+            slen == sizeof(sum))
+                shoal_hex(sum, sizeof(sum), whole);
+        EVP_MD_CTX_free(c);
+        int rc = parts_etag(u, want, sizeof(want));
+        if (rc && !strcasecmp(o.version, whole))
+                rc = 0; /* (parts not named by MD5s, but the object is our bytes' MD5) */
+        if (rc) {
+                log_warn("store",
+                         "complete %s: the upload was gone on retry and its parts' ETags are not "
+                         "MD5s, so the object there cannot be told from another writer's: "
+                         "failing the write",
+                         u->key);
+                return -EIO;
+        }
+        if (strcasecmp(o.version, want) && strcasecmp(o.version, whole)) {
+                log_warn("store",
+                         "complete %s: the upload was gone on retry and the object there has "
+                         "ETag %s, not %s that our parts make (nor %s, our bytes' MD5): another "
+                         "writer's, failing the write",
+                         u->key, o.version, want, whole);
+                return -EIO;
+        }
         log_warn("store",
-                 "complete %s: the upload was gone on retry; the object is there with "
-                 "the right size, taken as ours",
-                 u->key);
+                 "complete %s: the upload was gone on retry; the object there has the ETag our "
+                 "parts make (%s, or our bytes' MD5 %s), taken as ours",
+                 u->key, want, whole);
         shoal_strlcpy(version, o.version, vlen);
         return 0;
 }
@@ -472,6 +547,8 @@ int shoal_store_upload_begin(struct shoal_store *st, const char *key, unsigned f
         int rc;
         if (streamed(st)) {
                 rc = st->ops->stream_begin(st, key, flags, &u->stream);
+        } else if (!(u->md5 = EVP_MD_CTX_new()) || !EVP_DigestInit_ex(u->md5, EVP_md5(), NULL)) {
+                rc = -ENOMEM;
         } else if ((flags & SHOAL_UPLOAD_CREATE) && !(flags & SHOAL_UPLOAD_CHECKED)) {
                 /* Early and cheap; commit asks the store again atomically where it can. */
                 struct shoal_object o;
@@ -481,6 +558,7 @@ int shoal_store_upload_begin(struct shoal_store *st, const char *key, unsigned f
                 rc = 0;
         }
         if (rc) {
+                EVP_MD_CTX_free(u->md5);
                 free(u);
                 return rc;
         }
@@ -532,6 +610,8 @@ int shoal_store_upload_append(struct shoal_upload *u, const void *data, size_t l
                         shoal_metric_add(SHOAL_M_object_put_bytes, len);
         } else {
                 rc = append_parts(u, data, len);
+                if (!rc && !EVP_DigestUpdate(u->md5, data, len))
+                        rc = -ENOMEM;
         }
         if (rc) {
                 if (!u->err)
@@ -552,6 +632,7 @@ static void upload_free(struct shoal_upload *u)
                 pthread_mutex_unlock(&p->mu);
         }
         free(u->etags);
+        EVP_MD_CTX_free(u->md5);
         free(u);
 }
 

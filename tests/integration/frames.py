@@ -29,6 +29,10 @@
                                          GOOD_KEY's block 0 (cached), then crafted ones for
                                          BAD_KEY (lengths, CRC, version, size, missing object,
                                          oversized, unauthenticated) each refused or closed
+  frames.py plant HOST:PORT URL BLOCKSIZE STOREDIR KEY
+                                         PUT_BLOCK of forged bytes for every block of KEY (the
+                                         store's version and size), authenticated as this
+                                         process may; prints "accepted N refused M"
   frames.py put-flood HOST:PORT SECRET_FILE URL BLOCKSIZE STOREDIR KEY CONNS PER_CONN
                                          CONNS connections each send PER_CONN PUT_BLOCKs for
                                          KEY with a bad CRC or a version the store does not
@@ -125,11 +129,35 @@ def read_frame(s):
     return typ, status, id_, body, payload
 
 
+def local_secret_file():
+    """Where a member without a group secret keeps the host-local one by default
+    (src/client/local_secret.h)."""
+    if os.geteuid() == 0:
+        return "/var/lib/shoal/local.secret"
+    return os.path.join(os.environ.get("HOME") or "/tmp", ".shoal", "local.secret")
+
+
 def handshake(s, service=2):
-    s.sendall(hello(service))
-    typ, status, _, body, _ = read_frame(s)
+    """HELLO; when the member asks for AUTH, the proof made with the host-local secret if this
+    process may read it (a local client's rights), else none: the member then refuses what
+    follows, which is what a process that cannot read it must get."""
+    h = hello(service)
+    s.sendall(h)
+    typ, flags, status, _, body, _ = read_frame_flags(s)
     if typ != HELLO_ACK:
         raise RuntimeError("no HELLO_ACK")
+    if not flags & 1:
+        return
+    try:
+        secret = read_secret(local_secret_file())
+    except OSError:
+        return
+    ip, port = s.getpeername()[:2]
+    s.sendall(frame(AUTH, proof(group_key(secret), False, "%s:%d" % (ip, port), h[32:], body),
+                    id_=2))
+    typ, status, _, _, _ = read_frame(s)
+    if typ != AUTH_OK:
+        raise RuntimeError("the member refused the host-local secret (answer %d)" % typ)
 
 
 def outcome(s):
@@ -463,9 +491,10 @@ def run_hold(ports, first_src, nsrc, per_src, stopfile):
 
 
 def file_version(path):
-    """The version store_file.c gives a file: size and mtime."""
+    """The version store_file.c gives a file: size, mtime, inode and ctime."""
     st = os.stat(path)
-    return "%x-%x.%09d" % (st.st_size, int(st.st_mtime), st.st_mtime_ns % 1000000000)
+    return "%x-%x.%09d-%x-%x.%09d" % (st.st_size, st.st_mtime_ns // 10**9, st.st_mtime_ns % 10**9,
+                                      st.st_ino, st.st_ctime_ns // 10**9, st.st_ctime_ns % 10**9)
 
 
 def block_bodies(storedir, key, bs=4 << 20):
@@ -704,6 +733,38 @@ def run_put(addr, secret_file, url, bs, storedir, good, bad):
     return 1 if failed else 0
 
 
+def run_plant(addr, url, bs, storedir, key):
+    """PUT_BLOCK of forged bytes ('P's, chunk CRCs right) for every block of KEY with the version
+    and size the store gives anyone with stat, on one connection authenticated as this process
+    may (handshake). Prints "accepted N refused M"."""
+    bs = int(bs)
+    fp = volume_fp(url, bs)
+    path = os.path.join(storedir, key)
+    size, ver = os.stat(path).st_size, file_version(path).encode()
+    k = key.encode()
+    accepted = refused_ = 0
+    s = connect(addr)
+    s.settimeout(10)
+    try:
+        handshake(s, 2)
+        for idx in range((size + bs - 1) // bs):
+            data = b"P" * min(bs, size - idx * bs)
+            pl = put_payload(fp, k, ver, idx, data)
+            s.sendall(frame(PUT_BLOCK, put_body(k, ver, size, bs, idx), id_=idx + 7,
+                            payload_len=len(pl)) + pl)
+            if answer(s) == "resp":
+                accepted += 1
+            else:
+                refused_ += 1
+    except (ConnectionError, OSError):
+        pass
+    s.close()
+    nblocks = (size + bs - 1) // bs
+    refused_ = nblocks - accepted
+    print("accepted %d refused %d" % (accepted, refused_))
+    return 0
+
+
 def run_put_flood(addr, secret_file, url, bs, storedir, key, conns, per_conn):
     import threading
     bs, conns, per_conn = int(bs), int(conns), int(per_conn)
@@ -755,6 +816,8 @@ def run_put_flood(addr, secret_file, url, bs, storedir, key, conns, per_conn):
 if __name__ == "__main__":
     if len(sys.argv) == 9 and sys.argv[1] == "put":
         sys.exit(run_put(*sys.argv[2:]))
+    if len(sys.argv) == 7 and sys.argv[1] == "plant":
+        sys.exit(run_plant(*sys.argv[2:]))
     if len(sys.argv) == 10 and sys.argv[1] == "put-flood":
         sys.exit(run_put_flood(*sys.argv[2:]))
     if len(sys.argv) == 8 and sys.argv[1] == "pipeclose":

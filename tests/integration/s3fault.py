@@ -30,6 +30,9 @@
         putfail       every PUT (whole object or part) answered 503 SlowDown
         completelostonce  the first CompleteMultipartUpload of each upload is done upstream, but
                       the connection is cut before the answer
+        completelostraced  like completelostonce, and before the cut the front itself PUTs an
+                      object of the same size and other bytes under the same key upstream (another
+                      writer's, landing between the lost answer and the retry)
       One line per request goes to LOG: "METHOD PATH RANGE -> STATUS [fault]".
 
   s3fault.py put --endpoint URL --bucket B --dir DIR --key K --secret S [--region R]
@@ -178,6 +181,21 @@ class Proxy(http.server.BaseHTTPRequestHandler):
         up.close()
         return resp, data
 
+    def race_put(self, path):
+        """Another writer: an object of the same size as the one at PATH, other bytes."""
+        key, secret = os.environ.get("AWS_ACCESS_KEY_ID", "S3RVER"), self.server.secret or ""
+        region = os.environ.get("AWS_REGION", "us-east-1")
+        host = "127.0.0.1:%d" % self.server.upstream
+        h = sign_headers("HEAD", host, path, "", EMPTY_SHA256, key, secret, region)
+        r, _ = self.upstream("HEAD", path, h.items(), None)
+        size = int(r.getheader("Content-Length") or 0)
+        data = os.urandom(size)
+        h = sign_headers("PUT", host, path, "", hashlib.sha256(data).hexdigest(), key, secret,
+                         region)
+        h["content-length"] = str(size)
+        r, _ = self.upstream("PUT", path, h.items(), data)
+        self.log("PUT %s - -> %d raced (%d bytes, another writer)" % (path, r.status, size))
+
     def cut(self, line, why):
         self.log(line + " -> cut " + why)
         self.close_connection = True
@@ -214,18 +232,18 @@ class Proxy(http.server.BaseHTTPRequestHandler):
             if mode == "putfail" and kind in ("part", "put"):
                 return "503"
             if (kind == "part") != mode.startswith("part") or \
-                    (kind == "complete") != (mode == "completelostonce"):
+                    (kind == "complete") != mode.startswith("completelost"):
                 return None
             if mode.startswith("part503pct:"):
                 if self.server.rand.random() * 100 < float(mode.split(":")[1]):
                     return "503"
                 return None
             k = (mode, uid, part)
-            if mode in ("part503once", "partcutonce", "completelostonce") and \
-                    k not in self.server.seen:
+            if mode in ("part503once", "partcutonce", "completelostonce",
+                        "completelostraced") and k not in self.server.seen:
                 self.server.seen.add(k)
                 return {"part503once": "503", "partcutonce": "cut",
-                        "completelostonce": "lost"}[mode]
+                        "completelostonce": "lost", "completelostraced": "lost"}[mode]
         return None
 
     def list_uploads(self, bucket):
@@ -327,7 +345,7 @@ class Proxy(http.server.BaseHTTPRequestHandler):
                         self.server.seen.add(k)
                         fault = mode_read[:-4]
                 elif not mode_read.startswith("part") and mode_read not in (
-                        "putfail", "completelostonce"):
+                        "putfail", "completelostonce", "completelostraced"):
                     fault = mode_read
         if fault in ("503", "503all"):
             self.log(line + " -> 503 fault")
@@ -356,6 +374,8 @@ class Proxy(http.server.BaseHTTPRequestHandler):
                 self.server.pending.pop(uid, None)
                 self.server.ended.add(uid)
         if wfault == "lost":
+            if mode == "completelostraced" and status == 200:
+                self.race_put(path)
             self.cut(line, "completelost fault (done upstream: %d)" % status)
             return
         cut = None

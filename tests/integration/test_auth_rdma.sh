@@ -71,7 +71,10 @@ wait_for grep -q "rdma listening on 10.203.0.1:" "$T/v.log" || fail "member with
 stop_member v
 
 echo "== a client with a secret refuses an RDMA member without one"
-start_member a "$S" --meta "sqlite3://$T/a.db" --cache-group ga --group-ip 127.0.0.1 --rdma-network lo 2>"$T/a.err"
+# (--local-secret-file off: without it the member would use the host-local secret, and the client
+# would see another secret rather than none)
+start_member a "$S" --meta "sqlite3://$T/a.db" --cache-group ga --group-ip 127.0.0.1 --rdma-network lo \
+  --local-secret-file off 2>"$T/a.err"
 wait_members "sqlite3://$T/a.db" ga 1
 read_all "sqlite3://$T/a.db" ga "$T/sum.a" --group-secret-file "$T/secret"
 [ "$(sum_field "rdma bytes" "$T/sum.a")" -eq 0 ] || fail "RDMA carried data from a member without a secret"

@@ -27,8 +27,8 @@ readers warm "$S" --all --verify-dir "$STORE" --meta "$META" --cache-group g --t
 [ "$(result_field warm fallbacks)" -eq 0 ] || fail "the member did not serve the warm-up"
 
 echo "== 3000 pipelined reads, answers held unread"
-# The version of a file:// object: size and mtime, as store_file.c writes it.
-ver=$(python3 -c "import os;s=os.stat('$STORE/x.bin');print('%x-%x.%09d'%(s.st_size,int(s.st_mtime),s.st_mtime_ns%1000000000))")
+# The version of a file:// object, as store_file.c writes it (frames.file_version).
+ver=$(python3 -c "import sys; sys.path.insert(0, sys.argv[1]); import frames; print(frames.file_version(sys.argv[2]))" "$(dirname "$0")" "$STORE/x.bin")
 start_bg flood -- $FRAMES flood-hold "127.0.0.1:$RPC" 3000 x.bin "$ver" $((40 * 1024 * 1024)) \
   4194304 1048576 "$T/go"
 wait_log "$T/flood.out" "sent 3000, holding" 60

@@ -20,7 +20,7 @@ start_member m "$S" --meta "$META" --cache-group g --group-ip 127.0.0.1 --metric
 wait_members "$META" g 1
 POOL=$(member_port m)
 RPC=$(member_port m iorpc)
-version() { /usr/bin/python3 -c "import os;s=os.stat('$1');print('%x-%x.%09d'%(s.st_size,int(s.st_mtime),s.st_mtime_ns%1000000000))"; }
+version() { /usr/bin/python3 -c "import sys; sys.path.insert(0, sys.argv[1]); import frames; print(frames.file_version(sys.argv[2]))" "$(dirname "$0")" "$1"; }
 VX=$(version "$STORE/x.bin")
 VY=$(version "$STORE/y.bin")
 

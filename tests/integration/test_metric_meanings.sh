@@ -153,8 +153,8 @@ done
 
 echo "== one cap for both services: IORPC holds every slot, a pool read waits for one"
 size=$(stat -c %s "$STORE/p/f0")
-# The version of a file:// object: size and mtime, as store_file.c writes it.
-ver=$(python3 -c "import os;s=os.stat('$STORE/p/f0');print('%x-%x.%09d'%(s.st_size,int(s.st_mtime),s.st_mtime_ns%1000000000))")
+# The version of a file:// object, as store_file.c writes it (frames.file_version).
+ver=$(python3 -c "import sys; sys.path.insert(0, sys.argv[1]); import frames; print(frames.file_version(sys.argv[2]))" "$(dirname "$0")" "$STORE/p/f0")
 python3 "$(dirname "$0")/capshare.py" "$RPC" "$POOL" "$AM" p/f0 "$ver" "$size" 4194304 ||
   fail "shared cap"
 

@@ -37,7 +37,8 @@ make_object "$STORE/honest" $((5 * 1024 * 1024 + 12345))
 S="file://$STORE"
 META="sqlite3://$T/a.db"
 MP=$(free_port)
-# No secret: RDMA on loopback only, so that frames.py (no secret) can hog the slots.
+# No secret flag: RDMA on loopback only, every connection authenticated with the host-local
+# secret the member makes, which frames.py and rdma_peer (run as the member's user) read.
 prlimit --nofile=512:512 -- "$SHOAL" serve "$S" --cache-dir "$T/a.cache" --log-file "$T/a.log" \
   --log-level debug --meta "$META" --cache-group ga --group-ip 127.0.0.1 --rdma-network lo \
   --metrics "127.0.0.1:$MP" 2>>"$T/a.err" &
@@ -69,7 +70,9 @@ g0=$(m object_get_requests)
 
 echo "== $NOBJ READs with FILL over RDMA, the connection closed once they are sent"
 closes0=$(grep -c "rdma: server: closing 127.0.0.1" "$T/a.log" || true)
-"$PEER" pipeclose "$RA" - "$T/bodies" "$NOBJ" "$T/x.stats" >"$T/x.out" 2>&1 ||
+LSEC=$(grep -o "host-local secret [^ ]*" "$T/a.log" | head -n 1 | awk '{print $3}')
+[ -n "$LSEC" ] || fail "the member did not name its host-local secret"
+"$PEER" pipeclose "$RA" "$LSEC" "$T/bodies" "$NOBJ" "$T/x.stats" >"$T/x.out" 2>&1 ||
   fail "pipeclose: $(cat "$T/x.out")"
 cat "$T/x.out"
 [ "$(awk '$1 == "reads" {print $2}' "$T/x.stats")" -eq "$NOBJ" ] || fail "not every read sent"

@@ -213,6 +213,21 @@ int main(int argc, char **argv)
         if (argc < 2 || argv[1][0] == '-')
                 return usage("expected STORAGE first");
         cfg.storage = argv[1];
+        /* The host-local secret as the command line finds it (client/local_secret.h): members
+         * started without a group secret refuse a client without it. */
+        char lsec[1100];
+        const char *ls_env = getenv("SHOAL_LOCAL_SECRET_FILE");
+        if (ls_env && *ls_env) {
+                cfg.local_secret_file = strcmp(ls_env, "off") ? ls_env : NULL;
+        } else {
+                const char *home = getenv("HOME");
+                if (geteuid() == 0)
+                        snprintf(lsec, sizeof(lsec), "/var/lib/shoal/local.secret");
+                else
+                        snprintf(lsec, sizeof(lsec), "%s/.shoal/local.secret",
+                                 home && *home ? home : "/tmp");
+                cfg.local_secret_file = lsec;
+        }
         for (int i = 2; i < argc; i++) {
                 const char *a = argv[i];
                 const char *v = i + 1 < argc ? argv[i + 1] : NULL;

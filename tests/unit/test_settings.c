@@ -63,12 +63,25 @@ static void test_names(void **state)
         assert_true(shoal_setting_is_switch(SHOAL_SET_CACHE_TRY_DIO));
         assert_false(shoal_setting_is_switch(SHOAL_SET_CACHE_SIZE));
         /* what a library client takes (docs/library.md "Settings"), and nothing that serves */
-        static const char *const lib[] = {"meta",          "cache-group",       "cache-dir",
-                                          "cache-size",    "free-space-ratio",  "block-size",
-                                          "endpoint",      "use-iorpc",         "rdma-network",
-                                          "rdma-provider", "buffer-size",       "max-downloads",
-                                          "prefetch",      "group-secret-file", "metrics",
-                                          "log-level",     "log-file",          "strict-group"};
+        static const char *const lib[] = {"meta",
+                                          "cache-group",
+                                          "cache-dir",
+                                          "cache-size",
+                                          "free-space-ratio",
+                                          "block-size",
+                                          "endpoint",
+                                          "use-iorpc",
+                                          "rdma-network",
+                                          "rdma-provider",
+                                          "buffer-size",
+                                          "max-downloads",
+                                          "prefetch",
+                                          "group-secret-file",
+                                          "metrics",
+                                          "log-level",
+                                          "log-file",
+                                          "strict-group",
+                                          "local-secret-file"};
         int nlib = 0;
         for (int i = SHOAL_SET_NONE + 1; i < SHOAL_SET__COUNT; i++)
                 nlib += shoal_setting_for_library((enum shoal_setting)i);
