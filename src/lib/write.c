@@ -185,3 +185,137 @@ SHOAL_API void shoal_write_abort(struct shoal_writer *w)
         writer_free(w);
         shoal_fork_gate_exit(t);
 }
+
+/* ---- deleting and copying ------------------------------------------------------------------ */
+
+static bool key_arg_ok(const char *key)
+{
+        return key && shoal_key_valid(key, strnlen(key, SHOAL_KEY_MAX + 1));
+}
+
+/* The caller's errno for a failed store call on KEY, with the message set. */
+static int store_fail(int rc, const char *what, const char *key)
+{
+        switch (rc) {
+        case -ENOENT:
+                return lib_fail(rc, "%s: no such object: %s", what, key);
+        case -EEXIST:
+                return lib_fail(rc, "%s: %s exists", what, key);
+        case -EINVAL:
+                return lib_fail(rc, "%s: not a valid key for this store: %s", what, key);
+        case -EACCES:
+                return lib_fail(rc, "%s %s: access denied by the object store", what, key);
+        case -ESTALE:
+                return lib_fail(rc, "%s: %s changed during the copy", what, key);
+        case -ENOMEM:
+                return lib_fail(rc, "out of memory");
+        default:
+                return lib_fail(-EIO, "%s %s: the object store failed (%s; see the log)", what, key,
+                                strerror(-rc));
+        }
+}
+
+SHOAL_API int shoal_delete(struct shoal_client *c, const char *key)
+{
+        if (!c || !key_arg_ok(key))
+                return lib_fail(-EINVAL, "shoal_delete: %s",
+                                c ? "not a valid object key" : "no client");
+        int rc;
+        bool t = shoal_fork_gate_enter();
+        struct shoal_node *n = lib_client_node(c, &rc);
+        if (n) {
+                rc = shoal_store_delete(n->store, key);
+                if (rc)
+                        rc = store_fail(rc, "delete", key);
+        }
+        shoal_fork_gate_exit(t);
+        return rc;
+}
+
+/* The store's own copy of SRC to DST, or -EOPNOTSUPP (nothing done, no message) when the store
+ * cannot make this one. Inside the fork gate. */
+static int copy_in_store(struct shoal_client *c, const char *src, const char *dst, int flags)
+{
+        int rc;
+        struct shoal_node *n = lib_client_node(c, &rc);
+        if (!n)
+                return rc;
+        struct shoal_object *so = malloc(2 * sizeof(*so));
+        if (!so)
+                return lib_fail(-ENOMEM, "out of memory");
+        struct shoal_object *out = so + 1;
+        rc = shoal_store_stat(n->store, src, so);
+        if (rc)
+                goto out;
+        if (!strcmp(src, dst))
+                goto out; /* already a copy of itself */
+        if (!(flags & SHOAL_WRITE_OVERWRITE)) {
+                rc = shoal_store_stat(n->store, dst, out);
+                rc = !rc ? -EEXIST : rc == -ENOENT ? 0 : rc;
+                if (rc) {
+                        rc = store_fail(rc, "copy", dst);
+                        goto out_quiet;
+                }
+        }
+        rc = shoal_store_copy(n->store, src, so, dst, out);
+        if (!rc)
+                log_info("lib", "copied %s to %s in the store: %llu bytes, version %s", src, dst,
+                         (unsigned long long)out->size, out->version);
+out:
+        if (rc && rc != -EOPNOTSUPP)
+                rc = store_fail(rc, "copy", src);
+out_quiet:
+        free(so);
+        return rc;
+}
+
+#define COPY_CHUNK (8u << 20)
+
+/* SRC's bytes read through the client (its cache and group) and written to DST by a writer. */
+static int copy_through(struct shoal_client *c, const char *src, const char *dst, int flags)
+{
+        struct shoal_file *f = shoal_open(c, src, SHOAL_RDONLY);
+        if (!f)
+                return -errno;
+        int rc = 0;
+        struct shoal_writer *w = shoal_write_open(c, dst, flags);
+        char *buf = w ? malloc(COPY_CHUNK) : NULL;
+        if (!w || !buf) {
+                rc = w ? lib_fail(-ENOMEM, "out of memory") : -errno;
+                goto out;
+        }
+        for (uint64_t off = 0;; off += (uint64_t)rc) {
+                ssize_t got = shoal_pread(f, buf, COPY_CHUNK, off);
+                if (got <= 0) {
+                        rc = (int)got;
+                        break;
+                }
+                rc = (int)shoal_write(w, buf, (size_t)got);
+                if (rc < 0)
+                        break;
+        }
+        if (!rc) {
+                rc = shoal_write_close(w);
+                w = NULL;
+        }
+out:
+        shoal_write_abort(w);
+        free(buf);
+        shoal_close(f);
+        return rc;
+}
+
+SHOAL_API int shoal_copy(struct shoal_client *c, const char *src, const char *dst, int flags)
+{
+        if (!c || !key_arg_ok(src) || !key_arg_ok(dst) || (flags & ~SHOAL_WRITE_OVERWRITE))
+                return lib_fail(-EINVAL, "shoal_copy: %s",
+                                !c                                 ? "no client"
+                                : (flags & ~SHOAL_WRITE_OVERWRITE) ? "unknown flags"
+                                                                   : "not a valid object key");
+        bool t = shoal_fork_gate_enter();
+        int rc = copy_in_store(c, src, dst, flags);
+        shoal_fork_gate_exit(t);
+        if (rc == -EOPNOTSUPP)
+                rc = copy_through(c, src, dst, flags);
+        return rc;
+}
