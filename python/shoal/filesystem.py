@@ -20,6 +20,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from fsspec.dircache import DirCache
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
 from . import BufferedWriteFile, Client, RawFile, WriteFile
@@ -57,11 +58,17 @@ class ShoalFileSystem(AbstractFileSystem):
         for name, env in _ENV_DEFAULTS.items():
             if settings.get(name) is None and os.environ.get(env):
                 settings[name] = os.environ[env]
+        listing = dict(settings)
         # fsspec's own options are not client settings.
         for k in ("skip_instance_cache", "use_listings_cache", "listings_expiry_time",
                   "max_paths", "asynchronous", "loop"):
             settings.pop(k, None)
         self.client = Client(storage, **settings)
+        # fsspec's listings cache (use_listings_cache, listings_expiry_time, max_paths), off
+        # unless asked for: a cached listing does not see what other writers add.
+        self.dircache = DirCache(use_listings_cache=bool(listing.get("use_listings_cache")),
+                                 listings_expiry_time=listing.get("listings_expiry_time"),
+                                 max_paths=listing.get("max_paths"))
         self._local = threading.local()  # get(): the files to fetch once the paths are known
 
     @classmethod
@@ -85,15 +92,23 @@ class ShoalFileSystem(AbstractFileSystem):
         return {"name": key, "size": size, "type": "file", "mtime": mtime_ns / 1e9,
                 "version": version}
 
-    def ls(self, path, detail=True, **kwargs):
+    def ls(self, path, detail=True, refresh=False, **kwargs):
         path = self._strip_protocol(path)
-        entries = self.client.list(path + "/" if path else "")
-        out = []
-        for e in entries:
-            if e.is_prefix:
-                out.append({"name": e.key.rstrip("/"), "size": 0, "type": "directory"})
-            else:
-                out.append(self._file_info(e.key, e.size, e.mtime_ns, e.version))
+        out = None
+        if not refresh:
+            try:
+                out = self.dircache[path]
+            except KeyError:
+                pass
+        if out is None:
+            out = []
+            for e in self.client.list(path + "/" if path else ""):
+                if e.is_prefix:
+                    out.append({"name": e.key.rstrip("/"), "size": 0, "type": "directory"})
+                else:
+                    out.append(self._file_info(e.key, e.size, e.mtime_ns, e.version))
+            if out:
+                self.dircache[path] = out
         if not out and path:
             # A file lists as itself, like fsspec's local filesystem; an empty folder lists as
             # nothing; nothing there is missing.
@@ -161,6 +176,18 @@ class ShoalFileSystem(AbstractFileSystem):
 
     def checksum(self, path):
         return int.from_bytes(self.ukey(path).encode()[-8:].rjust(8, b"\0"), "big")
+
+    def invalidate_cache(self, path=None):
+        """Forgets the cached listings of PATH and its parents (all of them without PATH)."""
+        if path is None:
+            self.dircache.clear()
+            return
+        path = self._strip_protocol(path)
+        while True:
+            self.dircache.pop(path, None)
+            if not path:
+                break
+            path = self._parent(path)
 
     # ---- folders: prefixes of keys, as in S3; they exist while an object is under them
 

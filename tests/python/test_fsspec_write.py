@@ -233,3 +233,30 @@ def test_pandas_to_csv_twice(sfs):
     got = pandas.read_csv("shoal://out/t.csv", storage_options=opts)
     pandas.testing.assert_frame_equal(got, second)
     fsspec.AbstractFileSystem.clear_instance_cache()
+
+
+def test_listings_cache(tmp_path):
+    """Off by default (other writers' objects show at once); fsspec's options turn it on, and
+    this filesystem's own writes and deletes drop the listings they change."""
+    root = str(tmp_path / "store")
+    os.makedirs(os.path.join(root, "l"))
+    with open(os.path.join(root, "l", "a"), "wb") as f:
+        f.write(b"a")
+    plain = fsspec.filesystem("shoal", storage="file://" + root, skip_instance_cache=True)
+    cached = fsspec.filesystem("shoal", storage="file://" + root, skip_instance_cache=True,
+                               use_listings_cache=True, listings_expiry_time=3600)
+    assert plain.ls("l", detail=False) == ["l/a"] == cached.ls("l", detail=False)
+    with open(os.path.join(root, "l", "b"), "wb") as f:  # another writer
+        f.write(b"b")
+    assert plain.ls("l", detail=False) == ["l/a", "l/b"]
+    assert cached.ls("l", detail=False) == ["l/a"]  # from the cache
+    assert cached.ls("l", detail=False, refresh=True) == ["l/a", "l/b"]
+    cached.pipe_file("l/c", b"c")
+    assert cached.ls("l", detail=False) == ["l/a", "l/b", "l/c"]
+    cached.rm_file("l/a")
+    assert cached.ls("l", detail=False) == ["l/b", "l/c"]
+    with cached.transaction:
+        cached.pipe_file("l/d", b"d")
+    assert cached.ls("l", detail=False) == ["l/b", "l/c", "l/d"]
+    plain.client.close()
+    cached.client.close()
