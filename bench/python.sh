@@ -14,7 +14,7 @@
 # /dev/shm), PROFILE=1 (perf of each path first).
 #
 # `bench/python.sh fsspec` measures shoal:// instead (no root, no mount): on a warm 2-member group,
-# fsspec's cat_file against Client.read of the same object (SIZE MiB, ROUNDS alternating rounds),
+# fsspec's cat_file and open().read() against Client.read of the same object (SIZE MiB, ROUNDS alternating rounds),
 # and fs.cat of NSMALL objects of 1 MiB (256) against a sequential loop of cat_file over them.
 set -euo pipefail
 cd "$(dirname "$0")/.."

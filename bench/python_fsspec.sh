@@ -60,10 +60,15 @@ def timed(fn):
 
 c.read("big")  # warm: the members' caches, the reader's buffers
 fs.cat(small)
-best = {"read": 1e9, "cat_file": 1e9, "cat": 1e9, "loop": 1e9}
+best = {"read": 1e9, "cat_file": 1e9, "open": 1e9, "cat": 1e9, "loop": 1e9}
+
+def open_read():
+    with fs.open("big", "rb") as f:
+        f.read()
 for r in range(rounds):
     best["read"] = min(best["read"], timed(lambda: c.read("big")))
     best["cat_file"] = min(best["cat_file"], timed(lambda: fs.cat_file("big")))
+    best["open"] = min(best["open"], timed(open_read))
     best["cat"] = min(best["cat"], timed(lambda: fs.cat(small)))
     best["loop"] = min(best["loop"], timed(lambda: [fs.cat_file(p) for p in small]))
 mib = size / 2**20
@@ -71,6 +76,8 @@ print("warm group of 2, best of %d rounds" % rounds)
 print("  Client.read of %d MiB      %7.0f MiB/s" % (mib, mib / best["read"]))
 print("  fs.cat_file of the same    %7.0f MiB/s   ratio %.2fx" %
       (mib / best["cat_file"], best["read"] / best["cat_file"]))
+print("  fs.open().read() of it     %7.0f MiB/s   ratio %.2fx" %
+      (mib / best["open"], best["read"] / best["open"]))
 print("  fs.cat of %d x 1 MiB      %7.0f MiB/s" % (len(small), len(small) / best["cat"]))
 print("  sequential cat_file loop   %7.0f MiB/s   fs.cat / loop %.2fx" %
       (len(small) / best["loop"], best["loop"] / best["cat"]))
