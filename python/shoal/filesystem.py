@@ -220,16 +220,23 @@ class ShoalFileSystem(AbstractFileSystem):
 
     def rm(self, path, recursive=False, maxdepth=None):
         paths = self.expand_path(path, recursive=recursive, maxdepth=maxdepth)
-        files = []
-        for p in paths:
-            info = self._stat_info(p)
-            if info:
-                files.append(p)
-            elif not recursive:
-                raise IsADirectoryError(errno.EISDIR, "a folder: rm(recursive=True) deletes "
-                                        "what is in it", p)
-        # Folders vanish with the last object under them.
-        _pool_map(self.rm_file, files)
+        if not recursive:
+            for p in paths:
+                if not self._stat_info(p) and self.isdir(p):
+                    raise IsADirectoryError(errno.EISDIR, "a folder: rm(recursive=True) "
+                                            "deletes what is in it", p)
+        # Folders vanish with the last object under them: only the objects are deleted.
+        folders = {self._parent(p) for p in paths}
+        files = [p for p in paths if p not in folders]
+
+        def one(p):
+            try:
+                self.client.delete(p)
+            except FileNotFoundError:
+                if not (recursive and self.isdir(p)):  # an empty folder has nothing to delete
+                    raise
+        _pool_map(one, files)
+        self.invalidate_cache()
 
     def cp_file(self, path1, path2, **kwargs):
         path1, path2 = self._strip_protocol(path1), self._strip_protocol(path2)
