@@ -188,6 +188,8 @@ SHOAL_API void shoal_write_abort(struct shoal_writer *w)
 
 /* ---- deleting and copying ------------------------------------------------------------------ */
 
+#define COPY_CHUNK (8u << 20)
+
 static bool key_arg_ok(const char *key)
 {
         return key && shoal_key_valid(key, strnlen(key, SHOAL_KEY_MAX + 1));
@@ -233,17 +235,17 @@ SHOAL_API int shoal_delete(struct shoal_client *c, const char *key)
 }
 
 /* The store's own copy of SRC to DST, or -EOPNOTSUPP (nothing done, no message) when the store
- * cannot make this one. Inside the fork gate. */
-static int copy_in_store(struct shoal_client *c, const char *src, const char *dst, int flags)
+ * cannot make this one. SO[0] receives SRC as stat'ed, SO[1] the copy, with an empty key when
+ * there is nothing to write through (no copy made, or no group). Inside the fork gate. */
+static int copy_in_store(struct shoal_client *c, const char *src, const char *dst, int flags,
+                         struct shoal_object *so)
 {
         int rc;
         struct shoal_node *n = lib_client_node(c, &rc);
         if (!n)
                 return rc;
-        struct shoal_object *so = malloc(2 * sizeof(*so));
-        if (!so)
-                return lib_fail(-ENOMEM, "out of memory");
         struct shoal_object *out = so + 1;
+        out->key[0] = '\0';
         rc = shoal_store_stat(n->store, src, so);
         if (rc)
                 goto out;
@@ -258,6 +260,8 @@ static int copy_in_store(struct shoal_client *c, const char *src, const char *ds
                 }
         }
         rc = shoal_store_copy(n->store, src, so, dst, out);
+        if (!rc && !n->push)
+                out->key[0] = '\0'; /* no group: nothing to write through */
         if (!rc)
                 log_info("lib", "copied %s to %s in the store: %llu bytes, version %s", src, dst,
                          (unsigned long long)out->size, out->version);
@@ -265,11 +269,47 @@ out:
         if (rc && rc != -EOPNOTSUPP)
                 rc = store_fail(rc, "copy", src);
 out_quiet:
-        free(so);
         return rc;
 }
 
-#define COPY_CHUNK (8u << 20)
+/* Write-through of an in-store copy [W3]: the bytes of SO (the source, read through the client,
+ * where the group most likely has them) staged and pushed to the owners of the copy COPY's
+ * blocks, so that its first readers in the group need no store GET either. Best effort, as for
+ * a writer: a failure here is logged, never the copy's outcome. */
+static void copy_push(struct shoal_client *c, const struct shoal_object *so,
+                      const struct shoal_object *copy)
+{
+        struct shoal_file *f = shoal_open(c, so->key, SHOAL_RDONLY);
+        struct shoal_stat *st = malloc(sizeof(*st));
+        char *buf = malloc(COPY_CHUNK);
+        struct shoal_push_stage *stage = NULL;
+        int rc = f && st && buf ? 0 : -ENOMEM;
+        if (!rc) {
+                shoal_fstat(f, st);
+                bool t = shoal_fork_gate_enter();
+                struct shoal_node *n = lib_client_node(c, &rc);
+                if (n && n->push && !strcmp(st->version, so->version))
+                        stage = shoal_push_stage_begin(n->push);
+                shoal_fork_gate_exit(t);
+        }
+        for (uint64_t off = 0; stage;) {
+                ssize_t got = shoal_pread(f, buf, COPY_CHUNK, off);
+                bool t = shoal_fork_gate_enter();
+                if (got > 0)
+                        shoal_push_stage_append(stage, buf, (size_t)got);
+                else if (got == 0)
+                        shoal_push_stage_commit(stage, copy);
+                else
+                        shoal_push_stage_abort(stage);
+                shoal_fork_gate_exit(t);
+                if (got <= 0)
+                        break;
+                off += (uint64_t)got;
+        }
+        free(buf);
+        free(st);
+        shoal_close(f);
+}
 
 /* SRC's bytes read through the client (its cache and group) and written to DST by a writer. */
 static int copy_through(struct shoal_client *c, const char *src, const char *dst, int flags)
@@ -312,10 +352,16 @@ SHOAL_API int shoal_copy(struct shoal_client *c, const char *src, const char *ds
                                 !c                                 ? "no client"
                                 : (flags & ~SHOAL_WRITE_OVERWRITE) ? "unknown flags"
                                                                    : "not a valid object key");
+        struct shoal_object *so = malloc(2 * sizeof(*so));
+        if (!so)
+                return lib_fail(-ENOMEM, "out of memory");
         bool t = shoal_fork_gate_enter();
-        int rc = copy_in_store(c, src, dst, flags);
+        int rc = copy_in_store(c, src, dst, flags, so);
         shoal_fork_gate_exit(t);
         if (rc == -EOPNOTSUPP)
                 rc = copy_through(c, src, dst, flags);
+        else if (!rc && so[1].key[0])
+                copy_push(c, &so[0], &so[1]);
+        free(so);
         return rc;
 }

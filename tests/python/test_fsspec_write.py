@@ -1,7 +1,7 @@
 """shoal:// as an s3fs user expects it (docs/python.md), in store mode and through a 2-member
 group: delete (Client.delete, rm_file, rm recursive) and what the group serves afterwards; copy
-(Client.copy, cp_file, mv) inside the store for s3:// (no GET here) and through the client for
-file://; "wb" replaces atomically, "xb" is exclusive with a message; transactions commit at the
+(Client.copy, cp_file, mv) inside the store for s3:// (no GET here; in a group its blocks are
+written through) and through the client for file://; "wb" replaces atomically, "xb" is exclusive with a message; transactions commit at the
 end of the block and discard on an error; Python's errors for folders and files; folders,
 created/modified, seek and read(None); cat, cat_ranges and get of many paths on several threads;
 pandas to_csv over an existing key."""
@@ -107,6 +107,26 @@ def test_copy_inside_s3(harness, s3rver):
     assert fs.cat_file("s/b.bin") == data
     fs.rm("s", recursive=True)
     assert not fs.exists("s/a.bin") and not fs.exists("s/b.bin")
+    fs.client.close()
+
+
+def test_copy_inside_s3_is_written_through_the_group(harness, s3rver):
+    """An in-store copy's blocks go to their owners (read from the group, where the source is):
+    reading the copy then makes no store GET, here or in the group."""
+    endpoint, bucket, _ = s3rver
+    opts = start_group(harness, "s3://" + bucket, ("--endpoint", endpoint))
+    fs = fsspec.filesystem("shoal", storage="s3://" + bucket, endpoint=endpoint,
+                           skip_instance_cache=True, **opts)
+    data = random.Random(9).randbytes(5 * BLOCK + 7)  # 6 blocks
+    fs.pipe_file("g/a.bin", data)  # written through: the source's blocks are in the group
+    served = sum(harness.metrics(m).get("remotecache_put_serve_blocks", 0) for m in "ab")
+    gets = shoal.counter("object_get_requests")
+    fs.cp_file("g/a.bin", "g/b.bin")
+    assert fs.cat_file("g/b.bin") == data
+    assert shoal.counter("object_get_requests") == gets
+    assert sum(harness.metrics(m).get("object_get_requests", 0) for m in "ab") == 0
+    assert sum(harness.metrics(m).get("remotecache_put_serve_blocks", 0)
+               for m in "ab") == served + 6
     fs.client.close()
 
 
