@@ -225,17 +225,18 @@ class ShoalFileSystem(AbstractFileSystem):
                 if not self._stat_info(p) and self.isdir(p):
                     raise IsADirectoryError(errno.EISDIR, "a folder: rm(recursive=True) "
                                             "deletes what is in it", p)
-        # Folders vanish with the last object under them: only the objects are deleted.
+        # Folders vanish with the last object under them: deleting one's name finds nothing
+        # (file://) or nothing but an object of that name (S3 has "a" and "a/b" side by side).
         folders = {self._parent(p) for p in paths}
-        files = [p for p in paths if p not in folders]
 
         def one(p):
             try:
                 self.client.delete(p)
             except FileNotFoundError:
-                if not (recursive and self.isdir(p)):  # an empty folder has nothing to delete
-                    raise
-        _pool_map(one, files)
+                if p in folders or (recursive and self.isdir(p)):  # an empty folder too
+                    return
+                raise
+        _pool_map(one, paths)
         self.invalidate_cache()
 
     def cp_file(self, path1, path2, **kwargs):
