@@ -12,8 +12,15 @@
 # Environment: SHOAL_BUILD (default: a RelWithDebInfo build in build-bench), FILES (4), SIZE per
 # file in MiB (256), THREADS (4), ROUNDS (3), BUFFER in MiB (64), DATA_DIR (a fresh folder under
 # /dev/shm), PROFILE=1 (perf of each path first).
+#
+# `bench/python.sh fsspec` measures shoal:// instead (no root, no mount): on a warm 2-member
+# group, fsspec's cat_file and open().read() against Client.read of the same object (SIZE MiB,
+# ROUNDS rounds), and fs.cat of NSMALL objects of 1 MiB (256) against a loop of cat_file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = fsspec ]; then
+  exec bash bench/python_fsspec.sh
+fi
 [ "$(id -u)" -eq 0 ] && [ -c /dev/fuse ] || { echo "bench: needs root and /dev/fuse" >&2; exit 1; }
 FILES=${FILES:-4}
 SIZE=${SIZE:-256}

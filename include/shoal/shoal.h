@@ -272,6 +272,22 @@ SHOAL_API int shoal_plan_stats(const struct shoal_plan *p, struct shoal_plan_sta
 /* Stops fetching, gives the window back and frees P (NULL is fine). Not while another thread
  * reads through P. */
 SHOAL_API void shoal_plan_destroy(struct shoal_plan *p);
+/* ---- deleting and copying ----------------------------------------------------------------- */
+
+/* Deletes object KEY of C's store (the call the mount's --allow-delete makes). Returns 0,
+ * -ENOENT where the store can tell the object was not there (file://; s3:// answers 0),
+ * -EINVAL (not a valid key), -EACCES or -EIO. Blocks the group cached of the deleted object are
+ * never served for a later object under KEY: blocks are keyed by version, and a new object has a
+ * new version (s3://: its ETag; file://: size and a fine-grained mtime stamped at commit). */
+SHOAL_API int shoal_delete(struct shoal_client *c, const char *key);
+
+/* Makes DST a copy of object SRC of C's store. Inside the store where it can (s3://: CopyObject,
+ * objects up to 5 GiB, and only while SRC is still the object stat'ed first); otherwise (file://,
+ * larger objects) the bytes are read through the client and written as by shoal_write_open().
+ * In a cache group the copy's blocks are written through either way. FLAGS: 0 (DST must not exist:
+ * -EEXIST, checked first) or SHOAL_WRITE_OVERWRITE. DST appears whole or not at all. Returns 0,
+ * -ENOENT (no SRC), -EEXIST, -ESTALE (SRC changed during the copy), -EINVAL, -EACCES or -EIO. */
+SHOAL_API int shoal_copy(struct shoal_client *c, const char *src, const char *dst, int flags);
 
 /* ---- figures ----------------------------------------------------------------------------- */
 

@@ -13,7 +13,9 @@ An fsspec filesystem for the protocol "shoal" is registered when fsspec is insta
 """
 
 import ctypes
+import errno as _errno
 import io
+import numbers
 import os
 from collections import namedtuple
 
@@ -261,18 +263,32 @@ class Client:
             n = avail if length is None else max(0, min(length, avail))
             if n == 0:
                 return b""
-            if _new_bytes is not None:
-                # The bytes object is filled in place before anyone else sees it: one copy
-                # (from the read buffers) instead of two.
-                out = _new_bytes(None, n)
-                got = _pread(f, ctypes.cast(ctypes.c_char_p(out), ctypes.c_void_p).value, n,
-                             offset)
-                return out if got == n else out[:got]
-            buf = bytearray(n)
-            got = _pread(f, _writable_view(buf)[0], n, offset)
-            return bytes(buf[:got])
+            return _read_bytes(f, n, offset)
         finally:
             lib.shoal_close(f)
+
+    # ---- deleting and copying
+
+    def delete(self, key):
+        """Deletes object KEY from the store. FileNotFoundError where the store can tell it was
+        not there (file://; S3 answers the same for a missing key as for a deleted one). Blocks
+        the group cached of it are never served for a later object under KEY (a new object has
+        a new version)."""
+        rc = lib.shoal_delete(self._handle(), _key(key))
+        if rc:
+            raise _lib.error(rc)
+
+    def copy(self, src, dst, overwrite=False):
+        """Makes DST a copy of object SRC: inside the store where it can (S3 CopyObject, up to
+        5 GiB), else read through the client and written as by open(dst, "wb"). DST appears
+        whole or not at all. An existing DST raises FileExistsError unless overwrite=True."""
+        rc = lib.shoal_copy(self._handle(), _key(src), _key(dst),
+                            _lib.WRITE_OVERWRITE if overwrite else 0)
+        if rc:
+            if -rc == _errno.EEXIST:
+                raise FileExistsError(_errno.EEXIST, "%s exists (overwrite=True replaces it)"
+                                      % (dst if isinstance(dst, str) else _str(dst)), dst)
+            raise _lib.error(rc)
 
 
     def plan(self, items, window=None, inflight=None):
@@ -303,6 +319,21 @@ def _pread(f, addr, n, offset):
     if got < 0:
         raise _lib.error(got)
     return got
+
+
+def _read_bytes(f, n, offset):
+    """N bytes (fewer at the end) of open file F at OFFSET as a new bytes object."""
+    if n <= 0:
+        return b""
+    if _new_bytes is not None:
+        # The bytes object is filled in place before anyone else sees it: one copy (from the
+        # read buffers) instead of two.
+        out = _new_bytes(None, n)
+        got = _pread(f, ctypes.cast(ctypes.c_char_p(out), ctypes.c_void_p).value, n, offset)
+        return out if got == n else out[:got]
+    buf = bytearray(n)
+    got = _pread(f, _writable_view(buf)[0], n, offset)
+    return bytes(buf[:got])
 
 
 class RawFile(io.RawIOBase):
@@ -337,6 +368,9 @@ class RawFile(io.RawIOBase):
 
     def seek(self, offset, whence=io.SEEK_SET):
         self._check()
+        if not isinstance(offset, numbers.Integral):
+            raise TypeError("an integer is required (got type %s)" % type(offset).__name__)
+        offset = int(offset)
         if whence == io.SEEK_SET:
             pos = offset
         elif whence == io.SEEK_CUR:
@@ -362,21 +396,14 @@ class RawFile(io.RawIOBase):
 
     def readall(self):
         self._check()
-        n = max(0, self.size - self._pos)
-        buf = bytearray(n)
-        got = self.readinto(buf) if n else 0
-        del buf[got:]
-        return bytes(buf)
+        out = _read_bytes(self._f, self.size - self._pos, self._pos)
+        self._pos += len(out)
+        return out
 
     def pread(self, length, offset):
         """LENGTH bytes at OFFSET (without moving the position), as bytes."""
         self._check()
-        buf = bytearray(max(0, min(length, self.size - offset)))
-        if not buf:
-            return b""
-        got = _pread(self._f, _writable_view(buf)[0], len(buf), offset)
-        del buf[got:]
-        return bytes(buf)
+        return _read_bytes(self._f, min(length, self.size - offset), offset)
 
     def advise(self, advice, offset=0, length=0):
         """Readahead hint: "normal", "sequential", "random", or "willneed" (fetch the blocks of
@@ -411,13 +438,18 @@ class WriteFile(io.RawIOBase):
     """One new object being written through a Client (shoal_write_open): sequential, committed
     by close(). Usually wrapped in a buffered writer by Client.open(key, "wb")."""
 
-    def __init__(self, client, key, overwrite=False):
+    def __init__(self, client, key, overwrite=False, exists_hint=None):
         super().__init__()
         self._client = client  # keeps the client alive while the file is open
         self._w = lib.shoal_write_open(client._handle(), _key(key),
                                        _lib.WRITE_OVERWRITE if overwrite else 0)
         if not self._w:
-            raise _lib.null_error()
+            e = _lib.null_error()
+            if e.errno == _errno.EEXIST:
+                raise FileExistsError(_errno.EEXIST, "%s exists (%s)" % (
+                    key if isinstance(key, str) else _str(key),
+                    exists_hint or "overwrite=True replaces it"), key)
+            raise e
         self.name = key if isinstance(key, str) else _str(key)
         self._pos = 0
         self._aborted = False

@@ -104,6 +104,8 @@ _proto = {
     "shoal_write": (_c.c_ssize_t, [_c.c_void_p, _c.c_void_p, _c.c_size_t]),
     "shoal_write_close": (_c.c_int, [_c.c_void_p]),
     "shoal_write_abort": (None, [_c.c_void_p]),
+    "shoal_delete": (_c.c_int, [_c.c_void_p, _c.c_char_p]),
+    "shoal_copy": (_c.c_int, [_c.c_void_p, _c.c_char_p, _c.c_char_p, _c.c_int]),
 }
 for _name, (_res, _args) in _proto.items():
     _fn = getattr(lib, _name)

@@ -363,3 +363,38 @@ int shoal_store_delete(struct shoal_store *st, const char *key)
                 log_info("store", "deleted %s", key);
         return shoal_store_give_up(rc, "delete", key, attempt, start);
 }
+
+int shoal_store_copy(struct shoal_store *st, const char *src, const struct shoal_object *so,
+                     const char *dst, struct shoal_object *out)
+{
+        if (!shoal_key_valid(src, strnlen(src, SHOAL_KEY_MAX + 1)) ||
+            !shoal_key_valid(dst, strnlen(dst, SHOAL_KEY_MAX + 1)))
+                return -EINVAL;
+        if (!st->ops->copy || so->size > SHOAL_STORE_COPY_MAX)
+                return -EOPNOTSUPP;
+        uint64_t start = shoal_now_ns();
+        uint64_t deadline = start + st->cfg.deadline_ns;
+        char version[SHOAL_VERSION_MAX + 1] = "";
+        int rc;
+        unsigned attempt;
+        call_deadline = deadline;
+        for (attempt = 1;; attempt++) {
+                rc = st->ops->copy(st, src, so->version, dst, version, sizeof(version));
+                uint64_t d;
+                if (!rc || !retry_after(st, rc, attempt, deadline, &d))
+                        break;
+                shoal_sleep_ns(d);
+        }
+        call_deadline = 0;
+        rc = shoal_store_give_up(rc, "copy", src, attempt, start);
+        if (rc)
+                return rc;
+        /* The size and mtime come from the store; the version must be the copy's own. */
+        rc = shoal_store_stat(st, dst, out);
+        if (!rc && strcmp(out->version, version))
+                log_info("store", "copy %s -> %s: the copy was replaced already (%s, not %s)", src,
+                         dst, out->version, version);
+        if (!rc)
+                log_info("store", "copied %s to %s", src, dst);
+        return rc;
+}

@@ -86,6 +86,12 @@ struct shoal_store_ops {
 
         /* Deletes KEY; a missing object is 0 (S3 cannot tell them apart). */
         int (*remove)(struct shoal_store *st, const char *key);
+
+        /* Optional: makes DST a copy of SRC inside the store, without the bytes passing here,
+         * only while SRC still has VERSION (else -ESTALE); one request, idempotent. VERSION_OUT
+         * receives DST's version. NULL where the store has no such request. */
+        int (*copy)(struct shoal_store *st, const char *src, const char *version, const char *dst,
+                    char *version_out, size_t vlen);
 };
 
 #define SHOAL_STORE_PART_SIZE_DEFAULT (16ULL << 20)
@@ -207,6 +213,17 @@ uint64_t shoal_store_upload_size(const struct shoal_upload *u);
 /* Deletes object KEY (retried like a read). Returns 0 (also when it did not exist on a store that
  * cannot tell), -ENOENT (file://: no such object), -EINVAL, -EACCES or -EIO. */
 int shoal_store_delete(struct shoal_store *st, const char *key);
+
+/* The largest object the store copies by itself (S3 CopyObject: 5 GiB). */
+#define SHOAL_STORE_COPY_MAX (5ULL << 30)
+
+/* Copies object SRC, which must still be SO (stat'ed by the caller), to DST inside the store
+ * (retried like a read) and fills *OUT with DST as stat reports it. Returns 0, -EOPNOTSUPP when
+ * the store cannot copy by itself (no such request, or SO is past SHOAL_STORE_COPY_MAX: the
+ * caller copies the bytes instead), -ESTALE (SRC changed), -ENOENT, -EINVAL, -EACCES or -EIO.
+ * DST is replaced if it exists: a caller that wants a new object checks first. */
+int shoal_store_copy(struct shoal_store *st, const char *src, const struct shoal_object *so,
+                     const char *dst, struct shoal_object *out);
 
 /* Stops the upload workers (store close calls it; every upload must be finished). */
 void shoal_store_uploads_stop(struct shoal_store *st);

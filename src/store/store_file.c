@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -568,7 +569,13 @@ static int file_stream_commit(struct shoal_store *st, void *h, struct shoal_obje
         struct file_upload *u = h;
         struct stat sb;
         int rc = 0;
-        if (fsync(u->fd) || fstat(u->fd, &sb))
+        /* The version is size+mtime, and the kernel stamps mtime from a coarse clock (a tick
+         * of milliseconds): an object replaced, or deleted and written again, with the same size
+         * within one tick would get the old version, and the group would serve the old blocks
+         * as the new object's. A stamp from the fine clock makes each commit's version its own. */
+        struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, {0}};
+        clock_gettime(CLOCK_REALTIME, &ts[1]);
+        if (futimens(u->fd, ts) || fsync(u->fd) || fstat(u->fd, &sb))
                 rc = -errno;
         for (int tries = 0; !rc; tries++) {
                 rc = link_into_place(u);

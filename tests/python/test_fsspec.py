@@ -114,10 +114,10 @@ def test_agrees_with_the_file_filesystem(fs_pair):
         with pytest.raises(FileNotFoundError):
             sfs.open(missing)
         assert not sfs.exists(missing)
-    # Writes create new objects (tests/python/test_write.py): an existing one is refused, and
+    # "xb" creates only new objects (tests/python/test_fsspec_write.py: "wb" replaces), and
     # appending is no mode an object store has.
-    with pytest.raises(FileExistsError):
-        sfs.open("data/table.csv", "wb")
+    with pytest.raises(FileExistsError, match="data/table.csv exists"):
+        sfs.open("data/table.csv", "xb")
     with pytest.raises(NotImplementedError):
         sfs.open("data/table.csv", "ab")
 

@@ -131,9 +131,9 @@ def test_fsspec_write(tmp_path):
         f.write(b"hello " * 1000)
     assert fs.cat("dir/f.bin") == b"hello " * 1000
     assert fs.exists("dir/f.bin") and fs.info("dir/f.bin")["size"] == 6000
-    with pytest.raises(FileExistsError):
-        fs.open("dir/f.bin", "wb")
-    with fs.open("dir/f.bin", "wb", overwrite=True) as f:
+    with pytest.raises(FileExistsError, match="dir/f.bin exists"):
+        fs.open("dir/f.bin", "xb")
+    with fs.open("dir/f.bin", "wb") as f:  # as in s3fs: "wb" replaces
         f.write(b"bye")
     assert fs.cat("dir/f.bin") == b"bye"
     with pytest.raises(NotImplementedError):
