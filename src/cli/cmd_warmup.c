@@ -449,7 +449,7 @@ int shoal_cmd_warmup(int argc, char **argv)
                         shoal_node_stop(w.node);
                         return 1;
                 }
-                if (!nobjs) {
+                if (!nobjs && !cli.val[OPT_PLAN]) {
                         /* A mistyped prefix is not "0/0 blocks" and success. */
                         fprintf(stderr,
                                 "shoal warmup: nothing matched: no object (with data) under '%s' "

@@ -101,7 +101,8 @@ QCAP=$(grep -o -E '[0-9]+ requests in process' "$T/q.log" | tail -n 1 | cut -d' 
 # x.bin cached first, so that the flood itself makes no store GET
 timeout 120 "$SHOAL" cat "file://$QS" x.bin --meta "sqlite3://$T/q.db" --cache-group q --no-sharing \
   --cache-size 0 --use-iorpc --log-level error >/dev/null || fail "warming x.bin failed"
-qv=$(/usr/bin/python3 -c "import os;s=os.stat('$QS/x.bin');print('%x-%x.%09d'%(s.st_size,int(s.st_mtime),s.st_mtime_ns%1000000000))")
+# The version of a file:// object, as store_file.c writes it (frames.file_version).
+qv=$(/usr/bin/python3 -c "import sys; sys.path.insert(0, sys.argv[1]); import frames; print(frames.file_version(sys.argv[2]))" "$(dirname "$0")" "$QS/x.bin")
 start_bg qflood -- $FRAMES flood-hold "127.0.0.1:$QRPC" 100 x.bin "$qv" $((8 * 4 * MiB)) $((4 * MiB)) \
   $((1 * MiB)) "$T/qgo"
 wait_log "$T/qflood.out" "sent 100, holding" 60
