@@ -586,7 +586,7 @@ static void check_agents(const char *url)
         char ida_copy[SHOAL_MEMBER_ID_LEN + 1];
         shoal_strlcpy(ida_copy, ida, sizeof(ida_copy));
         shoal_group_stop(a);
-        struct shoal_member left;
+        struct shoal_member left = {0};
         assert_true(record_get(r, ida_copy, &left));
         assert_true(left.leaving);
         assert_true(left.grace_ms == 60000);
