@@ -6,6 +6,7 @@ middle of one, costs nothing but speed; a plan made before fork() is refused in 
 `shoal warmup --plan` fills the group in first-use order; shoal stats shows the figures."""
 import json
 import os
+import time
 import random
 import signal
 import subprocess
@@ -130,6 +131,12 @@ def test_plan_longer_than_the_data_and_left_unread(tmp_path):
         st = p.stats()
         assert st["offplan"] == 0 and st["hits"] + st["misses"] == 6
         assert st["queued"] == 500  # the job stops early: closing gives everything back
+        # The planner fetches the next item in the background: wait until it holds it (on a
+        # busy machine it may not have yet), so that closing leaves it fetched and unread.
+        deadline = time.monotonic() + 60
+        while p.stats()["window_bytes"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert p.stats()["window_bytes"] > 0, "the planner fetched nothing ahead"
         p.close()
         p.close()
         with pytest.raises(ValueError):
