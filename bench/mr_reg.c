@@ -1,4 +1,4 @@
-/* What the requester's per-request exposure costs (issue 11 finding 6, src/rpc/rdma_client.c):
+/* What the requester's per-request exposure costs (issue 11 finding 6, src/transport/rdma_client.c):
  * every RDMA read registers its buffer for remote writes on the member's domain and closes the
  * registration when the answer is back. This measures one fi_mr_reg + fi_close per buffer size,
  * on one core, for a provider and interface, and says what share of a core that costs at a given

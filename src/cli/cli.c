@@ -16,7 +16,7 @@
 #define ALL    0xffffu
 
 /* A flag that is a setting gives only .setting: its name and whether it takes a value come
- * from client/settings.c. */
+ * from node/settings.c. */
 struct opt_def {
         const char *name;
         char short_name;
@@ -394,7 +394,7 @@ int shoal_cli_parse(struct shoal_cli *cli, enum shoal_cmd cmd, const char *name,
 
 int shoal_cli_setup_log(const struct shoal_cli *cli)
 {
-        /* checked by the parse: the level or the command's default (client/settings.c) */
+        /* checked by the parse: the level or the command's default (node/settings.c) */
         shoal_log_set_level(shoal_settings_log_level(&cli->set));
         if (cli->val[OPT_LOG_FILE]) {
                 int rc = shoal_log_open(cli->val[OPT_LOG_FILE]);

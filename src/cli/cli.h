@@ -1,6 +1,6 @@
 /* Command-line parsing shared by every subcommand: one table of flags (name, argument, which
  * commands take it, help), parsed into struct shoal_cli. Flags that configure a node are
- * settings (client/settings.h, shared with libshoal): their names and checks come from there,
+ * settings (node/settings.h, shared with libshoal): their names and checks come from there,
  * and they are checked when parsed. Every problem is one line on stderr and exit code 2. */
 #ifndef SHOAL_CLI_CLI_H
 #define SHOAL_CLI_CLI_H
@@ -9,8 +9,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "client/node.h"
-#include "client/settings.h"
+#include "node/node.h"
+#include "node/settings.h"
 
 enum shoal_cmd {
         CMD_MOUNT = 1u << 0,

@@ -22,7 +22,7 @@
 #include "group/group.h"
 #include "metrics/http.h"
 #include "metrics/metrics.h"
-#include "net/remote.h"
+#include "transport/select.h"
 #include "store/store.h"
 
 #define MAX_BLOCKS     200000

@@ -8,14 +8,14 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "client/local_secret.h"
+#include "node/local_secret.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "group/group.h"
-#include "rpc/client_conn.h"
-#include "rpc/handshake.h"
-#include "rpc/rdma.h"
-#include "rpc/wire.h"
+#include "transport/client_conn.h"
+#include "wire/handshake.h"
+#include "transport/rdma_client.h"
+#include "wire/wire.h"
 
 #define PINGS 5
 
@@ -117,7 +117,7 @@ static int lookup_member(const char *meta, const char *group, const char *who, c
 }
 
 /* Without a group secret, the host-local one when this process may read it, as every client
- * does (client/local_secret.h). */
+ * does (node/local_secret.h). */
 static void use_local_secret(struct shoal_node_config *cfg, uint8_t local[SHOAL_LOCAL_SECRET_LEN])
 {
         if (shoal_secret_set(&cfg->group_secret) || !cfg->local_secret_file)

@@ -7,7 +7,7 @@
 #include "cli/daemon.h"
 #include "common/log.h"
 #include "group/group.h"
-#include "rpc/server.h"
+#include "server/server.h"
 
 int shoal_cmd_serve(int argc, char **argv)
 {

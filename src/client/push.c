@@ -15,11 +15,11 @@
 #include "common/util.h"
 #include "group/group.h"
 #include "metrics/metrics.h"
-#include "net/remote.h"
-#include "rpc/client_conn.h"
-#include "rpc/handshake.h"
-#include "rpc/put_client.h"
-#include "rpc/wire.h"
+#include "transport/select.h"
+#include "transport/client_conn.h"
+#include "wire/handshake.h"
+#include "transport/put_client.h"
+#include "wire/wire.h"
 
 #define THREADS_MAX 16
 #define CONNS_MAX   8 /* connections one push thread keeps (one per owner it talked to) */

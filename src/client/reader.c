@@ -15,7 +15,7 @@
 #include "common/util.h"
 #include "group/group.h"
 #include "metrics/metrics.h"
-#include "net/remote.h"
+#include "transport/select.h"
 #include "store/store.h"
 
 #define VALID_WORDS    SHOAL_READER_VALID_WORDS

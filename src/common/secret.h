@@ -1,7 +1,7 @@
 /* The group secret as it travels through configuration: a byte string with a length [S1, S3].
  * Every byte counts, NUL included, so nothing here is a C string. The bytes belong to whoever
  * filled the struct (the command line keeps them for the process's life); components that need
- * the secret after start-up derive their own key from it (rpc/handshake.h) and keep no copy. */
+ * the secret after start-up derive their own key from it (wire/handshake.h) and keep no copy. */
 #ifndef SHOAL_COMMON_SECRET_H
 #define SHOAL_COMMON_SECRET_H
 

@@ -12,7 +12,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "client/node.h"
+#include "node/node.h"
 #include "client/reader.h"
 #include "common/log.h"
 #include "common/util.h"

@@ -24,7 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client/node.h"
+#include "node/node.h"
 #include "client/push.h"
 #include "common/log.h"
 #include "common/util.h"

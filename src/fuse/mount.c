@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client/node.h"
+#include "node/node.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "fuse/fuse_internal.h"

@@ -19,7 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "client/node.h"
+#include "node/node.h"
 #include "client/reader.h"
 #include "common/forkgate.h"
 #include "common/log.h"

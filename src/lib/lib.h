@@ -6,10 +6,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "client/node.h"
-#include "client/settings.h"
+#include "node/node.h"
+#include "node/settings.h"
 
-/* The settings behind shoal_options_set (client/settings.h, as for the command line), with the
+/* The settings behind shoal_options_set (node/settings.h, as for the command line), with the
  * library's own copies of the values they point to. */
 struct shoal_options {
         struct shoal_settings set;   /* checked values, pointing into own[] */

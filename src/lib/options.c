@@ -1,4 +1,4 @@
-/* Settings of a library client: the command line's settings by name (client/settings.c checks
+/* Settings of a library client: the command line's settings by name (node/settings.c checks
  * them and gives the defaults, including the ones that differ for a library), with copies of the
  * values kept here. */
 #include <errno.h>

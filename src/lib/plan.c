@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client/node.h"
+#include "node/node.h"
 #include "client/plan.h"
 #include "common/forkgate.h"
 #include "common/util.h"

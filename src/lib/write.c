@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client/node.h"
+#include "node/node.h"
 #include "client/push.h"
 #include "common/forkgate.h"
 #include "common/log.h"

@@ -1,4 +1,4 @@
-/* libFuzzer target: answers as the clients decode them (src/rpc/client_conn.c and the three
+/* libFuzzer target: answers as the clients decode them (src/transport/client_conn.c and the three
  * clients that use it).
  *
  * A request is derived from the input the way the reader makes one (a valid block, a
@@ -37,8 +37,8 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "fuzz_input.h"
-#include "rpc/client_conn.h"
-#include "rpc/wire.h"
+#include "transport/client_conn.h"
+#include "wire/wire.h"
 
 #define MAX_LEN    (3u * SHOAL_CHUNK_SIZE)
 #define STREAM_MAX (SHOAL_WIRE_HDR_LEN + 8192 + MAX_LEN)

@@ -28,7 +28,7 @@
 #include "fuzz_input.h"
 #include "group/group_internal.h"
 #include "metrics/http.h"
-#include "rpc/server.h"
+#include "server/server.h"
 #include "store/store.h"
 
 #define TWO53 (1ull << 53)

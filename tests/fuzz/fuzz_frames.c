@@ -1,6 +1,6 @@
 /* libFuzzer target: a byte stream as a member's TCP pool / IORPC server reads it.
  *
- * The server's conn_read (src/rpc/server.c) receives into a fixed buffer exactly the bytes that
+ * The server's conn_read (src/server/server.c) receives into a fixed buffer exactly the bytes that
  * shoal_wire_frame_need asks for, and hands each whole frame to the body decoder of its type.
  * This target drives shoal_wire_frame_need the same way over the input, without sockets:
  *
@@ -21,7 +21,7 @@
 #include "common/block.h"
 #include "common/util.h"
 #include "fuzz_input.h"
-#include "rpc/wire.h"
+#include "wire/wire.h"
 
 #define BODY_PREAUTH 128u
 #define BODY_READY   4096u

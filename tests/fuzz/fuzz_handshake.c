@@ -1,4 +1,4 @@
-/* libFuzzer target for the handshake state machine (src/rpc/handshake.c).
+/* libFuzzer target for the handshake state machine (src/wire/handshake.c).
  *
  * A requester and a server run against each other in memory, with fixed nonces so that every
  * input replays exactly. The first input byte chooses who holds which secret and whether the
@@ -19,8 +19,8 @@
 #include <string.h>
 
 #include "common/secret.h"
-#include "rpc/handshake.h"
-#include "rpc/wire.h"
+#include "wire/handshake.h"
+#include "wire/wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,4 +1,4 @@
-/* libFuzzer target for the wire codec (src/rpc/wire.c).
+/* libFuzzer target for the wire codec (src/wire/wire.c).
  *
  * The input is read four ways:
  *  1. as a frame, 32-byte header then body: header decode, CRC check, the body decoder for the
@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "common/block.h"
-#include "rpc/wire.h"
+#include "wire/wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -22,7 +22,7 @@ import frames  # noqa: E402
 
 N_IORPC = 2400
 # A member reads at most 64 requests of one connection before their answers have gone
-# (CONN_ACTIVE_MAX in src/rpc/server.c); the rest wait in the socket. So the cap is filled by
+# (CONN_ACTIVE_MAX in src/server/server.c); the rest wait in the socket. So the cap is filled by
 # many connections, each under that bound.
 PER_CONN = 60
 LENGTH = 1 << 20

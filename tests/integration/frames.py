@@ -131,7 +131,7 @@ def read_frame(s):
 
 def local_secret_file():
     """Where a member without a group secret keeps the host-local one by default
-    (src/client/local_secret.h)."""
+    (src/node/local_secret.h)."""
     if os.geteuid() == 0:
         return "/var/lib/shoal/local.secret"
     return os.path.join(os.environ.get("HOME") or "/tmp", ".shoal", "local.secret")
@@ -411,7 +411,7 @@ def not_answered(s):
 def run_flood(addr, n, key, version, size, bs, length=65536, go_file=None):
     n, size, bs, length = int(n), int(size), int(bs), int(length)
     # Fewer per connection than the server reads from one before answers are taken
-    # (CONN_ACTIVE_MAX, 64 in src/rpc/server.c): every request reaches the server, so what holds
+    # (CONN_ACTIVE_MAX, 64 in src/server/server.c): every request reaches the server, so what holds
     # them back is its server-wide cap, not one connection's bound.
     per_conn = 50
     conns = []

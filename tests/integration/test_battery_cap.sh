@@ -4,7 +4,7 @@
 # their answers is read until the test has looked at the member: with the answers stuck in socket
 # buffers, the member must hold exactly its cap of requests in process (mount_iorpc_inflight, and
 # its high-water mark, exactly the cap) and the rest waiting in its queue (mount_iorpc_queued > 0).
-# The cap follows RLIMIT_NOFILE (src/rpc/server.c limits_derive: 2048 at most); the member logs
+# The cap follows RLIMIT_NOFILE (src/server/server.c limits_derive: 2048 at most); the member logs
 # the one it derived ("N requests in process"), and the test holds it to that. A cap of 1, or of
 # 4096, fails here. Then every answer is read, all 3000 arrive without an error, the
 # gauges return to 0, and a client reads every object byte-exact through the member.

@@ -36,8 +36,8 @@
 #include "common/secret.h"
 #include "common/util.h"
 #include "net/fabric.h"
-#include "rpc/handshake.h"
-#include "rpc/wire.h"
+#include "wire/handshake.h"
+#include "wire/wire.h"
 
 #define MAXC 1024
 #define NRX  8

@@ -33,12 +33,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client/node.h"
+#include "node/node.h"
 #include "client/reader.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
-#include "rpc/server.h"
+#include "server/server.h"
 #include "store/store.h"
 
 #define MAX_LAT_PER_THREAD 400000
@@ -213,7 +213,7 @@ int main(int argc, char **argv)
         if (argc < 2 || argv[1][0] == '-')
                 return usage("expected STORAGE first");
         cfg.storage = argv[1];
-        /* The host-local secret as the command line finds it (client/local_secret.h): members
+        /* The host-local secret as the command line finds it (node/local_secret.h): members
          * started without a group secret refuse a client without it. */
         char lsec[1100];
         const char *ls_env = getenv("SHOAL_LOCAL_SECRET_FILE");

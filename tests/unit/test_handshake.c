@@ -1,4 +1,4 @@
-/* The handshake state machine (src/rpc/handshake.c) driven frame by frame, both ends in one
+/* The handshake state machine (src/wire/handshake.c) driven frame by frame, both ends in one
  * process: known-answer proofs (the definition in docs/iorpc-protocol.md), the four secret
  * combinations, every frame out of order on either side, wrong and replayed and reflected proofs,
  * a relay through another address, a tampered member id, a wrong service, secrets with NUL bytes,
@@ -18,8 +18,8 @@
 
 #include "common/secret.h"
 #include "metrics/metrics.h"
-#include "rpc/handshake.h"
-#include "rpc/wire.h"
+#include "wire/handshake.h"
+#include "wire/wire.h"
 
 /* ---- a CSPRNG that can fail (linked with -Wl,--wrap=getrandom) ---- */
 

@@ -15,10 +15,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "client/node.h"
+#include "node/node.h"
 #include "common/block.h"
 #include "common/log.h"
-#include "rpc/server.h"
+#include "server/server.h"
 
 static char tmpdir[] = "/tmp/shoal-test-node.XXXXXX";
 static char storage[128], other_storage[128], meta[160], cache_dir[128];

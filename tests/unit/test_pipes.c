@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "rpc/pipes.h"
+#include "server/pipes.h"
 
 #include <fcntl.h>
 #include <unistd.h>

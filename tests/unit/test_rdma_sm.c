@@ -1,6 +1,6 @@
-/* The RDMA state machines (src/rpc/rdma_conn.c: a member's connection; src/rpc/rdma_chan.c: a
- * requester's link and channels) driven by scripted event orders, without a fabric — issue 14
- * findings 1, 3 and 4, issue 11 finding 5, issue 15 [R5]:
+/* The RDMA state machines (src/server/rdma_conn.c: a member's connection;
+ * src/transport/rdma_chan.c: a requester's link and channels) driven by scripted event orders,
+ * without a fabric — issue 14 findings 1, 3 and 4, issue 11 finding 5, issue 15 [R5]:
  * - a receive before FI_CONNECTED (verbs can report the HELLO first), a late FI_CONNECTED;
  * - FI_SHUTDOWN twice; every posted operation flushed (FI_ECANCELED) in random order, each
  *   request and answer given back exactly once, the connection freed only when nothing is
@@ -28,10 +28,10 @@
 
 #include "common/secret.h"
 #include "metrics/metrics.h"
-#include "rpc/handshake.h"
-#include "rpc/rdma_chan.h"
-#include "rpc/rdma_conn.h"
-#include "rpc/wire.h"
+#include "wire/handshake.h"
+#include "transport/rdma_chan.h"
+#include "server/rdma_conn.h"
+#include "wire/wire.h"
 
 #define ADDR   "127.0.0.1:4000"
 #define ID     "0123456789abcdef0123456789abcdef"
@@ -246,7 +246,7 @@ static struct srv *srv_new(const struct shoal_hs_key *key, uint32_t max_inflight
         s->want_sb = nsb;
         struct shoal_hs_config hc = {.role = SHOAL_HS_SERVER,
                                      .key = key,
-                                     .service = SHOAL_RDMA_SERVICE,
+                                     .service = SHOAL_SERVICE_RDMA,
                                      .addr = ADDR,
                                      .member_id = ID};
         shoal_rdma_conn_init(&s->c, &s_ops, s, &hc, max_inflight, 1 << 20, s->now);
@@ -303,7 +303,7 @@ static bool srv_handshake(struct srv *s, const struct shoal_hs_key *key, bool co
         struct shoal_hs r;
         struct shoal_hs_config rc = {.role = SHOAL_HS_REQUESTER,
                                      .key = key,
-                                     .service = SHOAL_RDMA_SERVICE,
+                                     .service = SHOAL_SERVICE_RDMA,
                                      .addr = ADDR};
         assert_int_equal(shoal_hs_start(&r, &rc), 0);
         if (connected_first)
@@ -414,7 +414,7 @@ static void test_srv_register_after_auth(void **state)
         struct shoal_hs r;
         struct shoal_hs_config rc = {.role = SHOAL_HS_REQUESTER,
                                      .key = &KEY,
-                                     .service = SHOAL_RDMA_SERVICE,
+                                     .service = SHOAL_SERVICE_RDMA,
                                      .addr = ADDR};
         assert_int_equal(shoal_hs_start(&r, &rc), 0);
         shoal_rdma_conn_connected(&s->c, s->now);
@@ -868,7 +868,7 @@ static void cli_open(struct cli *c, struct shoal_rdma_chan *ch)
         struct shoal_hs *hs = &c->srv_hs[k];
         struct shoal_hs_config hc = {.role = SHOAL_HS_SERVER,
                                      .key = &KEY,
-                                     .service = SHOAL_RDMA_SERVICE,
+                                     .service = SHOAL_SERVICE_RDMA,
                                      .addr = ADDR,
                                      .member_id = ID,
                                      .max_inflight = c->srv_max_inflight};

@@ -1,4 +1,4 @@
-/* The settings layer (client/settings.h) that the command line and libshoal share: every setting
+/* The settings layer (node/settings.h) that the command line and libshoal share: every setting
  * with good and bad values, the message in both spellings ("--cache-size" for the command line,
  * "cache-size" for the library), the defaults that differ by who the configuration is for, the
  * checks only the combination shows, and the group secret from a file, the library and the
@@ -15,12 +15,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client/settings.h"
+#include "node/settings.h"
 #include "common/block.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "rpc/server.h"
+#include "server/server.h"
 
 static const struct shoal_env no_env; /* nothing set */
 

@@ -1,4 +1,4 @@
-/* The wire codec (src/rpc/wire.c): round trips of every message, golden bytes, a table of
+/* The wire codec (src/wire/wire.c): round trips of every message, golden bytes, a table of
  * malformed frames each rejected with the right error, truncation at every length, proofs. */
 #include <errno.h>
 #include <setjmp.h>
@@ -13,7 +13,7 @@
 
 #include "common/block.h"
 #include "common/crc32c.h"
-#include "rpc/wire.h"
+#include "wire/wire.h"
 
 #define MiB (1024u * 1024u)
 
