@@ -1,9 +1,9 @@
-/* What the requester's per-request exposure costs (issue 11 finding 6, src/transport/rdma_client.c):
- * every RDMA read registers its buffer for remote writes on the member's domain and closes the
- * registration when the answer is back. This measures one fi_mr_reg + fi_close per buffer size,
- * on one core, for a provider and interface, and says what share of a core that costs at a given
- * read rate. Run it on the hardware you deploy on (verbs pins pages and programs the NIC at each
- * registration; tcp only fills a table):
+/* What the requester's per-request exposure costs (issue 11 finding 6,
+ * src/transport/rdma_client.c): every RDMA read registers its buffer for remote writes on the
+ * member's domain and closes the registration when the answer is back. This measures one fi_mr_reg
+ * + fi_close per buffer size, on one core, for a provider and interface, and says what share of a
+ * core that costs at a given read rate. Run it on the hardware you deploy on (verbs pins pages and
+ * programs the NIC at each registration; tcp only fills a table):
  *
  *   build-release/bench_mr_reg IFACE [PROVIDER] [GB_PER_S]
  *     e.g. bench_mr_reg ib0 verbs 60        (PROVIDER default: $FI_PROVIDER, else verbs)
