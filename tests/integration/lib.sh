@@ -540,6 +540,15 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
+# wait_listen PORT [SECONDS] — waits (default 30 s) until something listens on 127.0.0.1:PORT
+# (a helper we started: a proxy a test must not reach before it is up), without connecting to it;
+# fails the test otherwise.
+wait_listen() {
+  local port=$1 secs=${2:-30}
+  _listening() { ss -Hltn "sport = :$1" | grep -q .; }
+  wait_until "$secs" _listening "$port" || fail "nothing listens on 127.0.0.1:$port within $secs s"
+}
+
 # start_member NAME STORAGE FLAGS... — a `shoal serve` in the background, its log in $T/NAME.log,
 # its stderr in $T/NAME.err; PID in PID_NAME. SIGTERM must end it with 0.
 start_member() {

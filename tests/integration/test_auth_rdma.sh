@@ -99,6 +99,7 @@ BPOOL=$(grep -o "tcp pool 127.0.0.1:[0-9]*" "$T/b.log" | head -n 1 | cut -d: -f2
 BRDMA=$(grep -o "rdma listening on 127.0.0.1:[0-9]*" "$T/b.log" | head -n 1 | awk '{print $NF}')
 PP=$(free_port)
 start_bg proxy -- python3 "$HERE/faultproxy.py" "$PP" "$BRDMA" pass
+wait_listen "$PP"
 start_bg fake -- python3 "$HERE/fakemember.py" attack relay "$T/b.db" gb "$S" 4194304 \
   "127.0.0.1:$BPOOL" "$T/fake.stats" "127.0.0.1:$PP"
 # Wait for the fake's own record (the real member's alone, or a stale one, must not do).

@@ -39,6 +39,7 @@ start_member r "$S" "${G[@]}" --group-ip 127.0.0.1 --group-weight 0
 RPORT=$(member_port r)
 PP=$(free_port)
 start_bg proxy -- python3 "$HERE/faultproxy.py" "$PP" "127.0.0.1:$RPORT" mix
+wait_listen "$PP"
 start_bg fake -- python3 "$HERE/fakemember.py" "$T/meta.db" g "127.0.0.1:$PP" "$S" 65536
 wait_members "$META" g 2
 echo "  $nblocks blocks; every one owned by the proxy at 127.0.0.1:$PP"
@@ -86,6 +87,7 @@ echo "== a member that closes every connection after one answer: no fallback"
 # fresh connection, never on another pooled one (dead for the same reason), so no read falls
 # back. (A generous deadline: a fallback here must mean a retry went wrong, not a slow machine.)
 start_bg proxy1 -- python3 "$HERE/faultproxy.py" "$PP" "127.0.0.1:$RPORT" once
+wait_listen "$PP"
 start_bg fake2 -- python3 "$HERE/fakemember.py" "$T/meta.db" g "127.0.0.1:$PP" "$S" 65536
 wait_members "$META" g 2
 SHOAL_REMOTE_TIMEOUT=30s readers once "$S" --verify-dir "$STORE" "${G[@]}" --threads 8 \

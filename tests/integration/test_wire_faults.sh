@@ -58,6 +58,7 @@ for tr in pool iorpc; do
         >"$T/fake.$L" 2>"$T/fake.$L.err" &
     fi
     track fake $! helper "$T/fake.$L.err"
+    wait_listen "$PP"
     wait_members "$META" g 2
     flags=""
     [ $tr = iorpc ] && flags=--use-iorpc
