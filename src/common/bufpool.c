@@ -133,19 +133,6 @@ size_t shoal_bufpool_bufsize(const struct shoal_bufpool *p)
         return p->size;
 }
 
-unsigned shoal_bufpool_count(const struct shoal_bufpool *p)
-{
-        return p->count;
-}
-
-unsigned shoal_bufpool_free(struct shoal_bufpool *p)
-{
-        pthread_mutex_lock(&p->mu);
-        unsigned n = p->nfree;
-        pthread_mutex_unlock(&p->mu);
-        return n;
-}
-
 void *shoal_bufpool_base(const struct shoal_bufpool *p, size_t *len)
 {
         if (len)

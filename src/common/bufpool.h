@@ -27,8 +27,6 @@ void *shoal_bufpool_get(struct shoal_bufpool *p, uint64_t timeout_ns);
 void shoal_bufpool_put(struct shoal_bufpool *p, void *buf);
 
 size_t shoal_bufpool_bufsize(const struct shoal_bufpool *p);
-unsigned shoal_bufpool_count(const struct shoal_bufpool *p);
-unsigned shoal_bufpool_free(struct shoal_bufpool *p);
 /* Base and length of the whole mapping (for RDMA registration). */
 void *shoal_bufpool_base(const struct shoal_bufpool *p, size_t *len);
 

@@ -294,22 +294,10 @@ static uint32_t run(enum shoal_crc32c_impl impl, uint32_t crc, const unsigned ch
         }
 }
 
-bool shoal_crc32c_hw(void)
-{
-        pthread_once(&once, detect);
-        return active != SHOAL_CRC32C_TABLE;
-}
-
 uint32_t shoal_crc32c(uint32_t crc, const void *data, size_t len)
 {
         pthread_once(&once, detect);
         return ~run(active, ~crc, data, len);
-}
-
-uint32_t shoal_crc32c_sw(uint32_t crc, const void *data, size_t len)
-{
-        pthread_once(&once, detect);
-        return ~crc_sw(~crc, data, len);
 }
 
 bool shoal_crc32c_impl_available(enum shoal_crc32c_impl impl)

@@ -21,10 +21,6 @@ enum shoal_crc32c_impl {
 /* Continues CRC (start with 0) over LEN bytes of DATA with the fastest implementation available;
  * returns the new CRC. Thread-safe; DATA may have any alignment. */
 uint32_t shoal_crc32c(uint32_t crc, const void *data, size_t len);
-/* The table implementation, always available. */
-uint32_t shoal_crc32c_sw(uint32_t crc, const void *data, size_t len);
-/* True when a hardware path is in use. */
-bool shoal_crc32c_hw(void);
 
 /* For tests and bench/crc32c.c: whether IMPL runs on this CPU, its short name, the one
  * shoal_crc32c uses, and a CRC by IMPL (which must be available; the table otherwise). */

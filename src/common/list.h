@@ -3,8 +3,9 @@
  * list's head points at itself; an unlinked node points at itself too, so unlinking twice and
  * asking "am I linked?" are safe.
  *
- * The LRU orders of the cache index, the reader's held blocks and the size cache are lists of this
- * kind used the same way: shoal_list_move_front on use, shoal_list_last for the coldest entry. */
+ * An LRU is a list of this kind used one way: shoal_list_move_front on use, shoal_list_last for the
+ * coldest entry; common/lru.h wraps that with a count (the cache index, the size cache and the
+ * reader's held blocks use it). */
 #ifndef SHOAL_COMMON_LIST_H
 #define SHOAL_COMMON_LIST_H
 

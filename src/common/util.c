@@ -267,25 +267,6 @@ int shoal_write_all(int fd, const void *buf, size_t len)
         return 0;
 }
 
-int shoal_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
-{
-        const char *p = buf;
-        while (len) {
-                ssize_t n = pwrite(fd, p, len, (off_t)off);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                if (n == 0)
-                        return -EIO;
-                p += n;
-                len -= (size_t)n;
-                off += (uint64_t)n;
-        }
-        return 0;
-}
-
 long shoal_pread_full(int fd, void *buf, size_t len, uint64_t off)
 {
         char *p = buf;

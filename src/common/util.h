@@ -85,9 +85,8 @@ uint64_t shoal_rand64(void);
 /* Sleeps for NS nanoseconds (restarting on EINTR). */
 void shoal_sleep_ns(uint64_t ns);
 
-/* write(2)/pwrite(2) loops that finish the whole buffer; return 0 or -errno. */
+/* write(2) loop that finishes the whole buffer; returns 0 or -errno. */
 int shoal_write_all(int fd, const void *buf, size_t len);
-int shoal_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 /* pread(2) loop: returns bytes read (short only at EOF) or -errno. */
 long shoal_pread_full(int fd, void *buf, size_t len, uint64_t off);
 

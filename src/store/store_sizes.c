@@ -10,11 +10,12 @@
 #include <string.h>
 
 #include "common/block.h"
+#include "common/lru.h"
 #include "store/store.h"
 
 struct size_entry {
         struct size_entry *hnext;
-        struct size_entry *prev, *next; /* LRU of known sizes (pending ones are not on it) */
+        struct shoal_list lru; /* in the LRU of known sizes (pending ones are not) */
         uint64_t hash;
         uint64_t size;
         int rc;           /* the flight's outcome, for its waiters */
@@ -31,11 +32,9 @@ struct shoal_store_sizes {
         pthread_cond_t cond; /* a flight ended */
         struct size_entry **hash;
         uint64_t mask;
-        unsigned n, max; /* known sizes in the table */
+        struct shoal_lru lru; /* the known sizes in the table */
+        unsigned max;
         uint64_t stats;
-        /* Sentinel: next is the least recently used. Last, as size_entry ends in a flexible
-         * array (clang refuses it anywhere else). */
-        struct size_entry lru;
 };
 
 static uint64_t kv_hash(const char *key, const char *version)
@@ -63,23 +62,6 @@ static struct size_entry *find(struct shoal_store_sizes *c, uint64_t h, const ch
         return NULL;
 }
 
-static void lru_unlink(struct size_entry *e)
-{
-        if (e->prev) {
-                e->prev->next = e->next;
-                e->next->prev = e->prev;
-                e->prev = e->next = NULL;
-        }
-}
-
-static void lru_push(struct shoal_store_sizes *c, struct size_entry *e)
-{
-        e->prev = c->lru.prev;
-        e->next = &c->lru;
-        c->lru.prev->next = e;
-        c->lru.prev = e;
-}
-
 static void hash_unlink(struct shoal_store_sizes *c, struct size_entry *e)
 {
         for (struct size_entry **pp = &c->hash[e->hash & c->mask]; *pp; pp = &(*pp)->hnext) {
@@ -99,6 +81,7 @@ static struct size_entry *entry_new(struct shoal_store_sizes *c, uint64_t h, con
         struct size_entry *e = calloc(1, sizeof(*e) + kl + vl + 2);
         if (!e)
                 return NULL;
+        shoal_list_init(&e->lru);
         e->hash = h;
         e->klen = kl;
         memcpy(e->kv, key, kl + 1);
@@ -113,9 +96,14 @@ static struct size_entry *entry_new(struct shoal_store_sizes *c, uint64_t h, con
 static void entry_drop(struct shoal_store_sizes *c, struct size_entry *e)
 {
         hash_unlink(c, e);
-        lru_unlink(e);
+        shoal_lru_del(&c->lru, &e->lru);
         if (!e->waiters)
                 free(e);
+}
+
+static void evict(struct shoal_list *n, void *c)
+{
+        entry_drop(c, shoal_list_entry(n, struct size_entry, lru));
 }
 
 /* Records a known size (E pending or new) and evicts the least recently used beyond the bound. */
@@ -124,12 +112,8 @@ static void entry_known(struct shoal_store_sizes *c, struct size_entry *e, uint6
         e->pending = false;
         e->size = size;
         e->rc = 0;
-        lru_push(c, e);
-        c->n++;
-        while (c->n > c->max && c->lru.next != &c->lru) {
-                c->n--;
-                entry_drop(c, c->lru.next);
-        }
+        shoal_lru_add(&c->lru, &e->lru);
+        shoal_lru_trim(&c->lru, c->max, evict, c);
 }
 
 struct shoal_store_sizes *shoal_store_sizes_create(struct shoal_store *st, unsigned max_entries)
@@ -148,7 +132,7 @@ struct shoal_store_sizes *shoal_store_sizes_create(struct shoal_store *st, unsig
                 return NULL;
         }
         c->mask = buckets - 1;
-        c->lru.prev = c->lru.next = &c->lru;
+        shoal_lru_init(&c->lru);
         pthread_mutex_init(&c->mu, NULL);
         pthread_cond_init(&c->cond, NULL);
         return c;
@@ -244,8 +228,7 @@ int shoal_store_sizes_get(struct shoal_store_sizes *c, const char *key, const ch
         struct size_entry *e = find(c, h, key, version);
         if (e && !e->pending) {
                 *size = e->size;
-                lru_unlink(e);
-                lru_push(c, e);
+                shoal_lru_touch(&c->lru, &e->lru);
                 pthread_mutex_unlock(&c->mu);
                 return 0;
         }
