@@ -271,7 +271,11 @@ for r in $(seq 1 64); do
   "$SHOAL" cat "$URL" cold/cold.bin $G --summary >"$T/cold.$r" 2>"$T/cold.$r.sum" &
   pids+=($!)
 done
-for p in "${pids[@]}"; do wait "$p" || fail "a cold reader failed"; done
+r=0
+for p in "${pids[@]}"; do
+  r=$((r + 1))
+  wait "$p" || fail "cold reader $r failed (exit $?): $(tail -n 5 "$T/cold.$r.sum" | tr '\n' ' ')"
+done
 for r in $(seq 1 64); do
   cmp -s "$T/cold.$r" "$OBJS/cold/cold.bin" || fail "cold reader $r differs"
 done
