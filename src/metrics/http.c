@@ -23,8 +23,9 @@
 #include "metrics/http_parse.h"
 #include "metrics/metrics.h"
 
-#define RING         (SHOAL_METRICS_WINDOW_S + 1)
-#define GET_MAX_BODY (16u << 20)
+#define RING          (SHOAL_METRICS_WINDOW_S + 1)
+#define GET_MAX_BODY  (16u << 20)
+#define POLL_RETRY_NS (100 * SHOAL_NS_PER_MS) /* after a failed poll */
 
 struct http_client;
 
@@ -439,7 +440,7 @@ static void *http_main(void *arg)
                 if (rc < 0 && errno != EINTR) {
                         log_ratelimited(SHOAL_LOG_WARN, "metrics", "poll failed: %s",
                                         strerror(errno));
-                        shoal_sleep_ns(100 * SHOAL_NS_PER_MS);
+                        shoal_sleep_ns(POLL_RETRY_NS);
                         continue;
                 }
                 if (rc <= 0)
