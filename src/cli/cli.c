@@ -15,6 +15,8 @@
 #define COMMON (CMD_MOUNT | CMD_SERVE | CMD_CAT | CMD_WARMUP | CMD_BENCH)
 #define ALL    0xffffu
 
+#define GROUP_GRACE_MAX_NS (24 * 3600 * SHOAL_NS_PER_SEC) /* --group-grace: up to a day */
+
 /* A flag that is a setting gives only .setting: its name and whether it takes a value come
  * from node/settings.c. */
 struct opt_def {
@@ -430,7 +432,7 @@ int shoal_cli_node_config(struct shoal_cli *cli, const char *storage, struct sho
                 return shoal_cli_fail(cli, "%s", err);
         const char *grace = cli->val[OPT_GROUP_GRACE];
         if (grace && (shoal_parse_duration(grace, &cfg->group_grace_ns) ||
-                      cfg->group_grace_ns > 24 * 3600 * SHOAL_NS_PER_SEC))
+                      cfg->group_grace_ns > GROUP_GRACE_MAX_NS))
                 return shoal_cli_fail(cli, "invalid --group-grace %s: expected a duration up to 1d",
                                       grace);
         cfg->group_no_grace = grace && cfg->group_grace_ns == 0;

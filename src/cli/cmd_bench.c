@@ -25,10 +25,12 @@
 #include "transport/select.h"
 #include "store/store.h"
 
-#define MAX_BLOCKS     200000
-#define MAX_SAMPLES    200000
-#define MAX_TRANSPORTS 3
-#define SCRAPE_MS      2000
+#define MAX_BLOCKS          200000
+#define MAX_SAMPLES         200000
+#define MAX_TRANSPORTS      3
+#define SCRAPE_MS           2000
+#define TICK_NS             (100 * SHOAL_NS_PER_MS) /* the longest sleep between checks */
+#define DURATION_DEFAULT_NS (10 * SHOAL_NS_PER_SEC)
 
 enum transport {
         TR_TCP,
@@ -385,7 +387,7 @@ static int timed_run(struct bench *b, const struct opts *o, struct worker *ws, s
         for (unsigned s = 1; !rc && shoal_now_ns() < b->deadline; s++) {
                 uint64_t next = SHOAL_MIN(t0 + (uint64_t)s * SHOAL_NS_PER_SEC, b->deadline);
                 while (shoal_now_ns() < next)
-                        shoal_sleep_ns(SHOAL_MIN(next - shoal_now_ns(), 100 * SHOAL_NS_PER_MS));
+                        shoal_sleep_ns(SHOAL_MIN(next - shoal_now_ns(), TICK_NS));
                 if (!live_providers(b->node)) {
                         emptied = true;
                         __atomic_store_n(&b->deadline, 0, __ATOMIC_RELAXED);
@@ -593,7 +595,7 @@ int shoal_cmd_bench(int argc, char **argv)
                 return 2;
         if (cli.npos != 1)
                 return shoal_cli_fail(&cli, "expected STORAGE (see 'shoal bench --help')");
-        struct opts o = {.threads = 16, .duration = 10 * SHOAL_NS_PER_SEC};
+        struct opts o = {.threads = 16, .duration = DURATION_DEFAULT_NS};
         uint64_t threads = o.threads;
         if (cli.val[OPT_THREADS] &&
             (shoal_parse_u64(cli.val[OPT_THREADS], 4096, &threads) || !threads))

@@ -328,6 +328,71 @@ static int run_fusermount(const char *mp)
         return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
 }
 
+/* MP: the mountpoint ARG made absolute; realpath fails on a dead mount (ENOTCONN), and then
+ * the path as given is used, made absolute. Returns 0 or the exit code after one line. */
+static int mountpoint_path(const struct shoal_cli *cli, const char *arg, char *mp, size_t mplen)
+{
+        if (realpath(arg, mp))
+                return 0;
+        if (arg[0] == '/') {
+                shoal_strlcpy(mp, arg, mplen);
+                return 0;
+        }
+        char cwd[PATH_MAX];
+        if (!getcwd(cwd, sizeof(cwd)) || snprintf(mp, mplen, "%s/%s", cwd, arg) >= (int)mplen)
+                return shoal_cli_fail(cli, "mountpoint %s: path too long", arg);
+        return 0;
+}
+
+/* Detaches MP: fusermount3 for users, umount2 for root. Returns 0 or the exit code. */
+static int detach(const char *mp, const char *arg)
+{
+        if (geteuid() != 0)
+                return run_fusermount(mp) ? 1 : 0;
+        if (!umount2(mp, UMOUNT_NOFOLLOW))
+                return 0;
+        if (errno == EBUSY)
+                fprintf(stderr,
+                        "shoal umount: %s is busy: close the files open there (or use "
+                        "umount -l)\n",
+                        arg);
+        else
+                fprintf(stderr, "shoal umount: %s: %s\n", arg, strerror(errno));
+        return 1;
+}
+
+/* After the detach: waits up to TIMEOUT for the mount's process PID (PIDFD, closed here) of
+ * the mount MA:MI to exit. Returns the exit code. */
+static int wait_mount_process(const char *arg, unsigned ma, unsigned mi, int pidfd, pid_t pid,
+                              uint64_t timeout)
+{
+        /* Its process ends when the kernel ends the connection: not while a copy of the mount
+         * lives on in another mount namespace. Waiting for it then would only time out. */
+        char who[128];
+        if (mounted_elsewhere(ma, mi, who, sizeof(who))) {
+                close(pidfd);
+                fprintf(stderr,
+                        "shoal umount: %s unmounted here, but another mount namespace still has "
+                        "it (that of process %s): its process %d serves it there until it is "
+                        "unmounted there or those processes end\n",
+                        arg, who, (int)pid);
+                return 1;
+        }
+        bool gone = wait_exit(pidfd, timeout);
+        close(pidfd);
+        char d[32];
+        shoal_format_duration(timeout, d, sizeof(d));
+        if (!gone) {
+                fprintf(stderr,
+                        "shoal umount: %s unmounted, but its process %d is still running after "
+                        "%s (see its log)\n",
+                        arg, (int)pid, d);
+                return 1;
+        }
+        printf("shoal umount: %s unmounted; its process %d has exited\n", arg, (int)pid);
+        return 0;
+}
+
 int shoal_cmd_umount(int argc, char **argv)
 {
         struct shoal_cli cli;
@@ -342,77 +407,30 @@ int shoal_cmd_umount(int argc, char **argv)
         if (cli.val[OPT_TIMEOUT] && shoal_parse_duration(cli.val[OPT_TIMEOUT], &timeout))
                 return shoal_cli_fail(&cli, "invalid --timeout %s: expected a duration like 30s",
                                       cli.val[OPT_TIMEOUT]);
+        const char *arg = cli.pos[0];
         char mp[PATH_MAX];
-        /* realpath fails on a dead mount (ENOTCONN): then use the path as given, made absolute. */
-        if (!realpath(cli.pos[0], mp)) {
-                if (cli.pos[0][0] == '/') {
-                        shoal_strlcpy(mp, cli.pos[0], sizeof(mp));
-                } else {
-                        char cwd[PATH_MAX];
-                        if (!getcwd(cwd, sizeof(cwd)) ||
-                            snprintf(mp, sizeof(mp), "%s/%s", cwd, cli.pos[0]) >= (int)sizeof(mp))
-                                return shoal_cli_fail(&cli, "mountpoint %s: path too long",
-                                                      cli.pos[0]);
-                }
-        }
+        rc = mountpoint_path(&cli, arg, mp, sizeof(mp));
+        if (rc)
+                return rc;
         char type[64];
         unsigned ma, mi;
         rc = shoal_fuse_mount_info(mp, type, sizeof(type), &ma, &mi);
         if (rc == -ENOENT) {
-                fprintf(stderr, "shoal umount: %s is not mounted\n", cli.pos[0]);
+                fprintf(stderr, "shoal umount: %s is not mounted\n", arg);
                 return 1;
         }
         if (!rc && strcmp(type, SHOAL_FSTYPE))
-                return shoal_cli_fail(&cli, "%s is a %s mount, not a shoal mount", cli.pos[0],
-                                      type);
+                return shoal_cli_fail(&cli, "%s is a %s mount, not a shoal mount", arg, type);
         pid_t pid = 0;
         int pidfd = rc ? -1 : mount_process(ma, mi, &pid);
-        if (geteuid() != 0) {
-                if (run_fusermount(mp)) {
-                        if (pidfd >= 0)
-                                close(pidfd);
-                        return 1;
-                }
-        } else if (umount2(mp, UMOUNT_NOFOLLOW)) {
-                if (errno == EBUSY)
-                        fprintf(stderr,
-                                "shoal umount: %s is busy: close the files open there (or use "
-                                "umount -l)\n",
-                                cli.pos[0]);
-                else
-                        fprintf(stderr, "shoal umount: %s: %s\n", cli.pos[0], strerror(errno));
+        if (detach(mp, arg)) {
                 if (pidfd >= 0)
                         close(pidfd);
                 return 1;
         }
         if (pidfd < 0) {
-                printf("shoal umount: %s unmounted (no running mount process to wait for)\n",
-                       cli.pos[0]);
+                printf("shoal umount: %s unmounted (no running mount process to wait for)\n", arg);
                 return 0;
         }
-        /* Its process ends when the kernel ends the connection: not while a copy of the mount
-         * lives on in another mount namespace. Waiting for it then would only time out. */
-        char who[128];
-        if (mounted_elsewhere(ma, mi, who, sizeof(who))) {
-                close(pidfd);
-                fprintf(stderr,
-                        "shoal umount: %s unmounted here, but another mount namespace still has "
-                        "it (that of process %s): its process %d serves it there until it is "
-                        "unmounted there or those processes end\n",
-                        cli.pos[0], who, (int)pid);
-                return 1;
-        }
-        bool gone = wait_exit(pidfd, timeout);
-        close(pidfd);
-        char d[32];
-        shoal_format_duration(timeout, d, sizeof(d));
-        if (!gone) {
-                fprintf(stderr,
-                        "shoal umount: %s unmounted, but its process %d is still running after "
-                        "%s (see its log)\n",
-                        cli.pos[0], (int)pid, d);
-                return 1;
-        }
-        printf("shoal umount: %s unmounted; its process %d has exited\n", cli.pos[0], (int)pid);
-        return 0;
+        return wait_mount_process(arg, ma, mi, pidfd, pid, timeout);
 }

@@ -17,13 +17,14 @@
 #include "transport/rdma_client.h"
 #include "wire/wire.h"
 
-#define PINGS 5
+#define PINGS           5
+#define PING_CONNECT_NS (5 * SHOAL_NS_PER_SEC) /* connecting and the handshake */
 
 static int ping_service(const char *what, const char *addr, uint8_t service,
                         const struct shoal_hs_key *key, struct shoal_wire_info *info)
 {
         uint64_t t0 = shoal_now_ns();
-        uint64_t deadline = t0 + 5 * SHOAL_NS_PER_SEC;
+        uint64_t deadline = t0 + PING_CONNECT_NS;
         struct shoal_rpc_peer peer = {0};
         int fd = shoal_rpc_connect(addr, service, key, deadline, &peer);
         if (fd < 0) {

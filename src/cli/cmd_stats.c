@@ -398,17 +398,19 @@ static int source_resolve(const struct shoal_cli *cli, const char *arg, struct s
         return 1;
 }
 
+#define INTERVAL_MAX_S (24 * 3600) /* --interval: at most a day */
+
 static int parse_interval(const char *s, uint64_t *ns)
 {
         char *end;
         double secs = strtod(s, &end);
         if (end != s && !*end) {
-                if (!(secs > 0) || secs > 86400)
+                if (!(secs > 0) || secs > INTERVAL_MAX_S)
                         return -EINVAL;
                 *ns = (uint64_t)(secs * (double)SHOAL_NS_PER_SEC);
                 return 0;
         }
-        if (shoal_parse_duration(s, ns) || !*ns || *ns > 86400 * SHOAL_NS_PER_SEC)
+        if (shoal_parse_duration(s, ns) || !*ns || *ns > INTERVAL_MAX_S * SHOAL_NS_PER_SEC)
                 return -EINVAL;
         return 0;
 }
@@ -420,44 +422,48 @@ static void sleep_until(uint64_t deadline_ns)
                 ;
 }
 
-int shoal_cmd_stats(int argc, char **argv)
-{
-        struct shoal_cli cli;
-        int rc = shoal_cli_parse(&cli, CMD_STATS, "stats", argc, argv);
-        if (rc)
-                return rc == 1 ? 0 : 2;
-        if (shoal_cli_setup_log(&cli))
-                return 2;
-        if (cli.npos != 1)
-                return shoal_cli_fail(&cli, "expected MOUNTPOINT or HOST:PORT (see 'shoal stats "
-                                            "--help')");
+/* What the command line asks for besides the source. */
+struct stats_opts {
+        const char *schema;
+        bool detail;
+        uint64_t interval_ns;
+        uint64_t count; /* rows; 0 = no limit */
+};
 
-        const char *schema = cli.val[OPT_SCHEMA] ? cli.val[OPT_SCHEMA] : "ufmco";
-        if (!*schema)
-                return shoal_cli_fail(&cli, "empty --schema: give letters from ufmcreop");
-        bool detail = false;
-        if (cli.val[OPT_VERBOSITY]) {
-                if (strcmp(cli.val[OPT_VERBOSITY], "0") && strcmp(cli.val[OPT_VERBOSITY], "1"))
-                        return shoal_cli_fail(&cli, "invalid -l %s: expected 0 or 1",
-                                              cli.val[OPT_VERBOSITY]);
-                detail = cli.val[OPT_VERBOSITY][0] == '1';
+/* Reads --schema, -l, --interval and -c into O. Returns 0 or the exit code after one line. */
+static int parse_opts(const struct shoal_cli *cli, struct stats_opts *o)
+{
+        o->schema = cli->val[OPT_SCHEMA] ? cli->val[OPT_SCHEMA] : "ufmco";
+        if (!*o->schema)
+                return shoal_cli_fail(cli, "empty --schema: give letters from ufmcreop");
+        o->detail = false;
+        const char *l = cli->val[OPT_VERBOSITY];
+        if (l) {
+                if (strcmp(l, "0") && strcmp(l, "1"))
+                        return shoal_cli_fail(cli, "invalid -l %s: expected 0 or 1", l);
+                o->detail = l[0] == '1';
         }
-        uint64_t interval = SHOAL_NS_PER_SEC;
-        if (cli.val[OPT_INTERVAL] && parse_interval(cli.val[OPT_INTERVAL], &interval))
-                return shoal_cli_fail(&cli,
+        o->interval_ns = SHOAL_NS_PER_SEC;
+        if (cli->val[OPT_INTERVAL] && parse_interval(cli->val[OPT_INTERVAL], &o->interval_ns))
+                return shoal_cli_fail(cli,
                                       "invalid --interval %s: expected seconds (e.g. 1, 0.5, "
                                       "2s), more than 0 and at most a day",
-                                      cli.val[OPT_INTERVAL]);
-        uint64_t count = 0;
-        if (cli.val[OPT_COUNT] && shoal_parse_u64(cli.val[OPT_COUNT], 1000000000, &count))
-                return shoal_cli_fail(&cli,
+                                      cli->val[OPT_INTERVAL]);
+        o->count = 0;
+        if (cli->val[OPT_COUNT] && shoal_parse_u64(cli->val[OPT_COUNT], 1000000000, &o->count))
+                return shoal_cli_fail(cli,
                                       "invalid -c %s: expected a number of rows (0 = no limit)",
-                                      cli.val[OPT_COUNT]);
+                                      cli->val[OPT_COUNT]);
+        return 0;
+}
 
-        static struct view vw;
-        memset(&vw, 0, sizeof(vw));
+/* VW: the sections O's schema names, each once, in its order; an unknown letter is a warning.
+ * Returns 0 or the exit code after one line (no section at all). */
+static int build_view(const struct shoal_cli *cli, const struct stats_opts *o, struct view *vw)
+{
+        memset(vw, 0, sizeof(*vw));
         bool used[SHOAL_ARRAY_SIZE(sections)] = {false};
-        for (const char *p = schema; *p; p++) {
+        for (const char *p = o->schema; *p; p++) {
                 size_t i;
                 for (i = 0; i < SHOAL_ARRAY_SIZE(sections); i++)
                         if (sections[i].letter == *p)
@@ -472,43 +478,69 @@ int shoal_cmd_stats(int argc, char **argv)
                 if (used[i])
                         continue;
                 used[i] = true;
-                view_add(&vw, &sections[i], detail);
+                view_add(vw, &sections[i], o->detail);
         }
-        if (!vw.nsecs)
-                return shoal_cli_fail(&cli,
+        if (!vw->nsecs)
+                return shoal_cli_fail(cli,
                                       "--schema %s names no section: give letters from "
                                       "ufmcreop",
-                                      schema);
-        vw.color = isatty(STDOUT_FILENO);
+                                      o->schema);
+        vw->color = isatty(STDOUT_FILENO);
+        return 0;
+}
 
-        struct source src;
-        if (source_resolve(&cli, cli.pos[0], &src))
-                return 1;
-
+/* Reads SRC every interval and prints a row of rates per reading (a header every
+ * HEADER_EVERY rows), O->count rows or until stdout closes. Returns the exit code. */
+static int print_rows(const struct view *vw, const struct source *src, const struct stats_opts *o)
+{
         static struct reading r[2];
         char err[8192]; /* room for a full source path and a reason */
-        if (source_read(&vw, &src, &r[0], err, sizeof(err))) {
+        if (source_read(vw, src, &r[0], err, sizeof(err))) {
                 fprintf(stderr, "shoal stats: %s\n", err);
                 return 1;
         }
         uint64_t next = r[0].at_ns;
-        for (uint64_t row = 0; !count || row < count; row++) {
+        for (uint64_t row = 0; !o->count || row < o->count; row++) {
                 struct reading *prev = &r[row % 2], *cur = &r[(row + 1) % 2];
-                next += interval;
+                next += o->interval_ns;
                 sleep_until(next);
-                if (source_read(&vw, &src, cur, err, sizeof(err))) {
+                if (source_read(vw, src, cur, err, sizeof(err))) {
                         fflush(stdout);
                         fprintf(stderr, "shoal stats: %s\n", err);
                         return 1;
                 }
                 /* A slow source must not make the next rows catch up in a burst. */
-                if (cur->at_ns > next + interval)
+                if (cur->at_ns > next + o->interval_ns)
                         next = cur->at_ns;
                 if (row % HEADER_EVERY == 0)
-                        print_header(&vw);
-                print_row(&vw, prev, cur);
+                        print_header(vw);
+                print_row(vw, prev, cur);
                 if (fflush(stdout) || ferror(stdout))
                         return errno == EPIPE ? 0 : 1;
         }
         return 0;
+}
+
+int shoal_cmd_stats(int argc, char **argv)
+{
+        struct shoal_cli cli;
+        int rc = shoal_cli_parse(&cli, CMD_STATS, "stats", argc, argv);
+        if (rc)
+                return rc == 1 ? 0 : 2;
+        if (shoal_cli_setup_log(&cli))
+                return 2;
+        if (cli.npos != 1)
+                return shoal_cli_fail(&cli, "expected MOUNTPOINT or HOST:PORT (see 'shoal stats "
+                                            "--help')");
+        struct stats_opts o;
+        static struct view vw;
+        rc = parse_opts(&cli, &o);
+        if (!rc)
+                rc = build_view(&cli, &o, &vw);
+        if (rc)
+                return rc;
+        struct source src;
+        if (source_resolve(&cli, cli.pos[0], &src))
+                return 1;
+        return print_rows(&vw, &src, &o);
 }

@@ -27,9 +27,13 @@
 #include "group/group.h"
 #include "store/store.h"
 
-#define MAX_FILES        10000000
-#define FUSE_SUPER_MAGIC 0x65735546
-#define MAX_ERROR_LINES  10 /* then only the count, in the last progress line */
+#define MAX_FILES            10000000
+#define FUSE_SUPER_MAGIC     0x65735546
+#define MAX_ERROR_LINES      10 /* then only the count, in the last progress line */
+#define WARM_THREADS_DEFAULT 16
+#define WARM_FILE_BUF        (1 << 20)        /* a worker's buffer for files through the mount */
+#define PROGRESS_EVERY_NS    SHOAL_NS_PER_SEC /* a progress line */
+#define POLL_NS              (50 * SHOAL_NS_PER_MS)
 
 struct item {
         char *path;               /* mount mode */
@@ -381,6 +385,166 @@ static void plan_load_free(struct plan_load *pl)
         free(pl->seen);
 }
 
+/* What a run holds besides the queue: the listed objects and the plan's. */
+struct warm_run {
+        struct shoal_object *objs;
+        size_t nobjs;
+        struct plan_load plan;
+        const char *unit; /* "blocks" or "files" */
+};
+
+/* Starts W's node on --storage: a reader that serves nothing; with a group, it must have a live
+ * member. Returns 0 or the exit code (the node is then stopped). */
+static int storage_node(struct shoal_cli *cli, struct warm *w)
+{
+        struct shoal_node_config cfg;
+        if (shoal_cli_node_config(cli, cli->val[OPT_STORAGE], &cfg))
+                return 2;
+        cfg.serve = false;
+        cfg.no_sharing = true;
+        cfg.group_checked_by_caller = true;
+        if (cfg.cache_group)
+                cfg.cache_size = 0; /* the owners keep the blocks, not this process */
+        char err[1024];
+        int rc = shoal_node_start(&cfg, &w->node, err, sizeof(err));
+        if (rc) {
+                fprintf(stderr, "shoal warmup: %s\n", err);
+                return shoal_cli_start_code(rc);
+        }
+        if (w->node->group && !live_providers(w->node)) {
+                fprintf(stderr,
+                        "shoal warmup: group %s has no live member to warm (see 'shoal "
+                        "group --cache-group %s')\n",
+                        cfg.cache_group, cfg.cache_group);
+                shoal_node_stop(w->node);
+                w->node = NULL;
+                return 1;
+        }
+        return 0;
+}
+
+/* Queues every block of the objects under --prefix. Returns 0 or the exit code. */
+static int queue_prefix(struct shoal_cli *cli, struct warm *w, struct warm_run *run)
+{
+        const char *prefix = cli->val[OPT_PREFIX] ? cli->val[OPT_PREFIX] : "";
+        int rc = shoal_store_list_objects(w->node->store, prefix, MAX_FILES, &run->objs,
+                                          &run->nobjs);
+        if (rc) {
+                fprintf(stderr, "shoal warmup: listing '%s' failed: %s\n", prefix, strerror(-rc));
+                return 1;
+        }
+        if (!run->nobjs) {
+                /* A mistyped prefix is not "0/0 blocks" and success. */
+                fprintf(stderr,
+                        "shoal warmup: nothing matched: no object (with data) under '%s' "
+                        "in %s\n",
+                        prefix, cli->val[OPT_STORAGE]);
+                return 1;
+        }
+        uint32_t bs = w->node->vol.block_size;
+        for (size_t i = 0; i < run->nobjs; i++)
+                for (uint32_t b = 0; b < shoal_block_count(run->objs[i].size, bs); b++)
+                        if (add_item(w, (struct item){.obj = &run->objs[i], .index = b}))
+                                break;
+        return 0;
+}
+
+/* --storage: the blocks of --plan's items or of the objects under --prefix, read from their
+ * owners. Returns 0 or the exit code. */
+static int queue_storage(struct shoal_cli *cli, struct warm *w, struct warm_run *run)
+{
+        if (cli->npos)
+                return shoal_cli_fail(cli, "give paths or --storage, not both");
+        const char *plan = cli->val[OPT_PLAN];
+        if (plan && !*plan)
+                return shoal_cli_fail(cli, "--plan needs a FILE");
+        int rc = storage_node(cli, w);
+        if (rc)
+                return rc;
+        if (plan && cli->val[OPT_PREFIX])
+                return shoal_cli_fail(cli, "give --plan or --prefix, not both");
+        rc = plan ? plan_read_file(cli, w, &run->plan, plan) : queue_prefix(cli, w, run);
+        w->bufsize = w->node->vol.block_size;
+        run->unit = "blocks";
+        return rc;
+}
+
+/* MOUNTPOINT-PATH...: every file under the paths, read through the mount. Returns 0 or the exit
+ * code. */
+static int queue_paths(struct shoal_cli *cli, struct warm *w, struct warm_run *run)
+{
+        if (!cli->npos)
+                return shoal_cli_fail(cli, "expected MOUNTPOINT-PATH... or --storage "
+                                           "STORAGE --prefix P");
+        if (cli->val[OPT_PREFIX] || cli->val[OPT_PLAN])
+                return shoal_cli_fail(cli, "--%s goes with --storage",
+                                      cli->val[OPT_PREFIX] ? "prefix" : "plan");
+        walk_target = w;
+        for (int i = 0; i < cli->npos; i++) {
+                struct stat st;
+                if (stat(cli->pos[i], &st))
+                        return shoal_cli_fail(cli, "%s: %s", cli->pos[i], strerror(errno));
+                /* Reading files elsewhere warms nothing: say so instead of "done". */
+                struct statfs sf;
+                if (statfs(cli->pos[i], &sf) || sf.f_type != FUSE_SUPER_MAGIC)
+                        return shoal_cli_fail(cli,
+                                              "%s is not inside a shoal mount (to warm "
+                                              "without one: --storage STORAGE --prefix P)",
+                                              cli->pos[i]);
+                if (nftw(cli->pos[i], walk_cb, 64, FTW_PHYS) < 0)
+                        return shoal_cli_fail(cli, "cannot walk %s", cli->pos[i]);
+        }
+        w->bufsize = WARM_FILE_BUF;
+        run->unit = "files";
+        return 0;
+}
+
+/* Runs THREADS workers over W's queue, printing progress every second; with a group, stops
+ * taking items when its last member leaves. Returns the exit code. */
+static int run_workers(struct warm *w, uint64_t threads, const char *unit)
+{
+        pthread_t *th = calloc(threads, sizeof(*th));
+        uint64_t t0 = shoal_now_ns();
+        unsigned started = 0;
+        for (unsigned t = 0; th && t < threads; t++)
+                if (!pthread_create(&th[t], NULL, worker_main, w))
+                        started++;
+        uint64_t next_print = t0 + PROGRESS_EVERY_NS;
+        bool emptied = false;
+        while (__atomic_load_n(&w->done_items, __ATOMIC_RELAXED) < w->n && started) {
+                shoal_sleep_ns(POLL_NS);
+                if (shoal_now_ns() < next_print)
+                        continue;
+                if (w->node && w->node->group && !live_providers(w->node)) {
+                        /* the workers take no new item; what is in flight finishes */
+                        __atomic_store_n(&w->next, w->n, __ATOMIC_RELAXED);
+                        emptied = true;
+                        break;
+                }
+                progress(w, unit, t0, false);
+                next_print += PROGRESS_EVERY_NS;
+        }
+        for (unsigned t = 0; t < started; t++)
+                pthread_join(th[t], NULL);
+        progress(w, unit, t0, true);
+        if (emptied)
+                fprintf(stderr, "shoal warmup: the group has no live member left to warm; "
+                                "stopped\n");
+        free(th);
+        return w->errors || emptied || !started ? 1 : 0;
+}
+
+static void warm_free(struct warm *w, struct warm_run *run)
+{
+        for (size_t i = 0; i < w->n; i++)
+                free(w->items[i].path);
+        free(w->items);
+        free(run->objs);
+        plan_load_free(&run->plan);
+        if (w->node)
+                shoal_node_stop(w->node);
+}
+
 int shoal_cmd_warmup(int argc, char **argv)
 {
         struct shoal_cli cli;
@@ -389,141 +553,16 @@ int shoal_cmd_warmup(int argc, char **argv)
                 return rc == 1 ? 0 : 2;
         if (shoal_cli_setup_log(&cli))
                 return 2;
-        uint64_t threads = 16;
+        uint64_t threads = WARM_THREADS_DEFAULT;
         if (cli.val[OPT_THREADS] &&
             (shoal_parse_u64(cli.val[OPT_THREADS], 1024, &threads) || !threads))
                 return shoal_cli_fail(&cli, "invalid --threads %s: 1 to 1024",
                                       cli.val[OPT_THREADS]);
         struct warm w = {0};
-        struct shoal_object *objs = NULL;
-        size_t nobjs = 0;
-        struct plan_load plan = {0};
-        const char *unit;
-        if (cli.val[OPT_STORAGE]) {
-                if (cli.npos)
-                        return shoal_cli_fail(&cli, "give paths or --storage, not both");
-                if (cli.val[OPT_PLAN] && !*cli.val[OPT_PLAN])
-                        return shoal_cli_fail(&cli, "--plan needs a FILE");
-                struct shoal_node_config cfg;
-                if (shoal_cli_node_config(&cli, cli.val[OPT_STORAGE], &cfg))
-                        return 2;
-                cfg.serve = false;
-                cfg.no_sharing = true;
-                cfg.group_checked_by_caller = true;
-                if (cfg.cache_group)
-                        cfg.cache_size = 0; /* the owners keep the blocks, not this process */
-                char err[1024];
-                rc = shoal_node_start(&cfg, &w.node, err, sizeof(err));
-                if (rc) {
-                        fprintf(stderr, "shoal warmup: %s\n", err);
-                        return shoal_cli_start_code(rc);
-                }
-                if (w.node->group && !live_providers(w.node)) {
-                        fprintf(stderr,
-                                "shoal warmup: group %s has no live member to warm (see 'shoal "
-                                "group --cache-group %s')\n",
-                                cfg.cache_group, cfg.cache_group);
-                        shoal_node_stop(w.node);
-                        return 1;
-                }
-                if (cli.val[OPT_PLAN]) {
-                        if (cli.val[OPT_PREFIX]) {
-                                shoal_node_stop(w.node);
-                                return shoal_cli_fail(&cli, "give --plan or --prefix, not both");
-                        }
-                        rc = plan_read_file(&cli, &w, &plan, cli.val[OPT_PLAN]);
-                        if (rc) {
-                                plan_load_free(&plan);
-                                free(w.items);
-                                shoal_node_stop(w.node);
-                                return rc;
-                        }
-                }
-                const char *prefix = cli.val[OPT_PREFIX] ? cli.val[OPT_PREFIX] : "";
-                rc = cli.val[OPT_PLAN] ? 0
-                                       : shoal_store_list_objects(w.node->store, prefix, MAX_FILES,
-                                                                  &objs, &nobjs);
-                if (rc) {
-                        fprintf(stderr, "shoal warmup: listing '%s' failed: %s\n", prefix,
-                                strerror(-rc));
-                        shoal_node_stop(w.node);
-                        return 1;
-                }
-                if (!nobjs && !cli.val[OPT_PLAN]) {
-                        /* A mistyped prefix is not "0/0 blocks" and success. */
-                        fprintf(stderr,
-                                "shoal warmup: nothing matched: no object (with data) under '%s' "
-                                "in %s\n",
-                                prefix, cli.val[OPT_STORAGE]);
-                        shoal_node_stop(w.node);
-                        return 1;
-                }
-                for (size_t i = 0; i < nobjs; i++)
-                        for (uint32_t b = 0;
-                             b < shoal_block_count(objs[i].size, w.node->vol.block_size); b++)
-                                if (add_item(&w, (struct item){.obj = &objs[i], .index = b}))
-                                        break;
-                w.bufsize = w.node->vol.block_size;
-                unit = "blocks";
-        } else {
-                if (!cli.npos)
-                        return shoal_cli_fail(&cli, "expected MOUNTPOINT-PATH... or --storage "
-                                                    "STORAGE --prefix P");
-                if (cli.val[OPT_PREFIX] || cli.val[OPT_PLAN])
-                        return shoal_cli_fail(&cli, "--%s goes with --storage",
-                                              cli.val[OPT_PREFIX] ? "prefix" : "plan");
-                walk_target = &w;
-                for (int i = 0; i < cli.npos; i++) {
-                        struct stat st;
-                        if (stat(cli.pos[i], &st))
-                                return shoal_cli_fail(&cli, "%s: %s", cli.pos[i], strerror(errno));
-                        /* Reading files elsewhere warms nothing: say so instead of "done". */
-                        struct statfs sf;
-                        if (statfs(cli.pos[i], &sf) || sf.f_type != FUSE_SUPER_MAGIC)
-                                return shoal_cli_fail(&cli,
-                                                      "%s is not inside a shoal mount (to warm "
-                                                      "without one: --storage STORAGE --prefix P)",
-                                                      cli.pos[i]);
-                        if (nftw(cli.pos[i], walk_cb, 64, FTW_PHYS) < 0)
-                                return shoal_cli_fail(&cli, "cannot walk %s", cli.pos[i]);
-                }
-                w.bufsize = 1 << 20;
-                unit = "files";
-        }
-        pthread_t *th = calloc(threads, sizeof(*th));
-        uint64_t t0 = shoal_now_ns();
-        unsigned started = 0;
-        for (unsigned t = 0; th && t < threads; t++)
-                if (!pthread_create(&th[t], NULL, worker_main, &w))
-                        started++;
-        uint64_t next_print = t0 + SHOAL_NS_PER_SEC;
-        bool emptied = false;
-        while (__atomic_load_n(&w.done_items, __ATOMIC_RELAXED) < w.n && started) {
-                shoal_sleep_ns(50 * SHOAL_NS_PER_MS);
-                if (shoal_now_ns() >= next_print) {
-                        if (w.node && w.node->group && !live_providers(w.node)) {
-                                /* the workers take no new item; what is in flight finishes */
-                                __atomic_store_n(&w.next, w.n, __ATOMIC_RELAXED);
-                                emptied = true;
-                                break;
-                        }
-                        progress(&w, unit, t0, false);
-                        next_print += SHOAL_NS_PER_SEC;
-                }
-        }
-        for (unsigned t = 0; t < started; t++)
-                pthread_join(th[t], NULL);
-        progress(&w, unit, t0, true);
-        if (emptied)
-                fprintf(stderr, "shoal warmup: the group has no live member left to warm; "
-                                "stopped\n");
-        free(th);
-        for (size_t i = 0; i < w.n; i++)
-                free(w.items[i].path);
-        free(w.items);
-        free(objs);
-        plan_load_free(&plan);
-        if (w.node)
-                shoal_node_stop(w.node);
-        return w.errors || emptied || !started ? 1 : 0;
+        struct warm_run run = {0};
+        rc = cli.val[OPT_STORAGE] ? queue_storage(&cli, &w, &run) : queue_paths(&cli, &w, &run);
+        if (!rc)
+                rc = run_workers(&w, threads, run.unit);
+        warm_free(&w, &run);
+        return rc;
 }

@@ -20,6 +20,7 @@ enum kind {
         K_FILE,     /* a readable regular file */
         K_REGION,   /* 1-63 bytes without ':', '/' or spaces (it goes into the SigV4 scope) */
         K_STRING,   /* anything non-empty */
+        K_RAW,      /* libfabric's own: as libfabric reads it, an empty value too (a count of 0) */
 };
 
 struct var {
@@ -49,7 +50,7 @@ static const struct var vars[] = {
         {"SHOAL_RDMA_GROW_QPS", K_COUNT, F(rdma_grow_qps), 100000000},
         {"SHOAL_RDMA_GROW_MIBPS", K_COUNT, F(rdma_grow_mibps), 1048576},
         {"FI_PROVIDER", K_STRING, F(fi_provider), 0},
-        {"FI_MR_CACHE_MAX_COUNT", K_STRING, F(fi_mr_cache_max_count), 0},
+        {"FI_MR_CACHE_MAX_COUNT", K_RAW, F(fi_mr_cache_max_count), 0},
         {"FI_VERBS_USE_ODP", K_STRING, F(fi_verbs_use_odp), 0},
         {"SHOAL_STORE_DEADLINE", K_DURATION, F(store_deadline_ns), 0},
         {"SHOAL_STORE_ATTEMPTS", K_COUNT, F(store_attempts), 1000},
@@ -61,6 +62,7 @@ static const struct var vars[] = {
         {"AWS_ACCESS_KEY_ID", K_STRING, F(aws_access_key_id), 0},
         {"AWS_SECRET_ACCESS_KEY", K_STRING, F(aws_secret_access_key), 0},
         {"AWS_SESSION_TOKEN", K_STRING, F(aws_session_token), 0},
+        {"SHOAL_METRICS_HOSTS", K_STRING, F(metrics_hosts), 0},
         {"HOME", K_STRING, F(home), 0},
 };
 
@@ -128,6 +130,7 @@ static int parse_one(const struct var *v, const char *val, struct shoal_env *env
                         return 0;
                 break;
         case K_STRING:
+        case K_RAW:
                 break;
         }
         memcpy(field, &val, sizeof(val));
@@ -140,7 +143,7 @@ int shoal_config_parse(struct shoal_env *env, const char *(*get)(const char *nam
         memset(env, 0, sizeof(*env));
         for (size_t i = 0; i < SHOAL_ARRAY_SIZE(vars); i++) {
                 const char *val = get(vars[i].name);
-                if (!val || !*val)
+                if (!val || (!*val && vars[i].kind != K_RAW))
                         continue;
                 int rc = parse_one(&vars[i], val, env, err, errlen);
                 if (rc)

@@ -4,13 +4,28 @@
  * expected ..."), which the command line turns into exit 2; it never quietly becomes a default.
  * An empty value counts as unset.
  *
- * Flags are parsed by src/cli/cli.c; a flag, where both exist, wins over its variable (the
- * callers decide that: a zero / NULL field here means "not set, use your default"). */
+ * Flags are parsed by src/cli/cli.c. Where a value can come from a flag (or a caller's field),
+ * the environment and a default, one rule resolves it, shoal_config_pick: flag > environment >
+ * default (a zero / NULL field here means "not set"). The defaults of the variables are named
+ * below, once each (docs/operations.md gives them in its table). */
 #ifndef SHOAL_COMMON_CONFIG_H
 #define SHOAL_COMMON_CONFIG_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "common/util.h"
+
+/* The defaults of the environment's durations and counts (docs/operations.md, "Environment").
+ * The group's (SHOAL_GROUP_HEARTBEAT, _TIMEOUT, _GRACE) are group/group.h's
+ * SHOAL_GROUP_*_DEFAULT. */
+#define SHOAL_REMOTE_TIMEOUT_DEFAULT_NS     (10 * SHOAL_NS_PER_SEC)  /* SHOAL_REMOTE_TIMEOUT */
+#define SHOAL_AVOID_DEFAULT_NS              (10 * SHOAL_NS_PER_SEC)  /* SHOAL_AVOID_DURATION */
+#define SHOAL_IORPC_SCALE_PERIOD_DEFAULT_NS SHOAL_NS_PER_SEC         /* SHOAL_IORPC_SCALE_PERIOD */
+#define SHOAL_RDMA_RETRY_DEFAULT_NS         (300 * SHOAL_NS_PER_SEC) /* IORPC_RDMA_RETRY_DURATION */
+#define SHOAL_RDMA_HEARTBEAT_DEFAULT_NS     SHOAL_NS_PER_SEC         /* SHOAL_RDMA_HEARTBEAT */
+#define SHOAL_STORE_DEADLINE_DEFAULT_NS     (60 * SHOAL_NS_PER_SEC)  /* SHOAL_STORE_DEADLINE */
+#define SHOAL_STORE_ATTEMPTS_DEFAULT        5                        /* SHOAL_STORE_ATTEMPTS */
 
 struct shoal_env {
         /* durations in ns; 0 = not set */
@@ -45,7 +60,15 @@ struct shoal_env {
         const char *aws_access_key_id;     /* AWS_ACCESS_KEY_ID */
         const char *aws_secret_access_key; /* AWS_SECRET_ACCESS_KEY */
         const char *aws_session_token;     /* AWS_SESSION_TOKEN */
+        const char *metrics_hosts; /* SHOAL_METRICS_HOSTS: names, checked by metrics/http.c */
 };
+
+/* The one precedence rule: the value a flag or the caller gave (0 = not given) wins over the
+ * environment's (0 = not set), which wins over DFLT. */
+static inline uint64_t shoal_config_pick(uint64_t given, uint64_t env, uint64_t dflt)
+{
+        return given ? given : env ? env : dflt;
+}
 
 /* Parses every variable of the table, reading each value with GET (getenv in production; NULL
  * or "" = not set), into ENV. Returns 0, or -EINVAL with one line in ERR naming the first bad

@@ -652,19 +652,17 @@ int shoal_group_start(const struct shoal_group_config *cfg, struct shoal_group *
                 ret = -EINVAL;
                 goto out_free;
         }
-        /* The environment (tests, operators) wins over the caller's values. */
         const struct shoal_env *env = shoal_config_env();
-        g->heartbeat_ns = env->group_heartbeat_ns ? env->group_heartbeat_ns
-                          : cfg->heartbeat_ns     ? cfg->heartbeat_ns
-                                                  : SHOAL_GROUP_HEARTBEAT_DEFAULT;
-        g->timeout_ns = env->group_timeout_ns ? env->group_timeout_ns
-                        : cfg->timeout_ns     ? cfg->timeout_ns
-                                              : SHOAL_GROUP_TIMEOUT_DEFAULT;
+        g->heartbeat_ns = shoal_config_pick(cfg->heartbeat_ns, env->group_heartbeat_ns,
+                                            SHOAL_GROUP_HEARTBEAT_DEFAULT);
+        g->timeout_ns = shoal_config_pick(cfg->timeout_ns, env->group_timeout_ns,
+                                          SHOAL_GROUP_TIMEOUT_DEFAULT);
         g->no_grace = cfg->no_grace;
-        g->grace_ns = g->no_grace           ? 0
-                      : env->group_grace_ns ? env->group_grace_ns
-                      : cfg->grace_ns       ? cfg->grace_ns
-                                            : SHOAL_GROUP_GRACE_DEFAULT;
+        /* Documented the other way round (docs/operations.md): SHOAL_GROUP_GRACE wins over
+         * --group-grace. */
+        g->grace_ns = g->no_grace ? 0
+                                  : shoal_config_pick(env->group_grace_ns, cfg->grace_ns,
+                                                      SHOAL_GROUP_GRACE_DEFAULT);
         if (g->grace_ns > SHOAL_GROUP_GRACE_MAX_MS * SHOAL_NS_PER_MS)
                 g->grace_ns = SHOAL_GROUP_GRACE_MAX_MS * SHOAL_NS_PER_MS;
         g->self.grace_ms = ns_to_ms(g->grace_ns);
@@ -827,9 +825,8 @@ unsigned shoal_group_registry_failures(const struct shoal_group *g)
 int shoal_group_list_once(const char *meta_url, const char *group, uint64_t wait_ns,
                           struct shoal_member **out, size_t *n, char *err, size_t errlen)
 {
-        uint64_t timeout_ns = shoal_config_env()->group_timeout_ns
-                                      ? shoal_config_env()->group_timeout_ns
-                                      : SHOAL_GROUP_TIMEOUT_DEFAULT;
+        uint64_t timeout_ns = shoal_config_pick(0, shoal_config_env()->group_timeout_ns,
+                                                SHOAL_GROUP_TIMEOUT_DEFAULT);
         struct shoal_member *first = NULL, *second = NULL;
         size_t n1 = 0, n2 = 0;
         int ret;

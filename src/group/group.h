@@ -108,11 +108,11 @@ struct shoal_group_config {
         const char *meta_url;     /* registry URL */
         const char *group;        /* --cache-group */
         struct shoal_member self; /* this member's record (id filled by start when empty) */
-        uint64_t heartbeat_ns;    /* default 1 s; SHOAL_GROUP_HEARTBEAT env overrides (tests) */
-        uint64_t timeout_ns;      /* default 5 s; SHOAL_GROUP_TIMEOUT env overrides (tests) */
+        uint64_t heartbeat_ns;    /* 0: SHOAL_GROUP_HEARTBEAT, else 1 s (shoal_config_pick) */
+        uint64_t timeout_ns;      /* 0: SHOAL_GROUP_TIMEOUT, else 5 s (shoal_config_pick) */
         /* How long this member keeps its place in the ring once away (published in its
-         * record): default 60 s; SHOAL_GROUP_GRACE env overrides; NO_GRACE: none (a stop
-         * deletes the record, as before). */
+         * record): default 60 s; SHOAL_GROUP_GRACE wins over it (documented); NO_GRACE: none
+         * (a stop deletes the record, as before). */
         uint64_t grace_ns;
         bool no_grace;
         /* Asked on the agent thread before every heartbeat for the cache use to publish [C7]

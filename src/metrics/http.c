@@ -17,13 +17,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/http_parse.h"
 #include "metrics/metrics.h"
 
-#define RING         (SHOAL_METRICS_WINDOW_S + 1)
-#define GET_MAX_BODY (16u << 20)
+#define RING          (SHOAL_METRICS_WINDOW_S + 1)
+#define GET_MAX_BODY  (16u << 20)
+#define POLL_RETRY_NS (100 * SHOAL_NS_PER_MS) /* after a failed poll */
 
 struct http_client;
 
@@ -438,7 +440,7 @@ static void *http_main(void *arg)
                 if (rc < 0 && errno != EINTR) {
                         log_ratelimited(SHOAL_LOG_WARN, "metrics", "poll failed: %s",
                                         strerror(errno));
-                        shoal_sleep_ns(100 * SHOAL_NS_PER_MS);
+                        shoal_sleep_ns(POLL_RETRY_NS);
                         continue;
                 }
                 if (rc <= 0)
@@ -493,7 +495,7 @@ static int hosts_init(struct shoal_metrics_http *h, const char *addr, char *err,
         }
         if (addr && !shoal_metrics_addr_parse(addr, name, sizeof(name), &port))
                 host_add(h, name, strlen(name));
-        const char *env = getenv("SHOAL_METRICS_HOSTS");
+        const char *env = shoal_config_env()->metrics_hosts;
         for (const char *p = env; p && *p;) {
                 const char *end = strchr(p, ',');
                 size_t len = end ? (size_t)(end - p) : strlen(p);
@@ -514,19 +516,12 @@ static int hosts_init(struct shoal_metrics_http *h, const char *addr, char *err,
         return 0;
 }
 
-struct shoal_metrics_http *shoal_metrics_http_start(const struct shoal_metrics_http_config *cfg,
-                                                    char *err, size_t errlen)
+/* H's labels (cache_group, role and volume) and its client slots, all free. */
+static int labels_and_slots(struct shoal_metrics_http *h,
+                            const struct shoal_metrics_http_config *cfg, char *err, size_t errlen)
 {
-        char host[256], labels[1024];
+        char labels[1024];
         size_t ll = 0;
-        uint16_t port;
-        int fd = -EADDRINUSE;
-
-        struct shoal_metrics_http *h = calloc(1, sizeof(*h));
-        if (!h) {
-                snprintf(err, errlen, "out of memory");
-                return NULL;
-        }
         labels[0] = '\0';
         label_append(labels, sizeof(labels), &ll, "cache_group", cfg->cache_group);
         label_append(labels, sizeof(labels), &ll, "role", cfg->role);
@@ -536,59 +531,82 @@ struct shoal_metrics_http *shoal_metrics_http_start(const struct shoal_metrics_h
         h->clients = calloc(SHOAL_METRICS_HTTP_MAX_CLIENTS, sizeof(*h->clients));
         if (!h->labels || !h->clients) {
                 snprintf(err, errlen, "out of memory");
-                goto out_labels;
+                return -ENOMEM;
         }
         for (unsigned i = 0; i < SHOAL_METRICS_HTTP_MAX_CLIENTS; i++)
                 h->clients[i].fd = -1;
-        if (hosts_init(h, cfg->addr, err, errlen))
-                goto out_labels;
+        return 0;
+}
 
-        if (cfg->addr) {
-                if (shoal_metrics_addr_parse(cfg->addr, host, sizeof(host), &port)) {
-                        snprintf(err, errlen, "invalid --metrics %s: expected HOST:PORT",
-                                 cfg->addr);
-                        goto out_labels;
+/* The listening socket on --metrics ADDR, or on the default host's first free port from the
+ * default one; its address goes to H->addr. Returns the fd, or a negative errno with ERR. */
+static int listen_where(struct shoal_metrics_http *h, const char *addr, char *err, size_t errlen)
+{
+        char host[256];
+        uint16_t port;
+        int fd = -EADDRINUSE;
+        if (addr) {
+                if (shoal_metrics_addr_parse(addr, host, sizeof(host), &port)) {
+                        snprintf(err, errlen, "invalid --metrics %s: expected HOST:PORT", addr);
+                        return -EINVAL;
                 }
                 fd = listen_on(host, port, h->addr, sizeof(h->addr));
-                if (fd < 0) {
-                        snprintf(err, errlen, "cannot listen for metrics on %s: %s", cfg->addr,
+                if (fd < 0)
+                        snprintf(err, errlen, "cannot listen for metrics on %s: %s", addr,
                                  strerror(-fd));
-                        goto out_labels;
-                }
-        } else {
-                for (unsigned i = 0; i < SHOAL_METRICS_PORT_TRIES && fd < 0; i++) {
-                        fd = listen_on(SHOAL_METRICS_DEFAULT_HOST,
-                                       (uint16_t)(SHOAL_METRICS_DEFAULT_PORT + i), h->addr,
-                                       sizeof(h->addr));
-                        if (fd < 0 && fd != -EADDRINUSE)
-                                break;
-                }
-                if (fd < 0) {
-                        snprintf(err, errlen,
-                                 "cannot listen for metrics on %s:%u..%u: %s (use --metrics "
-                                 "HOST:PORT)",
-                                 SHOAL_METRICS_DEFAULT_HOST, SHOAL_METRICS_DEFAULT_PORT,
-                                 SHOAL_METRICS_DEFAULT_PORT + SHOAL_METRICS_PORT_TRIES - 1,
-                                 strerror(-fd));
-                        goto out_labels;
-                }
+                return fd;
         }
-        h->lfd = fd;
+        for (unsigned i = 0; i < SHOAL_METRICS_PORT_TRIES && fd < 0; i++) {
+                fd = listen_on(SHOAL_METRICS_DEFAULT_HOST,
+                               (uint16_t)(SHOAL_METRICS_DEFAULT_PORT + i), h->addr,
+                               sizeof(h->addr));
+                if (fd < 0 && fd != -EADDRINUSE)
+                        break;
+        }
+        if (fd < 0)
+                snprintf(err, errlen,
+                         "cannot listen for metrics on %s:%u..%u: %s (use --metrics HOST:PORT)",
+                         SHOAL_METRICS_DEFAULT_HOST, SHOAL_METRICS_DEFAULT_PORT,
+                         SHOAL_METRICS_DEFAULT_PORT + SHOAL_METRICS_PORT_TRIES - 1, strerror(-fd));
+        return fd;
+}
+
+/* The wake-up eventfd and the server thread. */
+static int start_thread(struct shoal_metrics_http *h, char *err, size_t errlen)
+{
         h->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (h->wake_fd < 0) {
-                snprintf(err, errlen, "metrics: eventfd: %s", strerror(errno));
-                goto out_close;
+                int e = errno;
+                snprintf(err, errlen, "metrics: eventfd: %s", strerror(e));
+                return -e;
         }
         int rc = pthread_create(&h->thread, NULL, http_main, h);
         if (rc) {
                 snprintf(err, errlen, "metrics: cannot start a thread: %s", strerror(rc));
-                goto out_wake;
+                close(h->wake_fd);
+                return -rc;
         }
+        return 0;
+}
+
+struct shoal_metrics_http *shoal_metrics_http_start(const struct shoal_metrics_http_config *cfg,
+                                                    char *err, size_t errlen)
+{
+        struct shoal_metrics_http *h = calloc(1, sizeof(*h));
+        if (!h) {
+                snprintf(err, errlen, "out of memory");
+                return NULL;
+        }
+        if (labels_and_slots(h, cfg, err, errlen) || hosts_init(h, cfg->addr, err, errlen))
+                goto out_labels;
+        h->lfd = listen_where(h, cfg->addr, err, errlen);
+        if (h->lfd < 0)
+                goto out_labels;
+        if (start_thread(h, err, errlen))
+                goto out_close;
         log_info("metrics", "prometheus metrics listening on %s", h->addr);
         return h;
 
-out_wake:
-        close(h->wake_fd);
 out_close:
         close(h->lfd);
 out_labels:
@@ -666,16 +684,104 @@ static int connect_to(const char *host, uint16_t port, uint64_t deadline)
         return rc;
 }
 
+/* Reads FD until the peer closes it into *BUF (NUL-terminated, *GOT bytes; the caller frees
+ * it, also on failure). Returns 0 or a negative errno with ERR. */
+static int read_to_close(int fd, const char *addr, uint64_t deadline, char **buf, size_t *got,
+                         char *err, size_t errlen)
+{
+        size_t cap = 0;
+        for (;;) {
+                if (cap - *got < 4096) {
+                        if (cap >= GET_MAX_BODY) {
+                                snprintf(err, errlen, "answer from %s is larger than %u bytes",
+                                         addr, GET_MAX_BODY);
+                                return -EFBIG;
+                        }
+                        size_t ncap = cap ? cap * 2 : 65536;
+                        char *p = realloc(*buf, ncap + 1);
+                        if (!p) {
+                                snprintf(err, errlen, "out of memory");
+                                return -ENOMEM;
+                        }
+                        *buf = p;
+                        cap = ncap;
+                }
+                ssize_t r = recv(fd, *buf + *got, cap - *got, MSG_DONTWAIT);
+                if (r < 0 && errno == EINTR)
+                        continue;
+                if (r < 0 && errno == EAGAIN) {
+                        int rc = wait_fd(fd, POLLIN, deadline);
+                        if (rc) {
+                                snprintf(err, errlen, "no answer from %s: %s", addr, strerror(-rc));
+                                return rc;
+                        }
+                        continue;
+                }
+                if (r < 0) {
+                        int rc = -errno;
+                        snprintf(err, errlen, "cannot read from %s: %s", addr, strerror(-rc));
+                        return rc;
+                }
+                if (r == 0)
+                        break;
+                *got += (size_t)r;
+        }
+        if (!*buf) {
+                snprintf(err, errlen, "empty answer from %s", addr);
+                return -EPROTO;
+        }
+        (*buf)[*got] = '\0';
+        return 0;
+}
+
+/* Sends GET PATH to ADDR over FD and reads the whole answer into *BUF (*GOT bytes). */
+static int exchange(int fd, const char *addr, const char *path, uint64_t deadline, char **buf,
+                    size_t *got, char *err, size_t errlen)
+{
+        char req[512];
+        int n = snprintf(req, sizeof(req),
+                         "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: shoal\r\nConnection: "
+                         "close\r\n\r\n",
+                         path, addr);
+        if (n < 0 || (size_t)n >= sizeof(req)) {
+                snprintf(err, errlen, "request too long");
+                return -EINVAL;
+        }
+        int rc = send_all_deadline(fd, req, (size_t)n, deadline);
+        if (rc) {
+                snprintf(err, errlen, "cannot send to %s: %s", addr, strerror(-rc));
+                return rc;
+        }
+        return read_to_close(fd, addr, deadline, buf, got, err, errlen);
+}
+
+/* An answer BUF of GOT bytes: 200 and its body moved to the front (*LEN bytes), or -EPROTO. */
+static int take_body(char *buf, size_t got, const char *addr, const char *path, size_t *len,
+                     char *err, size_t errlen)
+{
+        int code = 0;
+        char *sep = strstr(buf, "\r\n\r\n");
+        if (sscanf(buf, "HTTP/1.%*[01] %d", &code) != 1 || !sep) {
+                snprintf(err, errlen, "%s did not answer with HTTP (is it a shoal metrics port?)",
+                         addr);
+                return -EPROTO;
+        }
+        if (code != 200) {
+                snprintf(err, errlen, "%s answered HTTP %d for %s", addr, code, path);
+                return -EPROTO;
+        }
+        sep += 4;
+        *len = got - (size_t)(sep - buf);
+        memmove(buf, sep, *len + 1);
+        return 0;
+}
+
 int shoal_metrics_http_get(const char *addr, const char *path, unsigned timeout_ms, char **body,
                            size_t *len, char *err, size_t errlen)
 {
-        char host[256], req[512];
+        char host[256];
         uint16_t port;
         uint64_t deadline = shoal_now_ns() + (uint64_t)timeout_ms * SHOAL_NS_PER_MS;
-        char *buf = NULL;
-        size_t got = 0, cap = 0;
-        int rc;
-
         *body = NULL;
         *len = 0;
         if (shoal_metrics_addr_parse(addr, host, sizeof(host), &port)) {
@@ -687,86 +793,16 @@ int shoal_metrics_http_get(const char *addr, const char *path, unsigned timeout_
                 snprintf(err, errlen, "cannot connect to %s: %s", addr, strerror(-fd));
                 return fd;
         }
-        int n = snprintf(req, sizeof(req),
-                         "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: shoal\r\nConnection: "
-                         "close\r\n\r\n",
-                         path, addr);
-        if (n < 0 || (size_t)n >= sizeof(req)) {
-                rc = -EINVAL;
-                snprintf(err, errlen, "request too long");
-                goto out_close;
-        }
-        rc = send_all_deadline(fd, req, (size_t)n, deadline);
-        if (rc) {
-                snprintf(err, errlen, "cannot send to %s: %s", addr, strerror(-rc));
-                goto out_close;
-        }
-        for (;;) {
-                if (cap - got < 4096) {
-                        if (cap >= GET_MAX_BODY) {
-                                rc = -EFBIG;
-                                snprintf(err, errlen, "answer from %s is larger than %u bytes",
-                                         addr, GET_MAX_BODY);
-                                goto out_close;
-                        }
-                        size_t ncap = cap ? cap * 2 : 65536;
-                        char *p = realloc(buf, ncap + 1);
-                        if (!p) {
-                                rc = -ENOMEM;
-                                snprintf(err, errlen, "out of memory");
-                                goto out_close;
-                        }
-                        buf = p;
-                        cap = ncap;
-                }
-                ssize_t r = recv(fd, buf + got, cap - got, MSG_DONTWAIT);
-                if (r < 0 && errno == EINTR)
-                        continue;
-                if (r < 0 && errno == EAGAIN) {
-                        rc = wait_fd(fd, POLLIN, deadline);
-                        if (rc) {
-                                snprintf(err, errlen, "no answer from %s: %s", addr, strerror(-rc));
-                                goto out_close;
-                        }
-                        continue;
-                }
-                if (r < 0) {
-                        rc = -errno;
-                        snprintf(err, errlen, "cannot read from %s: %s", addr, strerror(-rc));
-                        goto out_close;
-                }
-                if (r == 0)
-                        break;
-                got += (size_t)r;
-        }
+        char *buf = NULL;
+        size_t got = 0;
+        int rc = exchange(fd, addr, path, deadline, &buf, &got, err, errlen);
         close(fd);
-        if (!buf) {
-                snprintf(err, errlen, "empty answer from %s", addr);
-                return -EPROTO;
-        }
-        buf[got] = '\0';
-
-        int code = 0;
-        char *sep = strstr(buf, "\r\n\r\n");
-        if (sscanf(buf, "HTTP/1.%*[01] %d", &code) != 1 || !sep) {
-                snprintf(err, errlen, "%s did not answer with HTTP (is it a shoal metrics port?)",
-                         addr);
+        if (!rc)
+                rc = take_body(buf, got, addr, path, len, err, errlen);
+        if (rc) {
                 free(buf);
-                return -EPROTO;
+                return rc;
         }
-        if (code != 200) {
-                snprintf(err, errlen, "%s answered HTTP %d for %s", addr, code, path);
-                free(buf);
-                return -EPROTO;
-        }
-        sep += 4;
-        *len = got - (size_t)(sep - buf);
-        memmove(buf, sep, *len + 1);
         *body = buf;
         return 0;
-
-out_close:
-        close(fd);
-        free(buf);
-        return rc;
 }

@@ -1,5 +1,6 @@
 #include "metrics/metrics.h"
 
+#include "common/list.h"
 #include "common/util.h"
 
 #include <assert.h>
@@ -45,18 +46,14 @@ _Static_assert(BUCKET_LAST < SHOAL_HIST_BUCKETS, "u64 range must fit the bucket 
 /* One per thread that ever touched a counter or histogram. Only the owning thread writes it (no
  * read-modify-write atomics needed); readers hold slab_lock and use atomic loads so 64-bit values
  * are never torn. */
-struct slab_link {
-        struct slab_link *next, *prev;
-};
-
 struct slab {
-        struct slab_link link; /* first: slab_list, under slab_lock */
+        struct shoal_list link; /* in slab_list, under slab_lock */
         uint64_t counters[SHOAL_M__COUNT];
         struct shoal_hist_snap hists[NHIST];
 };
 
 static pthread_mutex_t slab_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct slab_link slab_list = {.next = &slab_list, .prev = &slab_list};
+static struct shoal_list slab_list = SHOAL_LIST_INIT(slab_list);
 /* Values of exited threads, and of threads that could not get a slab; under slab_lock. */
 static struct slab retired;
 
@@ -121,8 +118,7 @@ static void slab_release(void *arg)
         struct slab *s = arg;
 
         pthread_mutex_lock(&slab_lock);
-        s->link.prev->next = s->link.next;
-        s->link.next->prev = s->link.prev;
+        shoal_list_del(&s->link);
         slab_fold(&retired, s);
         pthread_mutex_unlock(&slab_lock);
         my_slab = NULL;
@@ -154,10 +150,7 @@ static struct slab *slab_attach(void)
                 return NULL;
         }
         pthread_mutex_lock(&slab_lock);
-        s->link.next = &slab_list;
-        s->link.prev = slab_list.prev;
-        slab_list.prev->next = &s->link;
-        slab_list.prev = &s->link;
+        shoal_list_push_back(&slab_list, &s->link);
         pthread_mutex_unlock(&slab_lock);
         my_slab = s;
         return s;
@@ -298,8 +291,8 @@ int shoal_metrics_snap_take(struct shoal_metrics_snap *snap)
 
         pthread_mutex_lock(&slab_lock);
         snap_add_slab(snap, &retired);
-        for (const struct slab_link *l = slab_list.next; l != &slab_list; l = l->next)
-                snap_add_slab(snap, (const struct slab *)l);
+        for (const struct shoal_list *l = slab_list.next; l != &slab_list; l = l->next)
+                snap_add_slab(snap, shoal_list_entry(l, const struct slab, link));
         pthread_mutex_unlock(&slab_lock);
 
         for (unsigned i = 0; i < SHOAL_M__COUNT; i++)

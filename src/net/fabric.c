@@ -101,7 +101,7 @@ static _Atomic size_t pinned_bytes;
 static void set_env(void)
 {
         const char *v = shoal_config_env()->fi_mr_cache_max_count;
-        if (v && strcmp(v, "0"))
+        if (v && *v && strcmp(v, "0"))
                 log_warn("rdma",
                          "FI_MR_CACHE_MAX_COUNT=%s ignored: the MR cache widens the "
                          "access of registered memory; shoal turns it off",
@@ -226,12 +226,12 @@ bool shoal_fab_env_cache_off(const char *max_count)
 }
 
 /* Before set_env: when libfabric was initialised by someone else (NCCL's OFI plugin, mpi4py),
- * it read FI_MR_CACHE_MAX_COUNT then, and our setenv comes too late. The environment now is
- * taken for what it read (programs do not unset it). */
+ * it read FI_MR_CACHE_MAX_COUNT then, and our setenv comes too late. The environment as shoal
+ * read it at start is taken for what it read (programs do not unset it). */
 static void mr_cache_check_init_order(void)
 {
         if (!shoal_fab_libfabric_initialised() ||
-            shoal_fab_env_cache_off(getenv("FI_MR_CACHE_MAX_COUNT")))
+            shoal_fab_env_cache_off(shoal_config_env()->fi_mr_cache_max_count))
                 return;
         snprintf(mr_cache_why, sizeof(mr_cache_why),
                  "libfabric's MR cache is on: libfabric was initialised before shoal (by another "
@@ -498,12 +498,10 @@ struct fi_info *shoal_fab_hints(const char *provider)
         return hints;
 }
 
-int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname, char *err,
-                   size_t errlen)
+/* Whether this process may open RDMA at all: not with libfabric's MR cache on, nor in a child
+ * forked from a process that holds device contexts. */
+static int process_may_open(const char *ifname, char *err, size_t errlen)
 {
-        memset(f, 0, sizeof(*f));
-        shoal_strlcpy(f->ifname, ifname, sizeof(f->ifname));
-        pthread_once(&setup_once, process_setup);
         if (*mr_cache_why) {
                 snprintf(err, errlen, "--rdma-network %s: %s", ifname, mr_cache_why);
                 return -EPERM;
@@ -517,6 +515,13 @@ int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname
                          ifname, parent_prov);
                 return -EPERM;
         }
+        return 0;
+}
+
+/* F->info: PROVIDER's domain for IFNAME's IPv4 address (RDMA.md rule 5). */
+static int choose_domain(struct shoal_fab *f, const char *provider, const char *ifname,
+                         enum shoal_fab_pick_by *by, char *err, size_t errlen)
+{
         int rc = shoal_iface_ipv4(ifname, f->ip, sizeof(f->ip));
         if (rc) {
                 snprintf(err, errlen, "--rdma-network %s: %s", ifname,
@@ -539,10 +544,9 @@ int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname
                          ifname, provider, f->ip, fi_strerror(-rc));
                 return rc < 0 ? rc : -ENODEV;
         }
-        enum shoal_fab_pick_by by;
         char why[400];
         const struct fi_info *pick =
-                shoal_fab_pick(list, ifname, f->ip, SHOAL_FAB_SYSFS_NET, &by, why, sizeof(why));
+                shoal_fab_pick(list, ifname, f->ip, SHOAL_FAB_SYSFS_NET, by, why, sizeof(why));
         if (pick && !(f->info = fi_dupinfo(pick))) {
                 fi_freeinfo(list);
                 snprintf(err, errlen, "rdma: out of memory");
@@ -553,6 +557,12 @@ int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname
                 snprintf(err, errlen, "--rdma-network %s: provider %s: %s", ifname, provider, why);
                 return -ENODEV;
         }
+        return 0;
+}
+
+/* What F keeps of the chosen domain's attributes; the answer's ordering is required. */
+static int read_attrs(struct shoal_fab *f, char *err, size_t errlen)
+{
         shoal_strlcpy(f->prov, f->info->fabric_attr->prov_name, sizeof(f->prov));
         f->mr_mode = (uint64_t)f->info->domain_attr->mr_mode;
         f->key_size = f->info->domain_attr->mr_key_size;
@@ -563,18 +573,24 @@ int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname
                 snprintf(err, errlen,
                          "--rdma-network %s: provider %s does not keep a send behind an earlier "
                          "RMA write (FI_ORDER_SAW)",
-                         ifname, f->prov);
+                         f->ifname, f->prov);
                 return -ENOTSUP;
         }
-        rc = fi_fabric(f->info->fabric_attr, &f->fabric, NULL);
+        return 0;
+}
+
+/* Opens the fabric and the domain; the first domain of the process probes the MR cache. */
+static int open_domain(struct shoal_fab *f, char *err, size_t errlen)
+{
+        int rc = fi_fabric(f->info->fabric_attr, &f->fabric, NULL);
         if (rc) {
-                snprintf(err, errlen, "--rdma-network %s: fi_fabric (%s): %s", ifname, f->prov,
+                snprintf(err, errlen, "--rdma-network %s: fi_fabric (%s): %s", f->ifname, f->prov,
                          fi_strerror(-rc));
                 return rc;
         }
         rc = fi_domain(f->fabric, f->info, &f->domain, NULL);
         if (rc) {
-                snprintf(err, errlen, "--rdma-network %s: fi_domain (%s): %s", ifname, f->prov,
+                snprintf(err, errlen, "--rdma-network %s: fi_domain (%s): %s", f->ifname, f->prov,
                          fi_strerror(-rc));
                 return rc;
         }
@@ -582,16 +598,35 @@ int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname
         if (!atomic_flag_test_and_set(&keys_probed))
                 mr_cache_check_keys(f);
         if (*mr_cache_why) {
-                snprintf(err, errlen, "--rdma-network %s: %s", ifname, mr_cache_why);
+                snprintf(err, errlen, "--rdma-network %s: %s", f->ifname, mr_cache_why);
                 return -EPERM;
         }
         if (f->key_size > 8 || !f->tx_size || !f->rx_size) {
                 snprintf(err, errlen,
                          "--rdma-network %s: provider %s: unusable key size %zu or "
                          "queue sizes %zu/%zu",
-                         ifname, f->prov, f->key_size, f->tx_size, f->rx_size);
+                         f->ifname, f->prov, f->key_size, f->tx_size, f->rx_size);
                 return -ENOTSUP;
         }
+        return 0;
+}
+
+int shoal_fab_open(struct shoal_fab *f, const char *provider, const char *ifname, char *err,
+                   size_t errlen)
+{
+        memset(f, 0, sizeof(*f));
+        shoal_strlcpy(f->ifname, ifname, sizeof(f->ifname));
+        pthread_once(&setup_once, process_setup);
+        enum shoal_fab_pick_by by = SHOAL_FAB_BY_NONE;
+        int rc = process_may_open(ifname, err, errlen);
+        if (!rc)
+                rc = choose_domain(f, provider, ifname, &by, err, errlen);
+        if (!rc)
+                rc = read_attrs(f, err, errlen);
+        if (!rc)
+                rc = open_domain(f, err, errlen);
+        if (rc)
+                return rc;
         note_devices(f);
         if (pins_memory(f)) {
                 f->queue_margin = SHOAL_FAB_QUEUE_MARGIN;

@@ -271,115 +271,115 @@ out_wipe:
         return rc;
 }
 
+/* What is wrong with V as a size of D's kind (a size, a block size, a part size), NULL when
+ * nothing; WANT holds the text when it is built. */
+static const char *size_problem(const struct def *d, const char *v, char *want, size_t wantlen)
+{
+        int64_t sv;
+        switch (d->kind) {
+        case K_SIZE:
+                if (!shoal_parse_size(v, d->unit, d->neg1, &sv))
+                        return NULL;
+                snprintf(want, wantlen, "expected a size like 100, 4M or 1G%s",
+                         d->neg1 ? " (or -1)" : "");
+                return want;
+        case K_BLOCK_SIZE:
+                if (shoal_parse_size(v, SHOAL_KiB, false, &sv))
+                        return "expected a size like 100, 4M or 1G";
+                if (sv < SHOAL_BLOCK_SIZE_MIN || sv > SHOAL_BLOCK_SIZE_MAX || (sv & (sv - 1)))
+                        return "must be a power of two from 64K to 64M";
+                return NULL;
+        default: /* K_PART_SIZE */
+                if (shoal_parse_size(v, SHOAL_MiB, false, &sv) ||
+                    (uint64_t)sv < SHOAL_STORE_PART_SIZE_MIN ||
+                    (uint64_t)sv > SHOAL_STORE_PART_SIZE_MAX)
+                        return "expected 5M to 5G (S3's limits on a part)";
+                return NULL;
+        }
+}
+
+/* What is wrong with V as a value of D's kind, NULL when nothing (the secret file and the meta
+ * URL have their own checks); WANT holds the text when it is built. */
+static const char *value_problem(const struct def *d, const char *v, char *want, size_t wantlen)
+{
+        uint64_t uv;
+        bool b;
+        double r;
+        struct in_addr a;
+        char host[256];
+        uint16_t port;
+        switch (d->kind) {
+        case K_SIZE:
+        case K_BLOCK_SIZE:
+        case K_PART_SIZE:
+                return size_problem(d, v, want, wantlen);
+        case K_COUNT:
+                if (!shoal_parse_u64(v, d->max, &uv))
+                        return NULL;
+                snprintf(want, wantlen, "expected a whole number from 0 to %llu",
+                         (unsigned long long)d->max);
+                return want;
+        case K_SWITCH:
+                return parse_switch(v, &b) ? "expected 1, true, yes, 0, false or no" : NULL;
+        case K_RATIO:
+                return parse_ratio(v, &r) ? "expected a number from 0 to 0.9" : NULL;
+        case K_GROUP:
+                if (group_name_valid(v))
+                        return NULL;
+                snprintf(want, wantlen, "use 1-%d letters, digits, '-', '_' or '.'",
+                         GROUP_NAME_MAX);
+                return want;
+        case K_IPV4:
+                return inet_pton(AF_INET, v, &a) != 1 ? "expected an IPv4 address" : NULL;
+        case K_ADDR:
+                return shoal_metrics_addr_parse(v, host, sizeof(host), &port)
+                               ? "expected HOST:PORT (e.g. 127.0.0.1:9567)"
+                               : NULL;
+        case K_LEVEL:
+                return shoal_log_parse_level(v) < 0 ? "expected error, warn, info, debug or trace"
+                                                    : NULL;
+        case K_HTTP_URL:
+                return http_url_valid(v) ? NULL
+                                         : "expected http://HOST[:PORT] or https://HOST[:PORT]";
+        case K_STRING:
+        case K_IORPC_MODE:
+        case K_SECRET_FILE:
+        case K_META:
+                return NULL;
+        }
+        return NULL;
+}
+
+/* A meta URL the registry could open; a redis password is not repeated back (the line may
+ * reach a log). */
+static int check_meta(const char *p, const struct def *d, const char *v, char *err, size_t errlen)
+{
+        char why[256];
+        if (!shoal_registry_url_check(v, why, sizeof(why)))
+                return 0;
+        const char *at = strrchr(v, '@');
+        const char *colon = strstr(v, "://");
+        if (at && colon && colon < at)
+                return fail(err, errlen, -EINVAL, "invalid %s%s %.*s://...@%s: %s", p, d->name,
+                            (int)(colon - v), v, at + 1, why);
+        return fail(err, errlen, -EINVAL, "invalid %s%s %s: %s", p, d->name, v, why);
+}
+
 /* Checks VALUE for setting ID; the message names the setting as the front end spells it. */
 static int check(struct shoal_settings *s, enum shoal_setting id, const char *v, char *err,
                  size_t errlen)
 {
         const struct def *d = &defs[id];
         const char *p = prefix(s);
-        int64_t sv;
-        uint64_t uv;
-        bool b;
-        double r;
         if (!*v)
                 return fail(err, errlen, -EINVAL, "invalid %s%s: empty", p, d->name);
-        switch (d->kind) {
-        case K_STRING:
-        case K_IORPC_MODE:
-                return 0;
-        case K_SIZE:
-                if (shoal_parse_size(v, d->unit, d->neg1, &sv))
-                        return fail(err, errlen, -EINVAL,
-                                    "invalid %s%s %s: expected a size like 100, 4M or 1G%s", p,
-                                    d->name, v, d->neg1 ? " (or -1)" : "");
-                return 0;
-        case K_BLOCK_SIZE:
-                if (shoal_parse_size(v, SHOAL_KiB, false, &sv))
-                        return fail(err, errlen, -EINVAL,
-                                    "invalid %s%s %s: expected a size like 100, 4M or 1G", p,
-                                    d->name, v);
-                if (sv < SHOAL_BLOCK_SIZE_MIN || sv > SHOAL_BLOCK_SIZE_MAX || (sv & (sv - 1)))
-                        return fail(err, errlen, -EINVAL,
-                                    "invalid %s%s %s: must be a power of two from 64K to 64M", p,
-                                    d->name, v);
-                return 0;
-        case K_PART_SIZE:
-                if (shoal_parse_size(v, SHOAL_MiB, false, &sv) ||
-                    (uint64_t)sv < SHOAL_STORE_PART_SIZE_MIN ||
-                    (uint64_t)sv > SHOAL_STORE_PART_SIZE_MAX)
-                        return fail(err, errlen, -EINVAL,
-                                    "invalid %s%s %s: expected 5M to 5G (S3's limits on a part)", p,
-                                    d->name, v);
-                return 0;
-        case K_COUNT:
-                if (shoal_parse_u64(v, d->max, &uv))
-                        return fail(err, errlen, -EINVAL,
-                                    "invalid %s%s %s: expected a whole number from 0 to %llu", p,
-                                    d->name, v, (unsigned long long)d->max);
-                return 0;
-        case K_SWITCH:
-                if (parse_switch(v, &b))
-                        return fail(err, errlen, -EINVAL,
-                                    "invalid %s%s %s: expected 1, true, yes, 0, false or no", p,
-                                    d->name, v);
-                return 0;
-        case K_RATIO:
-                if (parse_ratio(v, &r))
-                        return fail(err, errlen, -EINVAL,
-                                    "invalid %s%s %s: expected a number from 0 to 0.9", p, d->name,
-                                    v);
-                return 0;
-        case K_GROUP:
-                if (!group_name_valid(v))
-                        return fail(err, errlen, -EINVAL,
-                                    "invalid %s%s %s: use 1-%d letters, digits, '-', '_' or '.'", p,
-                                    d->name, v, GROUP_NAME_MAX);
-                return 0;
-        case K_IPV4: {
-                struct in_addr a;
-                if (inet_pton(AF_INET, v, &a) != 1)
-                        return fail(err, errlen, -EINVAL,
-                                    "invalid %s%s %s: expected an IPv4 address", p, d->name, v);
-                return 0;
-        }
-        case K_ADDR: {
-                char host[256];
-                uint16_t port;
-                if (shoal_metrics_addr_parse(v, host, sizeof(host), &port))
-                        return fail(err, errlen, -EINVAL,
-                                    "invalid %s%s %s: expected HOST:PORT (e.g. 127.0.0.1:9567)", p,
-                                    d->name, v);
-                return 0;
-        }
-        case K_LEVEL:
-                if (shoal_log_parse_level(v) < 0)
-                        return fail(err, errlen, -EINVAL,
-                                    "invalid %s%s %s: expected error, warn, info, debug or trace",
-                                    p, d->name, v);
-                return 0;
-        case K_SECRET_FILE:
+        if (d->kind == K_SECRET_FILE)
                 return read_secret_file(s, v, err, errlen);
-        case K_META: {
-                char why[256];
-                if (!shoal_registry_url_check(v, why, sizeof(why)))
-                        return 0;
-                /* A redis password is not repeated back (the line may reach a log). */
-                const char *at = strrchr(v, '@');
-                const char *colon = strstr(v, "://");
-                if (at && colon && colon < at)
-                        return fail(err, errlen, -EINVAL, "invalid %s%s %.*s://...@%s: %s", p,
-                                    d->name, (int)(colon - v), v, at + 1, why);
-                return fail(err, errlen, -EINVAL, "invalid %s%s %s: %s", p, d->name, v, why);
-        }
-        case K_HTTP_URL:
-                if (!http_url_valid(v))
-                        return fail(err, errlen, -EINVAL,
-                                    "invalid %s%s %s: expected http://HOST[:PORT] or "
-                                    "https://HOST[:PORT]",
-                                    p, d->name, v);
-                return 0;
-        }
-        return fail(err, errlen, -EINVAL, "invalid %s%s", p, d->name);
+        if (d->kind == K_META)
+                return check_meta(p, d, v, err, errlen);
+        char want[128];
+        const char *why = value_problem(d, v, want, sizeof(want));
+        return why ? fail(err, errlen, -EINVAL, "invalid %s%s %s: %s", p, d->name, v, why) : 0;
 }
 
 int shoal_settings_set(struct shoal_settings *s, enum shoal_setting id, const char *value,

@@ -30,14 +30,14 @@ void shoal_store_deadline_set(uint64_t deadline_ns)
 }
 
 /* Test and operator knobs: SHOAL_STORE_DEADLINE and SHOAL_STORE_ATTEMPTS override the defaults,
- * not values the caller set. */
+ * not values the caller set (shoal_config_pick). */
 static void env_overrides(struct shoal_store_config *cfg)
 {
         const struct shoal_env *env = shoal_config_env();
-        if (env->store_deadline_ns && !cfg->deadline_ns)
-                cfg->deadline_ns = env->store_deadline_ns;
-        if (env->store_attempts && !cfg->max_attempts)
-                cfg->max_attempts = env->store_attempts;
+        cfg->deadline_ns = shoal_config_pick(cfg->deadline_ns, env->store_deadline_ns,
+                                             SHOAL_STORE_DEADLINE_DEFAULT_NS);
+        cfg->max_attempts = (unsigned)shoal_config_pick(cfg->max_attempts, env->store_attempts,
+                                                        SHOAL_STORE_ATTEMPTS_DEFAULT);
 }
 
 /* A retryable error that outlasted the attempts or the deadline is the end of the road: the
@@ -84,10 +84,6 @@ int shoal_store_open(const struct shoal_store_config *cfg, struct shoal_store **
         }
         st->cfg = *cfg;
         env_overrides(&st->cfg);
-        if (!st->cfg.max_attempts)
-                st->cfg.max_attempts = 5;
-        if (!st->cfg.deadline_ns)
-                st->cfg.deadline_ns = 60 * SHOAL_NS_PER_SEC;
         if (!st->cfg.backoff_base_ns)
                 st->cfg.backoff_base_ns = 100 * SHOAL_NS_PER_MS;
         if (!st->cfg.upload_part_size)

@@ -33,7 +33,7 @@ struct shoal_iorpc;
 
 struct shoal_iorpc_config {
         struct shoal_secret secret;  /* group secret (len 0: none); only its key is kept */
-        uint64_t grow_period_ns;     /* default 1 s; SHOAL_IORPC_SCALE_PERIOD overrides */
+        uint64_t grow_period_ns;     /* 0: SHOAL_IORPC_SCALE_PERIOD, else 1 s */
         uint64_t shrink_period_ns;   /* default 60 x grow period */
         uint64_t grow_bytes_per_s;   /* 300 MiB/s on TCP [R5] */
         uint64_t grow_qps;           /* 1000 */

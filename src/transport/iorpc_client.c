@@ -927,10 +927,9 @@ struct shoal_iorpc *shoal_iorpc_create(const struct shoal_iorpc_config *cfg)
         if (!cl)
                 return NULL;
         cl->cfg = *cfg;
-        if (!cl->cfg.grow_period_ns)
-                cl->cfg.grow_period_ns = 1000000000ULL;
-        if (shoal_config_env()->iorpc_scale_period_ns)
-                cl->cfg.grow_period_ns = shoal_config_env()->iorpc_scale_period_ns;
+        cl->cfg.grow_period_ns =
+                shoal_config_pick(cfg->grow_period_ns, shoal_config_env()->iorpc_scale_period_ns,
+                                  SHOAL_IORPC_SCALE_PERIOD_DEFAULT_NS);
         if (!cl->cfg.shrink_period_ns)
                 cl->cfg.shrink_period_ns = 60 * cl->cfg.grow_period_ns;
         if (!cl->cfg.grow_bytes_per_s)

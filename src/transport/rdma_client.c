@@ -914,10 +914,12 @@ int shoal_rdma_client_register(struct shoal_rdma_client *cl, void *base, size_t 
 static void link_config(struct shoal_rdma_client *cl)
 {
         const struct shoal_env *env = shoal_config_env();
-        uint64_t period = env->iorpc_scale_period_ns ? env->iorpc_scale_period_ns : 1000000000ULL;
+        uint64_t period = shoal_config_pick(0, env->iorpc_scale_period_ns,
+                                            SHOAL_IORPC_SCALE_PERIOD_DEFAULT_NS);
         cl->lcfg = (struct shoal_rdma_link_config){
                 .key = &cl->key,
-                .hb_ns = env->rdma_heartbeat_ns ? env->rdma_heartbeat_ns : 1000000000ULL,
+                .hb_ns = shoal_config_pick(0, env->rdma_heartbeat_ns,
+                                           SHOAL_RDMA_HEARTBEAT_DEFAULT_NS),
                 .connect_ns = CONNECT_NS,
                 .wait_ns = WAIT_NS,
                 .max_chans = SHOAL_RDMA_CHANS_MAX,
@@ -959,10 +961,8 @@ struct shoal_rdma_client *shoal_rdma_client_create(const struct shoal_rdma_clien
         cl->epfd = cl->evfd = -1;
         pthread_mutex_init(&cl->mu, NULL);
         pthread_cond_init(&cl->conn_cond, NULL);
-        if (!cl->cfg.retry_ns)
-                cl->cfg.retry_ns = 300ULL * 1000000000ULL;
-        if (shoal_config_env()->rdma_retry_ns)
-                cl->cfg.retry_ns = shoal_config_env()->rdma_retry_ns;
+        cl->cfg.retry_ns = shoal_config_pick(cfg->retry_ns, shoal_config_env()->rdma_retry_ns,
+                                             SHOAL_RDMA_RETRY_DEFAULT_NS);
         if (shoal_random_bytes(&cl->next_id, sizeof(cl->next_id))) {
                 snprintf(err, errlen, "rdma: no random bytes");
                 goto out_destroy;

@@ -26,8 +26,8 @@ struct shoal_rdma_client_config {
         unsigned n_if;
         struct shoal_secret secret; /* group secret (len 0: none); only its key is kept */
         size_t bounce_size;         /* largest request (the volume's block size) */
-        uint64_t retry_ns;          /* RDMA retried this long after a failure (default 5 min;
-                                       IORPC_RDMA_RETRY_DURATION overrides) [M4] */
+        uint64_t retry_ns;          /* RDMA retried this long after a failure (0:
+                                       IORPC_RDMA_RETRY_DURATION, else 5 min) [M4] */
 };
 
 /* Opens every interface and a registered bounce pool. NULL with one line in ERR [M3]. */

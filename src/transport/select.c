@@ -49,15 +49,10 @@ struct shoal_remote *shoal_remote_create(const struct shoal_remote_config *cfg)
         if (!rm)
                 return NULL;
         rm->cfg = *cfg;
-        if (!rm->cfg.timeout_ns)
-                rm->cfg.timeout_ns = 10ULL * 1000000000ULL;
         const struct shoal_env *env = shoal_config_env();
-        if (env->remote_timeout_ns)
-                rm->cfg.timeout_ns = env->remote_timeout_ns;
-        if (!rm->cfg.avoid_ns)
-                rm->cfg.avoid_ns = 10ULL * 1000000000ULL;
-        if (env->avoid_ns)
-                rm->cfg.avoid_ns = env->avoid_ns;
+        rm->cfg.timeout_ns = shoal_config_pick(cfg->timeout_ns, env->remote_timeout_ns,
+                                               SHOAL_REMOTE_TIMEOUT_DEFAULT_NS);
+        rm->cfg.avoid_ns = shoal_config_pick(cfg->avoid_ns, env->avoid_ns, SHOAL_AVOID_DEFAULT_NS);
         rm->members = calloc(MAX_MEMBERS, sizeof(*rm->members));
         rm->pool = shoal_pool_create(&cfg->secret, cfg->idle_per_peer);
         if (cfg->use_iorpc || cfg->rdma) {

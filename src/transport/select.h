@@ -18,10 +18,10 @@ struct shoal_remote;
 
 struct shoal_remote_config {
         struct shoal_secret secret;     /* group secret (len 0: none) */
-        uint64_t timeout_ns;            /* per request, connect included (default 10 s;
-                                           SHOAL_REMOTE_TIMEOUT overrides) */
-        uint64_t avoid_ns;              /* how long a failed member is avoided (default 10 s;
-                                           SHOAL_AVOID_DURATION overrides) */
+        uint64_t timeout_ns;            /* per request, connect included (0: SHOAL_REMOTE_TIMEOUT,
+                                           else 10 s) */
+        uint64_t avoid_ns;              /* how long a failed member is avoided (0:
+                                           SHOAL_AVOID_DURATION, else 10 s) */
         unsigned idle_per_peer;         /* idle connections kept per member (default 64) */
         bool use_iorpc;                 /* --use-iorpc: IORPC where the member offers it [R3, R6] */
         struct shoal_rdma_client *rdma; /* --rdma-network: IORPC over RDMA to members that

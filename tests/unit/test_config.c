@@ -201,6 +201,34 @@ static void test_format_duration(void **state)
         assert_true(strlen(tiny) < sizeof(tiny));
 }
 
+/* One precedence rule: a flag (or a caller's field) > the environment > the default. */
+static void test_pick(void **state)
+{
+        (void)state;
+        assert_int_equal(shoal_config_pick(5, 7, 9), 5);
+        assert_int_equal(shoal_config_pick(0, 7, 9), 7);
+        assert_int_equal(shoal_config_pick(0, 0, 9), 9);
+        assert_int_equal(shoal_config_pick(5, 0, 9), 5);
+}
+
+/* libfabric's FI_MR_CACHE_MAX_COUNT keeps an empty value (libfabric reads it as 0); shoal's own
+ * variables take empty as unset, SHOAL_METRICS_HOSTS included. */
+static void test_libfabric_empty(void **state)
+{
+        (void)state;
+        struct shoal_env env;
+        char err[256];
+        const char *const vars[] = {"FI_MR_CACHE_MAX_COUNT", "", "SHOAL_METRICS_HOSTS", "", NULL};
+        assert_int_equal(parse(vars, &env, err, sizeof(err)), 0);
+        assert_non_null(env.fi_mr_cache_max_count);
+        assert_string_equal(env.fi_mr_cache_max_count, "");
+        assert_null(env.metrics_hosts);
+        const char *const hosts[] = {"SHOAL_METRICS_HOSTS", "a.example, b.example", NULL};
+        assert_int_equal(parse(hosts, &env, err, sizeof(err)), 0);
+        assert_string_equal(env.metrics_hosts, "a.example, b.example");
+        assert_null(env.fi_mr_cache_max_count);
+}
+
 /* A bad variable never ends the process (a library's host must survive it): the lazy load
  * logs it and reads every variable as unset, the library's load returns it, and a corrected
  * environment loads on the next try. */
@@ -237,6 +265,8 @@ int main(void)
                 cmocka_unit_test(test_bad_values),
                 cmocka_unit_test(test_documented),
                 cmocka_unit_test(test_format_duration),
+                cmocka_unit_test(test_pick),
+                cmocka_unit_test(test_libfabric_empty),
                 cmocka_unit_test(test_bad_environment_never_exits),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
