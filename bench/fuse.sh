@@ -11,7 +11,8 @@
 #           over the TCP pool, or over IORPC with GROUP_FLAGS=--use-iorpc,
 # and prints throughput, the mount's and members' CPU seconds per GiB, and ratios. Root and /dev/fuse needed. Environment: SHOAL_BIN (default: a
 # RelWithDebInfo build in build-bench), JOBS (4), SIZE per job (1G), RUNTIME seconds (10),
-# DATA_DIR (a fresh folder under /dev/shm), GROUP (1; 0 skips the group run), GROUP_FLAGS.
+# DATA_DIR (a fresh folder under /dev/shm), GROUP (1; 0 skips the group run), GROUP_FLAGS,
+# BASE_BIN (another shoal binary, measured warm right before SHOAL_BIN for a side-by-side ratio).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] && [ -c /dev/fuse ] || { echo "bench: needs root and /dev/fuse" >&2; exit 1; }
@@ -85,22 +86,44 @@ echo "== passthrough_min"
 pt=$(run "$D/pt")
 fusermount3 -u "$D/pt"
 
-mkdir -p "$D/sh"
-"$SHOAL" mount "file://$DATA" "$D/sh" --cache-dir "$D/cache" --cache-size 64G \
-  --log-file "$D/shoal.log" --log-level warn &
-PIDS+=($!)
-MOUNTS+=("$D/sh")
-wait_mounted "$D/sh"
-echo "== shoal (one unmeasured pass to warm the cache, then the measured one)"
-fio --name=b --directory="$D/sh" --rw=read --bs=1M --size="$SIZE" --numjobs="$JOBS" --direct=1 \
-  --ioengine=libaio --iodepth=1 >/dev/null
-sh=$(run "$D/sh")
-reads=$(awk '$1 == "fuse_reads" { print $2 }' "$D/sh/.stats")
-big=$(awk '$1 == "fuse_read_size_1m" { print $2 }' "$D/sh/.stats")
-"$SHOAL" umount "$D/sh"
-
 # cpu PID... — CPU seconds used so far by these processes (and their threads)
 cpu() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo "$t $HZ" | awk '{printf "%.3f", $1/$2}'; }
+
+# warm BIN TAG — a one-node mount of BIN, warmed by one unmeasured pass, then measured; sets SH
+# (MiB/s), SH_CPU (the mount's CPU-s/GiB), READS and BIG.
+warm() {
+  local bin=$1 tag=$2 mp c0 c1
+  mp=$D/sh-$tag
+  mkdir -p "$mp"
+  "$bin" mount "file://$DATA" "$mp" --cache-dir "$D/cache-$tag" --cache-size 64G \
+    --log-file "$D/shoal-$tag.log" --log-level warn &
+  local pid=$!
+  PIDS+=($pid)
+  MOUNTS+=("$mp")
+  wait_mounted "$mp"
+  echo "== shoal $tag (one unmeasured pass to warm the cache, then the measured one)"
+  fio --name=b --directory="$mp" --rw=read --bs=1M --size="$SIZE" --numjobs="$JOBS" --direct=1 \
+    --ioengine=libaio --iodepth=1 >/dev/null
+  c0=$(cpu "$pid")
+  SH=$(run "$mp")
+  c1=$(cpu "$pid")
+  SH_CPU=$(awk -v a="$c0" -v b="$c1" -v m="$SH" -v r="$RUNTIME" 'BEGIN { printf "%.2f", (b - a) / (m * r / 1024) }')
+  READS=$(awk '$1 == "fuse_reads" { print $2 }' "$mp/.stats")
+  BIG=$(awk '$1 == "fuse_read_size_1m" { print $2 }' "$mp/.stats")
+  "$bin" umount "$mp"
+}
+
+# BASE_BIN: an older shoal measured the same way right before, for a ratio side by side.
+if [ -n "${BASE_BIN:-}" ]; then
+  warm "$BASE_BIN" base
+  base=$SH
+  base_cpu=$SH_CPU
+fi
+warm "$SHOAL" mount
+sh=$SH
+sh_cpu=$SH_CPU
+reads=$READS
+big=$BIG
 
 gr="-"
 if [ "$GROUP" != 0 ]; then
@@ -148,7 +171,12 @@ printf "  %-34s %8s MiB/s\n" "raw folder" "$raw" "passthrough_min" "$pt" "shoal 
 awk -v r="$raw" -v p="$pt" -v s="$sh" 'BEGIN {
   printf "  shoal / passthrough_min = %.2f\n  shoal / raw = %.2f\n  passthrough_min / raw = %.2f\n", s / p, s / r, p / r
 }'
-echo "  shoal kernel requests of 1 MiB: $big of $reads"
+echo "  shoal kernel requests of 1 MiB: $big of $reads; the mount's CPU: $sh_cpu s/GiB"
+if [ -n "${BASE_BIN:-}" ]; then
+  awk -v b="$base" -v s="$sh" -v p="$pt" -v bc="$base_cpu" -v sc="$sh_cpu" 'BEGIN {
+    printf "  BASE_BIN (%s MiB/s, %s CPU-s/GiB): shoal / base = %.2f, base / passthrough_min = %.2f\n", b, bc, s / b, b / p
+  }'
+fi
 if [ "$GROUP" != 0 ]; then
   awk -v g="$gr" -v p="$pt" -v s="$sh" 'BEGIN { printf "  group / passthrough_min = %.2f\n  group / one node = %.2f\n", g / p, g / s }'
   echo "  group: $gcpu CPU-s/GiB in the mount, $mcpu in the members; over ${via:-the TCP pool};" \

@@ -10,7 +10,9 @@
 # members on this machine, whose CPU is counted as the server's.
 # Prints MiB/s, CPU seconds per GiB of the writer side (cp + the mount process, or the direct
 # client) and of the servers (s3rver, the members), and the ratio to the direct path.
-#   bench/write.sh         (SIZE=1G; RUNS=2 takes the best of each; SHOAL_BIN=... skips the build)
+#   bench/write.sh         (SIZE=1G; RUNS=2 takes the best of each; SHOAL_BIN=... skips the build;
+#                           FILE_ONLY=1 stops after the file:// mount; BASE_BIN=... measures
+#                           another shoal's mount right after, for a side-by-side ratio)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${SIZE:-1G}
@@ -137,6 +139,19 @@ EXTRA_PIDS=$mpid measure "file://: cp into the mount" "" cp "$SRCF" "$MNT/viamou
 cmp -s "$SRCF" "$STORE/viamount.bin" || { echo "the mount's copy differs" >&2; exit 1; }
 row "file://: cp into the mount" "$MBS" "$WCPU" "-" "$(echo "$MBS $direct" | awk '{printf "%.2f", $1/$2}')"
 "$SHOAL" umount "$MNT"
+if [ -n "${BASE_BIN:-}" ]; then
+  mine=$MBS
+  "$BASE_BIN" mount "file://$STORE" "$MNT" --cache-dir "$D/cache-base" --log-file "$D/mount-base.log" \
+    --allow-overwrite -d
+  mpid=$(grep -o 'shoal\[[0-9]*\]' "$D/mount-base.log" | tail -n 1 | tr -dc 0-9)
+  PIDS+=("$mpid")
+  EXTRA_PIDS=$mpid measure "file://: cp into a BASE_BIN mount" "" cp "$SRCF" "$MNT/viabase.bin"
+  cmp -s "$SRCF" "$STORE/viabase.bin" || { echo "the base mount's copy differs" >&2; exit 1; }
+  row "file://: cp into a BASE_BIN mount" "$MBS" "$WCPU" "-" "$(echo "$MBS $direct" | awk '{printf "%.2f", $1/$2}')"
+  "$BASE_BIN" umount "$MNT"
+  echo "mount / BASE_BIN mount = $(echo "$mine $MBS" | awk '{printf "%.2f", $1/$2}')"
+fi
+[ "${FILE_ONLY:-0}" = 0 ] || exit 0
 # shellcheck disable=SC2046
 EXTRA_PIDS="" measure "file://: library" "" $(libwrite "file://$STORE" vialib.bin)
 cmp -s "$SRCF" "$STORE/vialib.bin" || { echo "the library's copy differs" >&2; exit 1; }

@@ -135,6 +135,11 @@ bool shoal_cache_block_verify(const struct shoal_cache_block *b, uint32_t off, u
 
 void shoal_cache_block_close(struct shoal_cache *c, struct shoal_cache_block *b);
 
+/* B's data failed a check its caller made itself (shoal_cache_block_verify over a mapping of
+ * B's file): removes the file as a read that met the damage would, counting
+ * blockcache_checksum_errors, and logs WHY. B stays open: close it as usual. */
+void shoal_cache_block_corrupt(struct shoal_cache *c, struct shoal_cache_block *b, const char *why);
+
 /* Inserts a whole block: writes a temp file and renames it into place, evicting as needed.
  * Returns 0, or a negative errno (-ENOSPC, -EIO, -ENODEV when the cache is disabled or every dir
  * is out of use) after which nothing partial remains. Callers treat failure as "not cached". */

@@ -97,6 +97,11 @@ static int read_failed(struct shoal_cache *c, struct shoal_cache_block *b, long 
         return -EBADMSG;
 }
 
+void shoal_cache_block_corrupt(struct shoal_cache *c, struct shoal_cache_block *b, const char *why)
+{
+        read_failed(c, b, 0, why);
+}
+
 static void read_done(uint32_t len, uint64_t t0)
 {
         shoal_metric_inc(SHOAL_M_blockcache_hits);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include "common/list.h"
 #include "fuse/fuse_mount.h"
 #include "fuse/inode.h"
 #include "metrics/metrics.h"
@@ -20,7 +21,7 @@
  * closed one arrives, gets no release for them: the mount frees what is left on the list. */
 struct shoal_fuse_fh {
         uint32_t kind;
-        struct shoal_fuse_fh *prev, *next;
+        struct shoal_list link;
 };
 
 struct shoal_fuse {
@@ -48,10 +49,12 @@ struct shoal_fuse {
         /* Files open for writing, so that a mount that stops with some still open abandons
          * their uploads (fuse_write.c). */
         pthread_mutex_t writes_mu;
-        struct write_file *writes;
+        struct shoal_list writes;
         /* Read, folder and .stats handles the kernel holds (struct shoal_fuse_fh). */
         pthread_mutex_t handles_mu;
-        struct shoal_fuse_fh *handles;
+        struct shoal_list handles;
+        /* Disk-cache blocks mapped, locked and checked for replies (fuse_vblock.c). */
+        struct shoal_fuse_vcache *vc;
 };
 
 /* The first word of every file handle (fi->fh) says what it is. */
@@ -76,6 +79,17 @@ void shoal_fuse_buf_free(void *p);
 /* Raises the kernel readahead of the mount (root only; failures are logged at debug). Call after
  * INIT was answered, before the first file is opened. */
 void shoal_fuse_tune_readahead(struct shoal_fuse *f);
+
+/* Warm reads from the disk cache's files, mapped, locked and checked once (fuse_vblock.c).
+ * Init once the node is up; destroy after the loop ended. */
+int shoal_fuse_vcache_init(struct shoal_fuse *f);
+void shoal_fuse_vcache_destroy(struct shoal_fuse *f);
+/* Answers the read of [OFF, OFF+SIZE) of OBJ when every block of it is in the disk cache and
+ * passes its checks; returns false, having replied nothing, when the caller must read it the
+ * copying way. */
+struct shoal_object;
+bool shoal_fuse_read_cached(fuse_req_t req, struct shoal_fuse *f, const struct shoal_object *obj,
+                            uint64_t off, size_t size);
 
 /* Helpers of fuse_ops.c that the write path shares. */
 uint64_t shoal_fuse_op_begin(void);

@@ -60,12 +60,8 @@ static void fh_track(struct shoal_fuse *f, struct shoal_fuse_fh *h, uint32_t kin
                      struct fuse_file_info *fi)
 {
         h->kind = kind;
-        h->prev = NULL;
         pthread_mutex_lock(&f->handles_mu);
-        h->next = f->handles;
-        if (h->next)
-                h->next->prev = h;
-        f->handles = h;
+        shoal_list_push_front(&f->handles, &h->link);
         pthread_mutex_unlock(&f->handles_mu);
         fi->fh = (uint64_t)(uintptr_t)h;
 }
@@ -74,12 +70,7 @@ static void fh_track(struct shoal_fuse *f, struct shoal_fuse_fh *h, uint32_t kin
 static void fh_untrack(struct shoal_fuse *f, struct shoal_fuse_fh *h)
 {
         pthread_mutex_lock(&f->handles_mu);
-        if (h->prev)
-                h->prev->next = h->next;
-        else
-                f->handles = h->next;
-        if (h->next)
-                h->next->prev = h->prev;
+        shoal_list_del(&h->link);
         pthread_mutex_unlock(&f->handles_mu);
 }
 
@@ -113,9 +104,10 @@ static void fh_free(struct shoal_fuse_fh *h)
 void shoal_fuse_handles_free(struct shoal_fuse *f)
 {
         unsigned n = 0;
-        while (f->handles) {
-                struct shoal_fuse_fh *h = f->handles;
-                f->handles = h->next;
+        struct shoal_list *pos, *next;
+        list_for_each (pos, next, &f->handles) {
+                struct shoal_fuse_fh *h = shoal_list_entry(pos, struct shoal_fuse_fh, link);
+                shoal_list_del(&h->link);
                 fh_free(h);
                 n++;
         }
@@ -350,6 +342,61 @@ int shoal_fuse_child_path(const char *parent, const char *name, char *out, size_
         return 0;
 }
 
+/* Being written here: the writer's size, asked for again each time, and the name too, which an
+ * abandoned upload takes away. */
+static void reply_writing_entry(fuse_req_t req, struct shoal_fuse *f, struct fuse_entry_param *e,
+                                uint64_t ino, const struct shoal_inode_attr *a)
+{
+        e->ino = ino;
+        e->attr_timeout = 0;
+        e->entry_timeout = 0;
+        shoal_fuse_fill_stat(f, ino, a, &e->attr);
+        if (fuse_reply_entry(req, e) == -ENOENT)
+                shoal_itable_forget(f->it, ino, 1);
+}
+
+/* What NAME in folder PARENT (PATH in full) is: a folder made here, an entry of the folder's
+ * listing when one is held, else what the store says. Returns 0 or a negative errno. */
+static int lookup_attr(struct shoal_fuse *f, fuse_ino_t parent, const char *name, const char *path,
+                       struct shoal_inode_attr *a)
+{
+        if (shoal_fuse_local_dir(f, path)) {
+                memset(a, 0, sizeof(*a));
+                a->is_dir = true;
+                return 0;
+        }
+        struct shoal_dirlist *l = shoal_itable_dirlist_get(f->it, parent);
+        if (!l)
+                return shoal_fuse_probe(f, path, a);
+        const struct shoal_dirent *d = shoal_dirlist_find(l, name);
+        int rc = -ENOENT;
+        if (d) {
+                memset(a, 0, sizeof(*a));
+                a->is_dir = d->is_dir;
+                a->size = d->size;
+                a->mtime_ns = d->mtime_ns;
+                shoal_strlcpy(a->version, d->version, sizeof(a->version));
+                rc = 0;
+        }
+        shoal_dirlist_put(l);
+        return rc;
+}
+
+/* The path of NAME in folder PARENT into PATH (SHOAL_KEY_MAX + 1 bytes). Returns 0 or the errno
+ * to reply (positive). */
+static int lookup_path(struct shoal_fuse *f, fuse_ino_t parent, const char *name, char *path)
+{
+        char ppath[SHOAL_KEY_MAX + 1];
+        bool is_dir = false;
+        int rc = shoal_itable_path(f->it, parent, ppath, sizeof(ppath), &is_dir);
+        if (rc)
+                return rc == -ENOENT ? ESTALE : -rc;
+        if (!is_dir)
+                return ENOTDIR;
+        rc = shoal_fuse_child_path(ppath, name, path, SHOAL_KEY_MAX + 1);
+        return rc == -ENOENT ? -1 : rc ? -rc : 0; /* -1: no key can have it, a negative entry */
+}
+
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
         uint64_t t0 = shoal_fuse_op_begin();
@@ -366,64 +413,30 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
                 shoal_fuse_op_end(t0);
                 return;
         }
-        char ppath[SHOAL_KEY_MAX + 1], path[SHOAL_KEY_MAX + 1];
-        bool is_dir = false;
-        int rc = shoal_itable_path(f->it, parent, ppath, sizeof(ppath), &is_dir);
-        if (rc) {
-                shoal_fuse_reply_err(req, t0, rc == -ENOENT ? ESTALE : -rc);
-                return;
-        }
-        if (!is_dir) {
-                shoal_fuse_reply_err(req, t0, ENOTDIR);
-                return;
-        }
-        rc = shoal_fuse_child_path(ppath, name, path, sizeof(path));
+        char path[SHOAL_KEY_MAX + 1];
         struct shoal_inode_attr a;
         uint64_t ino;
+        int err = lookup_path(f, parent, name, path);
+        int rc = err < 0 ? -ENOENT : 0;
+        if (err > 0) {
+                shoal_fuse_reply_err(req, t0, err);
+                return;
+        }
         if (!rc && !shoal_itable_ref_writing(f->it, path, &a, &ino)) {
-                /* Being written here: the writer's size, asked for again each time, and the name
-                 * too, which an abandoned upload takes away. */
-                e.ino = ino;
-                e.attr_timeout = 0;
-                e.entry_timeout = 0;
-                shoal_fuse_fill_stat(f, ino, &a, &e.attr);
-                if (fuse_reply_entry(req, &e) == -ENOENT)
-                        shoal_itable_forget(f->it, ino, 1);
+                reply_writing_entry(req, f, &e, ino, &a);
                 shoal_fuse_op_end(t0);
                 return;
         }
-        if (!rc && shoal_fuse_local_dir(f, path)) {
-                memset(&a, 0, sizeof(a));
-                a.is_dir = true;
-        } else if (!rc) {
-                struct shoal_dirlist *l = shoal_itable_dirlist_get(f->it, parent);
-                if (l) {
-                        const struct shoal_dirent *d = shoal_dirlist_find(l, name);
-                        if (d) {
-                                memset(&a, 0, sizeof(a));
-                                a.is_dir = d->is_dir;
-                                a.size = d->size;
-                                a.mtime_ns = d->mtime_ns;
-                                shoal_strlcpy(a.version, d->version, sizeof(a.version));
-                        } else {
-                                rc = -ENOENT;
-                        }
-                        shoal_dirlist_put(l);
-                } else {
-                        rc = shoal_fuse_probe(f, path, &a);
-                }
-        }
+        if (!rc)
+                rc = lookup_attr(f, parent, name, path, &a);
         if (rc == -ENOENT) {
                 /* A negative entry: the kernel remembers the absence for the TTL. */
                 fuse_reply_entry(req, &e);
                 shoal_fuse_op_end(t0);
                 return;
         }
-        if (rc) {
-                shoal_fuse_reply_err(req, t0, -rc);
-                return;
-        }
-        rc = shoal_itable_ref(f->it, path, &a, &ino);
+        if (!rc)
+                rc = shoal_itable_ref(f->it, path, &a, &ino);
         if (rc) {
                 shoal_fuse_reply_err(req, t0, -rc);
                 return;
@@ -669,6 +682,91 @@ static int restat(struct shoal_fuse *f, fuse_ino_t ino, struct open_file *h,
         return 0;
 }
 
+/* One read of a file: the pieces pinned in the reader's buffers, then the rest copied into BUF. */
+struct read_state {
+        struct shoal_object obj;
+        struct shoal_read_pin pins[PIN_MAX];
+        unsigned np;
+        size_t pinned, done;
+};
+
+/* Pins what the reader's buffers hold (or are filling) of the request: replied from where it
+ * lies, one copy less than copying it into the thread's buffer. */
+static void read_pin(struct shoal_fuse *f, struct open_file *h, struct read_state *rs, off_t off,
+                     size_t size)
+{
+        rs->np = 0;
+        rs->pinned = 0;
+        long pn = shoal_reader_read_pinned(f->node->reader, &rs->obj, (uint64_t)off, size, rs->pins,
+                                           PIN_MAX, &rs->np, &h->stream);
+        if (pn > 0)
+                rs->pinned = (size_t)pn;
+        else
+                rs->np = 0;
+}
+
+static bool read_short(const struct read_state *rs, off_t off, size_t size)
+{
+        return rs->pinned + rs->done < size && (uint64_t)off + rs->pinned + rs->done < rs->obj.size;
+}
+
+/* Copies the rest of the request into BUF. A short answer is end-of-file to the kernel, so the
+ * request is filled completely (up to the end of the object) or fails; a busy buffer layer is
+ * waited out, briefly. Returns the last result of the reader (negative: the request failed). */
+static long read_rest(struct shoal_fuse *f, fuse_ino_t ino, struct open_file *h,
+                      struct read_state *rs, off_t off, size_t size, char *buf)
+{
+        unsigned busy = 0;
+        bool restated = false;
+        long n = 0;
+        rs->done = 0;
+        while (read_short(rs, off, size)) {
+                /* The pinned read already told readahead about this request. */
+                uint64_t at = (uint64_t)off + rs->pinned + rs->done;
+                n = shoal_reader_read(f->node->reader, &rs->obj, at, size - rs->pinned - rs->done,
+                                      buf + rs->done, rs->pinned ? NULL : &h->stream);
+                if (n > 0) {
+                        rs->done += (size_t)n;
+                        continue;
+                }
+                if (!n)
+                        break;
+                if (n == -ESTALE && !restated) {
+                        restated = true;
+                        if (restat(f, ino, h, &rs->obj))
+                                break;
+                        /* never mix two versions in one answer */
+                        shoal_reader_unpin(f->node->reader, rs->pins, rs->np);
+                        rs->np = 0;
+                        rs->pinned = 0;
+                        rs->done = 0;
+                        continue;
+                }
+                if ((n == -EBUSY || n == -EAGAIN) && busy++ < 200) {
+                        shoal_sleep_ns(SHOAL_NS_PER_MS);
+                        continue;
+                }
+                break;
+        }
+        return n;
+}
+
+static void read_reply(fuse_req_t req, struct shoal_fuse *f, struct read_state *rs, size_t size,
+                       char *buf)
+{
+        struct iovec iov[PIN_MAX + 1];
+        for (unsigned i = 0; i < rs->np; i++)
+                iov[i] = (struct iovec){.iov_base = (void *)rs->pins[i].data,
+                                        .iov_len = rs->pins[i].len};
+        iov[rs->np] = (struct iovec){.iov_base = buf, .iov_len = rs->done};
+        shoal_metric_inc(SHOAL_M_fuse_reads);
+        shoal_metric_add(SHOAL_M_fuse_read_bytes, rs->pinned + rs->done);
+        if (size >= SHOAL_MiB)
+                shoal_metric_inc(SHOAL_M_fuse_read_size_1m);
+        fuse_reply_iov(req, iov, (int)rs->np + (rs->done ? 1 : 0));
+        shoal_reader_unpin(f->node->reader, rs->pins, rs->np);
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
@@ -684,79 +782,30 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                 return;
         }
         struct open_file *h = (struct open_file *)(uintptr_t)fi->fh;
+        struct read_state rs;
+        pthread_mutex_lock(&h->mu);
+        rs.obj = h->obj;
+        pthread_mutex_unlock(&h->mu);
+        /* Warm: straight from the disk cache's locked pages, checked once per load. */
+        if (shoal_fuse_read_cached(req, f, &rs.obj, (uint64_t)off, size)) {
+                shoal_fuse_op_end(t0);
+                return;
+        }
         char *buf = thread_buf(f, size);
         if (!buf) {
                 shoal_fuse_reply_err(req, t0, ENOMEM);
                 return;
         }
-        struct shoal_object obj;
-        pthread_mutex_lock(&h->mu);
-        obj = h->obj;
-        pthread_mutex_unlock(&h->mu);
-
-        /* First the blocks already in (or coming into) the reader's buffers, replied from where
-         * they lie: one copy less than copying them into BUF. */
-        struct shoal_read_pin pins[PIN_MAX];
-        unsigned np = 0;
-        size_t pinned = 0;
-        long pn = shoal_reader_read_pinned(f->node->reader, &obj, (uint64_t)off, size, pins,
-                                           PIN_MAX, &np, &h->stream);
-        if (pn > 0)
-                pinned = (size_t)pn;
-        else
-                np = 0;
-
-        /* Then the rest, copied. A short answer is end-of-file to the kernel, so the request is
-         * filled completely (up to the end of the object) or fails; a busy buffer layer is waited
-         * out, briefly. */
-        size_t done = 0;
-        unsigned busy = 0;
-        bool restated = false;
-        long n = 0;
-        while (pinned + done < size && (uint64_t)off + pinned + done < obj.size) {
-                /* The pinned read already told readahead about this request. */
-                n = shoal_reader_read(f->node->reader, &obj, (uint64_t)off + pinned + done,
-                                      size - pinned - done, buf + done, pinned ? NULL : &h->stream);
-                if (n > 0) {
-                        done += (size_t)n;
-                        continue;
-                }
-                if (!n)
-                        break;
-                if (n == -ESTALE && !restated) {
-                        restated = true;
-                        if (restat(f, ino, h, &obj))
-                                break;
-                        /* never mix two versions in one answer */
-                        shoal_reader_unpin(f->node->reader, pins, np);
-                        np = 0;
-                        pinned = 0;
-                        done = 0;
-                        continue;
-                }
-                if ((n == -EBUSY || n == -EAGAIN) && busy++ < 200) {
-                        shoal_sleep_ns(SHOAL_NS_PER_MS);
-                        continue;
-                }
-                break;
-        }
-        if (n < 0 && pinned + done < size && (uint64_t)off + pinned + done < obj.size) {
-                shoal_reader_unpin(f->node->reader, pins, np);
-                log_ratelimited(SHOAL_LOG_ERROR, "fuse", "read %s [%lld+%zu] failed: %s", obj.key,
-                                (long long)off, size, strerror((int)-n));
+        read_pin(f, h, &rs, off, size);
+        long n = read_rest(f, ino, h, &rs, off, size, buf);
+        if (n < 0 && read_short(&rs, off, size)) {
+                shoal_reader_unpin(f->node->reader, rs.pins, rs.np);
+                log_ratelimited(SHOAL_LOG_ERROR, "fuse", "read %s [%lld+%zu] failed: %s",
+                                rs.obj.key, (long long)off, size, strerror((int)-n));
                 shoal_fuse_reply_err(req, t0, EIO);
                 return;
         }
-        struct iovec iov[PIN_MAX + 1];
-        for (unsigned i = 0; i < np; i++)
-                iov[i] = (struct iovec){.iov_base = (void *)pins[i].data, .iov_len = pins[i].len};
-        iov[np] = (struct iovec){.iov_base = buf, .iov_len = done};
-        shoal_metric_inc(SHOAL_M_fuse_reads);
-        shoal_metric_add(SHOAL_M_fuse_read_bytes, pinned + done);
-        if (size >= SHOAL_MiB)
-                shoal_metric_inc(SHOAL_M_fuse_read_size_1m);
-        fuse_reply_iov(req, iov, (int)np + (done ? 1 : 0));
-        shoal_reader_unpin(f->node->reader, pins, np);
+        read_reply(req, f, &rs, size, buf);
         shoal_fuse_op_end(t0);
 }
 

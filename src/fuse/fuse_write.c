@@ -53,7 +53,7 @@ struct write_file {
         bool flushed;  /* some close reached us: the file had a descriptor */
         char key[SHOAL_KEY_MAX + 1];
         char parent[SHOAL_KEY_MAX + 1];
-        struct write_file *prev, *next; /* f->writes */
+        struct shoal_list link; /* f->writes */
 };
 
 static struct shoal_fuse *fs_of(fuse_req_t req)
@@ -219,10 +219,7 @@ static struct write_file *handle_new(fuse_req_t req, const char *path, uint64_t 
         task_info(fuse_req_ctx(req)->pid, &ti);
         h->tgid = ti.tgid;
         pthread_mutex_lock(&f->writes_mu);
-        h->next = f->writes;
-        if (h->next)
-                h->next->prev = h;
-        f->writes = h;
+        shoal_list_push_front(&f->writes, &h->link);
         pthread_mutex_unlock(&f->writes_mu);
         return h;
 }
@@ -230,12 +227,7 @@ static struct write_file *handle_new(fuse_req_t req, const char *path, uint64_t 
 static void handle_free(struct shoal_fuse *f, struct write_file *h)
 {
         pthread_mutex_lock(&f->writes_mu);
-        if (h->prev)
-                h->prev->next = h->next;
-        else
-                f->writes = h->next;
-        if (h->next)
-                h->next->prev = h->prev;
+        shoal_list_del(&h->link);
         pthread_mutex_unlock(&f->writes_mu);
         shoal_push_stage_abort(h->stage); /* never committed: nothing is pushed */
         pthread_mutex_destroy(&h->mu);
@@ -384,69 +376,110 @@ static void set_write_fi(struct fuse_file_info *fi, struct write_file *h)
         fi->noflush = 0;
 }
 
+/* Whether the object at PATH may be created or replaced by an open with OFLAGS: 0 with the
+ * upload's flags in *FLAGS, or -1 once the refusal was replied. */
+static int create_allowed(fuse_req_t req, uint64_t t0, const char *path, int oflags,
+                          unsigned *flags)
+{
+        struct shoal_fuse *f = fs_of(req);
+        /* What is there now: the kernel's negative entry may be older than the store. */
+        struct shoal_inode_attr a = {.is_dir = true};
+        int rc = shoal_fuse_local_dir(f, path) ? 0 : shoal_fuse_probe(f, path, &a);
+        *flags = SHOAL_UPLOAD_CREATE | SHOAL_UPLOAD_CHECKED;
+        if (rc == -ENOENT)
+                return 0;
+        if (rc) {
+                shoal_fuse_reply_err(req, t0, EIO);
+                return -1;
+        }
+        if (a.is_dir || (oflags & O_EXCL)) {
+                shoal_fuse_reply_err(req, t0, a.is_dir ? EISDIR : EEXIST);
+                return -1;
+        }
+        if (!f->cfg.allow_overwrite || !(oflags & O_TRUNC)) {
+                shoal_fuse_refuse(req, t0, EPERM, "create", path,
+                                  f->cfg.allow_overwrite
+                                          ? "the object exists; open it with O_TRUNC to replace it"
+                                          : "the object exists; mount with --allow-overwrite to "
+                                            "replace it");
+                return -1;
+        }
+        *flags = 0;
+        return 0;
+}
+
+/* The path a create of NAME in PARENT writes, into PATH (SHOAL_KEY_MAX + 1 bytes). Returns 0,
+ * or -1 once the refusal was replied. */
+static int create_path(fuse_req_t req, uint64_t t0, fuse_ino_t parent, const char *name, char *path)
+{
+        struct shoal_fuse *f = fs_of(req);
+        if (f->cfg.read_only) {
+                shoal_fuse_refuse(req, t0, EROFS, "create", name, "");
+                return -1;
+        }
+        char ppath[SHOAL_KEY_MAX + 1];
+        bool is_dir = false;
+        int rc = shoal_itable_path(f->it, parent, ppath, sizeof(ppath), &is_dir);
+        if (rc || !is_dir) {
+                shoal_fuse_reply_err(req, t0, rc ? ESTALE : ENOTDIR);
+                return -1;
+        }
+        if (parent == SHOAL_INO_ROOT && !strcmp(name, STATS_NAME)) {
+                shoal_fuse_reply_err(req, t0, EEXIST);
+                return -1;
+        }
+        rc = shoal_fuse_child_path(ppath, name, path, SHOAL_KEY_MAX + 1);
+        if (rc) {
+                shoal_fuse_refuse(req, t0, rc == -ENAMETOOLONG ? ENAMETOOLONG : EINVAL, "create",
+                                  name, "no object key can have this name");
+                return -1;
+        }
+        if (shoal_itable_is_writing(f->it, path)) {
+                shoal_fuse_refuse(req, t0, EPERM, "create", path,
+                                  "it is being written through another handle");
+                return -1;
+        }
+        return 0;
+}
+
+/* Answers a create that started H on inode INO (attributes NA). */
+static void create_reply(fuse_req_t req, struct write_file *h, uint64_t ino,
+                         struct shoal_inode_attr *na, struct fuse_file_info *fi)
+{
+        struct shoal_fuse *f = fs_of(req);
+        set_write_fi(fi, h);
+        struct fuse_entry_param e;
+        memset(&e, 0, sizeof(e));
+        e.ino = ino;
+        /* The size grows: ask us, not a copy; and the name goes if the upload is abandoned, so
+         * that a rerun of the writer creates the file again rather than open a name now gone. */
+        e.entry_timeout = 0;
+        e.attr_timeout = 0;
+        shoal_itable_getattr(f->it, ino, na, &(bool){false});
+        shoal_fuse_fill_stat(f, ino, na, &e.attr);
+        if (fuse_reply_create(req, &e, fi) == -ENOENT) {
+                /* Interrupted: the kernel never saw the handle. */
+                pthread_mutex_lock(&h->mu);
+                abandon(f, h, EINTR, "create was interrupted");
+                pthread_mutex_unlock(&h->mu);
+                handle_free(f, h);
+                shoal_itable_forget(f->it, ino, 1);
+        }
+}
+
 void shoal_fuse_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
                        struct fuse_file_info *fi)
 {
         uint64_t t0 = shoal_fuse_op_begin();
         struct shoal_fuse *f = fs_of(req);
-        if (f->cfg.read_only) {
-                shoal_fuse_refuse(req, t0, EROFS, "create", name, "");
+        char path[SHOAL_KEY_MAX + 1];
+        unsigned flags;
+        if (create_path(req, t0, parent, name, path) ||
+            create_allowed(req, t0, path, fi->flags, &flags))
                 return;
-        }
-        char ppath[SHOAL_KEY_MAX + 1], path[SHOAL_KEY_MAX + 1];
-        bool is_dir = false;
-        int rc = shoal_itable_path(f->it, parent, ppath, sizeof(ppath), &is_dir);
-        if (rc || !is_dir) {
-                shoal_fuse_reply_err(req, t0, rc ? ESTALE : ENOTDIR);
-                return;
-        }
-        if (parent == SHOAL_INO_ROOT && !strcmp(name, STATS_NAME)) {
-                shoal_fuse_reply_err(req, t0, EEXIST);
-                return;
-        }
-        rc = shoal_fuse_child_path(ppath, name, path, sizeof(path));
-        if (rc) {
-                shoal_fuse_refuse(req, t0, rc == -ENAMETOOLONG ? ENAMETOOLONG : EINVAL, "create",
-                                  name, "no object key can have this name");
-                return;
-        }
-        if (shoal_itable_is_writing(f->it, path)) {
-                shoal_fuse_refuse(req, t0, EPERM, "create", path,
-                                  "it is being written through another handle");
-                return;
-        }
-        /* What is there now: the kernel's negative entry may be older than the store. */
-        struct shoal_inode_attr a = {.is_dir = true};
-        rc = shoal_fuse_local_dir(f, path) ? 0 : shoal_fuse_probe(f, path, &a);
-        unsigned flags = SHOAL_UPLOAD_CREATE | SHOAL_UPLOAD_CHECKED;
-        if (!rc && a.is_dir) {
-                shoal_fuse_reply_err(req, t0, EISDIR);
-                return;
-        }
-        if (!rc) {
-                if (fi->flags & O_EXCL) {
-                        shoal_fuse_reply_err(req, t0, EEXIST);
-                        return;
-                }
-                if (!f->cfg.allow_overwrite || !(fi->flags & O_TRUNC)) {
-                        shoal_fuse_refuse(req, t0, EPERM, "create", path,
-                                          f->cfg.allow_overwrite
-                                                  ? "the object exists; open it with O_TRUNC "
-                                                    "to replace it"
-                                                  : "the object exists; mount with "
-                                                    "--allow-overwrite to replace it");
-                        return;
-                }
-                flags = 0;
-        } else if (rc != -ENOENT) {
-                shoal_fuse_reply_err(req, t0, EIO);
-                return;
-        }
-
         struct shoal_inode_attr na = {.mtime_ns = (int64_t)shoal_wall_ns()};
         uint64_t ino;
-        rc = shoal_itable_ref(f->it, path, &na, &ino);
-        if (rc) {
+        if (shoal_itable_ref(f->it, path, &na, &ino)) {
                 shoal_fuse_reply_err(req, t0, ENOMEM);
                 return;
         }
@@ -460,25 +493,8 @@ void shoal_fuse_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode
                 shoal_fuse_reply_err(req, t0, err);
                 return;
         }
-        set_write_fi(fi, h);
-        struct fuse_entry_param e;
-        memset(&e, 0, sizeof(e));
-        e.ino = ino;
-        /* The size grows: ask us, not a copy; and the name goes if the upload is abandoned, so
-         * that a rerun of the writer creates the file again rather than open a name now gone. */
-        e.entry_timeout = 0;
-        e.attr_timeout = 0;
-        shoal_itable_getattr(f->it, ino, &na, &(bool){false});
-        shoal_fuse_fill_stat(f, ino, &na, &e.attr);
         log_debug("fuse", "create %s%s", path, flags ? "" : " (replacing the object)");
-        if (fuse_reply_create(req, &e, fi) == -ENOENT) {
-                /* Interrupted: the kernel never saw the handle. */
-                pthread_mutex_lock(&h->mu);
-                abandon(f, h, EINTR, "create was interrupted");
-                pthread_mutex_unlock(&h->mu);
-                handle_free(f, h);
-                shoal_itable_forget(f->it, ino, 1);
-        }
+        create_reply(req, h, ino, &na, fi);
         shoal_fuse_op_end(t0);
 }
 
@@ -533,6 +549,35 @@ void shoal_fuse_open_write(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info
 /* --- write, flush, fsync, release --------------------------------------------------------------
  */
 
+/* Whether a write at OFF may go on (H->mu held): 0, or the errno to reply (an out-of-order write
+ * abandons the upload). */
+static int write_check(struct shoal_fuse *f, struct write_file *h, off_t off)
+{
+        if (h->state == W_DONE) {
+                log_warn("fuse", "refused write to %s: already committed by fsync or close (%s)",
+                         h->key, strerror(EPERM));
+                return EPERM;
+        }
+        if (h->state == W_FAILED)
+                return h->err;
+        /* At the end, or into the zeros of an extension (they go first, in order). */
+        if ((uint64_t)off == h->written || ((uint64_t)off > h->written && (uint64_t)off <= h->size))
+                return 0;
+        char why[128];
+        snprintf(why, sizeof(why), "out-of-order write at offset %lld, expected %" PRIu64,
+                 (long long)off, h->written);
+        shoal_metric_inc(SHOAL_M_fuse_write_refused);
+        log_warn("fuse", "refused write to %s: %s (shoal writes objects sequentially) (%s)", h->key,
+                 why, strerror(EINVAL));
+        abandon(f, h, EINVAL, why);
+        return EINVAL;
+}
+
+/* A write is answered as soon as it is taken, before its bytes go to the store: the writer
+ * prepares its next write while this one is copied into the store's file (one copy at a time
+ * otherwise: the kernel's into our buffer, then ours into the file). H->mu stays held until the
+ * bytes are in, so the next write, flush or fsync waits for them; a store error abandons the
+ * upload, and the next write or the close gets it — as a part that fails on s3:// does. */
 void shoal_fuse_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
                       struct fuse_file_info *fi)
 {
@@ -544,38 +589,22 @@ void shoal_fuse_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t si
         }
         struct write_file *h = (struct write_file *)(uintptr_t)fi->fh;
         pthread_mutex_lock(&h->mu);
-        int err = 0;
-        if (h->state == W_DONE) {
-                err = EPERM;
-                log_warn("fuse", "refused write to %s: already committed by fsync or close (%s)",
-                         h->key, strerror(err));
-        } else if (h->state == W_FAILED) {
-                err = h->err;
-        } else if ((uint64_t)off > h->written && (uint64_t)off <= h->size) {
-                /* Into the zeros of an extension: they go first, in order. */
-                err = pad_to(f, h, (uint64_t)off);
-                if (!err)
-                        err = append(f, h, buf, size);
-        } else if ((uint64_t)off != h->written) {
-                char why[128];
-                snprintf(why, sizeof(why), "out-of-order write at offset %lld, expected %" PRIu64,
-                         (long long)off, h->written);
-                shoal_metric_inc(SHOAL_M_fuse_write_refused);
-                log_warn("fuse", "refused write to %s: %s (shoal writes objects sequentially) (%s)",
-                         h->key, why, strerror(EINVAL));
-                abandon(f, h, EINVAL, why);
-                err = EINVAL;
-        } else {
-                err = append(f, h, buf, size);
-        }
-        pthread_mutex_unlock(&h->mu);
+        int err = write_check(f, h, off);
         if (err) {
+                pthread_mutex_unlock(&h->mu);
                 shoal_fuse_reply_err(req, t0, err);
                 return;
         }
+        /* The size the kernel gives the file once the write returns. */
+        if (h->size < (uint64_t)off + size)
+                h->size = (uint64_t)off + size;
+        shoal_itable_write_size(f->it, h->ino, h->size);
         shoal_metric_inc(SHOAL_M_fuse_write_requests);
         shoal_metric_add(SHOAL_M_fuse_write_bytes, size);
         fuse_reply_write(req, size);
+        if (!pad_to(f, h, (uint64_t)off))
+                append(f, h, buf, size);
+        pthread_mutex_unlock(&h->mu);
         shoal_fuse_op_end(t0);
 }
 
@@ -643,8 +672,9 @@ void shoal_fuse_release_write(fuse_req_t req, struct fuse_file_info *fi, uint64_
 
 void shoal_fuse_writes_abandon(struct shoal_fuse *f)
 {
-        while (f->writes) {
-                struct write_file *h = f->writes;
+        struct shoal_list *pos, *next;
+        list_for_each (pos, next, &f->writes) {
+                struct write_file *h = shoal_list_entry(pos, struct write_file, link);
                 if (h->state == W_OPEN)
                         abandon(f, h, EIO, "the mount stopped while it was open");
                 handle_free(f, h);

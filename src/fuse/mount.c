@@ -80,12 +80,18 @@ struct shoal_fuse *shoal_fuse_mount(const struct shoal_fuse_config *cfg, char *e
         pthread_mutex_init(&f->dirs_mu, NULL);
         pthread_mutex_init(&f->writes_mu, NULL);
         pthread_mutex_init(&f->handles_mu, NULL);
+        shoal_list_init(&f->writes);
+        shoal_list_init(&f->handles);
         f->it = shoal_itable_create(cfg->attr_ttl_ns);
         if (!f->it || pthread_key_create(&f->buf_key, shoal_fuse_buf_free)) {
                 snprintf(err, errlen, "out of memory");
                 goto out_free;
         }
         f->buf_key_ok = true;
+        if (shoal_fuse_vcache_init(f)) {
+                snprintf(err, errlen, "out of memory");
+                goto out_free;
+        }
 
         char opts[256];
         snprintf(opts, sizeof(opts), "fsname=shoal,subtype=shoal,default_permissions,max_read=%u%s",
@@ -252,6 +258,7 @@ void shoal_fuse_destroy(struct shoal_fuse *f)
         shoal_fuse_writes_abandon(f);
         pthread_mutex_destroy(&f->writes_mu);
         shoal_fuse_handles_free(f);
+        shoal_fuse_vcache_destroy(f);
         pthread_mutex_destroy(&f->handles_mu);
         if (f->buf_key_ok)
                 pthread_key_delete(f->buf_key);
