@@ -33,7 +33,7 @@
 #define FILL_WORKERS       64
 #define DIO_BUFFERS        64
 #define PIPE_CAP_MAX       (8u << 20)
-#define SIZES_MAX          16384 /* object sizes remembered (no expiry: a version's size is fixed) */
+#define SIZES_MAX          16384 /* object sizes remembered (a version's size never changes) */
 #define CORRUPT_ACTIVE_MAX 4     /* CORRUPT notices being checked in the server (more dropped) */
 /* An RDMA answer holds its buffer only until the write completes: it may wait this long. */
 #define RDMA_BUF_WAIT_NS (2 * SHOAL_NS_PER_SEC)

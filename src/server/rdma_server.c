@@ -1,7 +1,7 @@
 /* The RDMA side of a member's server [M1, M7]: a passive endpoint per --rdma-network interface
  * and one FI_EP_MSG endpoint per requester connection, all driven by one progress thread. What a
  * connection does on each event is server/rdma_conn.c's state machine; this file backs its actions
- * with libfabric and the request engine (server/server.c) and runs the loop.
+ * with libfabric and the request engine (server/engine.h, through server.h) and runs the loop.
  *
  * Per interface ("rail"): one EQ shared by the listener and every connection, and one CQ shared
  * by every connection, so a wake-up costs what is ready, not what is open (issue 14 finding 5:
