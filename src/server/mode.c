@@ -1,6 +1,6 @@
 #include <string.h>
 
-#include "server/server.h"
+#include "server/mode.h"
 
 static const char *const mode_names[] = {"dio", "pagecache", "splice", "disable"};
 

@@ -1,5 +1,5 @@
 /* A pool of pipes for zero-copy answers: a member moves a cache file's range into a pipe (with
- * O_DIRECT straight from the disk into the pipe's own pages, server/server.c on a disk worker) and
+ * O_DIRECT straight from the disk into the pipe's own pages, server/engine.c on a disk worker) and
  * from the pipe into the socket (on the loop), so the payload never crosses user space. Pipes
  * are made on demand up to a bound and reused: an emptied pipe holds no pages (those went to the
  * socket's buffers by reference), only its ring. Thread-safe. */

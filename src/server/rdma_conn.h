@@ -35,13 +35,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/util.h"
 #include "net/fabric.h"
 #include "wire/handshake.h"
 #include "server/server.h"
 #include "wire/wire.h"
 
-#define SHOAL_RDMA_CONN_HS_NS   (2ULL * 1000000000ULL)  /* handshake deadline from accept */
-#define SHOAL_RDMA_CONN_IDLE_NS (15ULL * 1000000000ULL) /* requesters ping every second */
+#define SHOAL_RDMA_CONN_HS_NS   (2 * SHOAL_NS_PER_SEC)  /* handshake deadline from accept */
+#define SHOAL_RDMA_CONN_IDLE_NS (15 * SHOAL_NS_PER_SEC) /* requesters ping every second */
 
 struct shoal_rdma_conn;
 

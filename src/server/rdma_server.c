@@ -1,7 +1,7 @@
 /* The RDMA side of a member's server [M1, M7]: a passive endpoint per --rdma-network interface
  * and one FI_EP_MSG endpoint per requester connection, all driven by one progress thread. What a
  * connection does on each event is server/rdma_conn.c's state machine; this file backs its actions
- * with libfabric and the request engine (server/server.c) and runs the loop.
+ * with libfabric and the request engine (server/engine.h, through server.h) and runs the loop.
  *
  * Per interface ("rail"): one EQ shared by the listener and every connection, and one CQ shared
  * by every connection, so a wake-up costs what is ready, not what is open (issue 14 finding 5:
@@ -41,6 +41,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "common/list.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
@@ -53,10 +54,10 @@
 #define CONNS_MAX          256 /* connections per interface */
 #define PREAUTH_MAX        64  /* connections per interface not authenticated yet */
 #define PREAUTH_PER_SOURCE 8   /* of those, from one source address (default) */
-#define DRAIN_NS           (2ULL * 1000000000ULL)
-#define PARK_NS            (10ULL * 1000000000ULL)
-#define STOP_WAIT_NS       (30ULL * 1000000000ULL)
-#define TICK_NS            (100ULL * 1000000ULL)
+#define DRAIN_NS           (2 * SHOAL_NS_PER_SEC)
+#define PARK_NS            (10 * SHOAL_NS_PER_SEC)
+#define STOP_WAIT_NS       (30 * SHOAL_NS_PER_SEC)
+#define TICK_NS            (100 * SHOAL_NS_PER_MS)
 #define POLL_BUDGET        1024 /* completions per queue and wake-up, for fairness */
 
 enum rs_kind {
@@ -85,7 +86,7 @@ struct rs_conn {
         struct shoal_rdma_buf *bufs;
         struct shoal_rdma_req *reqs;
         unsigned want_rx, want_sb;
-        struct rs_conn *next;
+        struct shoal_list link; /* its rail's connections, or parked ones */
 };
 
 struct rs_rail {
@@ -105,7 +106,7 @@ struct rs_rail {
         unsigned nconns, npreauth, max_conns;
         char addr[64];
         unsigned index;
-        struct rs_conn *conns, *parked;
+        struct shoal_list conns, parked;
 };
 
 struct shoal_rdma_server {
@@ -131,6 +132,11 @@ struct shoal_rdma_server {
 static struct rs_conn *conn_of(struct shoal_rdma_conn *m)
 {
         return (struct rs_conn *)((char *)m - offsetof(struct rs_conn, m));
+}
+
+static struct rs_conn *conn_at(struct shoal_list *l)
+{
+        return shoal_list_entry(l, struct rs_conn, link);
 }
 
 /* ---- the machine's actions ----------------------------------------------------------------- */
@@ -304,6 +310,7 @@ static void conn_free(struct rs_conn *c)
         shoal_fab_slots_close(&r->fab, &c->mem);
         free(c->bufs);
         free(c->reqs);
+        shoal_list_del(&c->link);
         r->nconns--;
         shoal_metric_gauge_add(SHOAL_M_remotecache_connections, -1);
         free(c);
@@ -350,8 +357,9 @@ static bool reject(struct rs_rail *r, struct fi_info *info, const char *why)
 static unsigned preauth_from(struct rs_rail *r, uint32_t src)
 {
         unsigned n = 0;
-        for (struct rs_conn *c = r->conns; c; c = c->next)
-                n += c->counted_preauth && c->src == src;
+        struct shoal_list *l, *next;
+        list_for_each (l, next, &r->conns)
+                n += conn_at(l)->counted_preauth && conn_at(l)->src == src;
         return n;
 }
 
@@ -415,8 +423,7 @@ static bool on_connreq(struct rs_rail *r, struct fi_info *info)
         }
         r->nconns++;
         shoal_metric_gauge_add(SHOAL_M_remotecache_connections, 1);
-        c->next = r->conns;
-        r->conns = c;
+        shoal_list_push_front(&r->conns, &c->link);
         /* From here on completions may name C: it stays listed until it can be freed. */
         if (!shoal_rdma_conn_start(&c->m, pool) && (rc = fi_accept(c->ep, NULL, 0))) {
                 shoal_fab_log_err(r->addr, "fi_accept", rc);
@@ -427,13 +434,13 @@ static bool on_connreq(struct rs_rail *r, struct fi_info *info)
         return true;
 }
 
-/* Closes C's endpoint once nothing is posted (or the drain time passed), frees it once it can;
- * returns true when C was freed or parked (taken off the list by the caller). */
-static bool conn_reap(struct rs_conn *c, uint64_t now)
+/* Closes C's endpoint once nothing is posted (or the drain time passed), frees it once it can,
+ * or parks it. */
+static void conn_reap(struct rs_conn *c, uint64_t now)
 {
         struct shoal_rdma_conn *m = &c->m;
         if (!m->broken)
-                return false;
+                return;
         uint64_t age = now > m->broken_at ? now - m->broken_at : 0;
         if (!m->ep_closed && (!m->posted || age > DRAIN_NS)) {
                 /* Closing stops the provider from touching our buffers; what was still posted
@@ -444,7 +451,7 @@ static bool conn_reap(struct rs_conn *c, uint64_t now)
         }
         if (shoal_rdma_conn_can_free(m)) {
                 conn_free(c);
-                return true;
+                return;
         }
         if (m->ep_closed && !m->refs && age > PARK_NS) {
                 /* Completions that never came: keep the contexts they would name, not the
@@ -454,13 +461,11 @@ static bool conn_reap(struct rs_conn *c, uint64_t now)
                 if (c->mem.mem)
                         shoal_metric_gauge_add(SHOAL_M_rdma_registered_bytes, -(int64_t)c->mem.len);
                 shoal_fab_slots_close(&c->r->fab, &c->mem);
-                c->next = c->r->parked;
-                c->r->parked = c;
+                shoal_list_del(&c->link);
+                shoal_list_push_front(&c->r->parked, &c->link);
                 c->r->nconns--;
                 shoal_metric_gauge_add(SHOAL_M_remotecache_connections, -1);
-                return true;
         }
-        return false;
 }
 
 /* ---- the loop ------------------------------------------------------------------------------- */
@@ -544,16 +549,12 @@ static void drain_done(struct shoal_rdma_server *rs, uint64_t now)
 static void tick(struct shoal_rdma_server *rs, uint64_t now)
 {
         for (unsigned i = 0; i < rs->nrails; i++) {
-                struct rs_rail *r = &rs->rails[i];
-                for (struct rs_conn **pp = &r->conns; *pp;) {
-                        struct rs_conn *c = *pp, *next = c->next;
+                struct shoal_list *l, *next;
+                list_for_each (l, next, &rs->rails[i].conns) {
+                        struct rs_conn *c = conn_at(l);
                         shoal_rdma_conn_tick(&c->m, now);
                         conn_sync(c);
-                        if (conn_reap(c, now)) { /* freed or parked */
-                                *pp = next;
-                                continue;
-                        }
-                        pp = &c->next;
+                        conn_reap(c, now); /* may free or park C */
                 }
         }
 }
@@ -573,17 +574,19 @@ static bool queue_service(struct rs_q *q, uint64_t now)
 
 static void stop_all(struct shoal_rdma_server *rs, uint64_t now)
 {
-        for (unsigned i = 0; i < rs->nrails; i++)
-                for (struct rs_conn *c = rs->rails[i].conns; c; c = c->next) {
-                        shoal_rdma_conn_break(&c->m, "server stopping", now);
-                        conn_sync(c);
+        for (unsigned i = 0; i < rs->nrails; i++) {
+                struct shoal_list *l, *next;
+                list_for_each (l, next, &rs->rails[i].conns) {
+                        shoal_rdma_conn_break(&conn_at(l)->m, "server stopping", now);
+                        conn_sync(conn_at(l));
                 }
+        }
 }
 
 static bool any_conns(struct shoal_rdma_server *rs)
 {
         for (unsigned i = 0; i < rs->nrails; i++)
-                if (rs->rails[i].conns)
+                if (!shoal_list_empty(&rs->rails[i].conns))
                         return true;
         return false;
 }
@@ -623,9 +626,11 @@ static void *progress_main(void *arg)
                         break;
         }
         unsigned left = 0;
-        for (unsigned i = 0; i < rs->nrails; i++)
-                for (struct rs_conn *c = rs->rails[i].conns; c; c = c->next)
+        for (unsigned i = 0; i < rs->nrails; i++) {
+                struct shoal_list *l, *next;
+                list_for_each (l, next, &rs->rails[i].conns)
                         left++;
+        }
         if (left)
                 log_warn("rdma", "server stop: %u connections still had requests in the engine",
                          left);
@@ -640,21 +645,11 @@ static void epoll_add(struct shoal_rdma_server *rs, int fd, struct rs_q *q)
         epoll_ctl(rs->epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
-/* Opens rail R on interface IFNAME: fabric and domain, answer buffers, the pre-authentication
- * pool, the shared EQ and CQ, the listener. Returns 0 or -1 with one line in ERR. */
-static int rail_open(struct shoal_rdma_server *rs, struct rs_rail *r, const char *provider,
-                     const char *ifname, char *err, size_t errlen)
+/* Registers rail R's answer buffers (and the reader's held blocks, where it can) and its
+ * pre-authentication pool. Returns 0 or -1 with one line in ERR. */
+static int rail_buffers(struct shoal_rdma_server *rs, struct rs_rail *r, const char *ifname,
+                        char *err, size_t errlen)
 {
-        if (shoal_fab_open(&r->fab, provider, ifname, err, errlen))
-                return -1;
-        /* [S1] on every transport: without a secret, loopback only. */
-        if (!rs->key.set && strncmp(r->fab.ip, "127.", 4)) {
-                snprintf(err, errlen,
-                         "refusing to listen for RDMA on %s (%s) without a group secret: set "
-                         "--group-secret-file or SHOAL_GROUP_SECRET (or use --rdma-network lo)",
-                         ifname, r->fab.ip);
-                return -1;
-        }
         int rc = shoal_fab_mr_reg(&r->fab, rs->dio_base, rs->dio_len, FI_WRITE | FI_SEND,
                                   &r->dio_mr);
         if (rc) {
@@ -687,6 +682,14 @@ static int rail_open(struct shoal_rdma_server *rs, struct rs_rail *r, const char
                 b->wop.kind = SHOAL_FAB_OP_WRITE;
                 pool_put(r, b);
         }
+        return 0;
+}
+
+/* Rail R's shared EQ and CQ (sized for its share of the connection budget) and its listener,
+ * in the progress thread's epoll. Returns 0 or -1 with one line in ERR. */
+static int rail_listen(struct shoal_rdma_server *rs, struct rs_rail *r, const char *ifname,
+                       char *err, size_t errlen)
+{
         if (!rs->conn_budget)
                 rs->conn_budget =
                         shoal_fab_conn_budget(shoal_fab_process_limits(), SHOAL_FAB_FD_RESERVE);
@@ -696,7 +699,8 @@ static int rail_open(struct shoal_rdma_server *rs, struct rs_rail *r, const char
          * write before it (verbs 1.17 signals every work request in hardware). */
         size_t per_conn = (MAX_RX + 2) + 2 * (2 * (MAX_RX - 2) + 4 + 2);
         const char *call = "fi_cq_open";
-        rc = shoal_fab_cq_open(&r->fab, SHOAL_MAX(r->max_conns, 1u) * per_conn, &r->cq, &r->cq_fd);
+        int rc = shoal_fab_cq_open(&r->fab, SHOAL_MAX(r->max_conns, 1u) * per_conn, &r->cq,
+                                   &r->cq_fd);
         if (!rc && !(rc = shoal_fab_eq_open(&r->fab, &r->eq, &r->eq_fd)))
                 call = "fi_passive_ep";
         if (!rc && !(rc = fi_passive_ep(r->fab.fabric, r->fab.info, &r->pep, r)))
@@ -718,6 +722,26 @@ static int rail_open(struct shoal_rdma_server *rs, struct rs_rail *r, const char
         r->cq_q = (struct rs_q){.r = r, .cq = true};
         epoll_add(rs, r->eq_fd, &r->eq_q);
         epoll_add(rs, r->cq_fd, &r->cq_q);
+        return 0;
+}
+
+/* Opens rail R on interface IFNAME: fabric and domain, answer buffers, the pre-authentication
+ * pool, the shared EQ and CQ, the listener. Returns 0 or -1 with one line in ERR. */
+static int rail_open(struct shoal_rdma_server *rs, struct rs_rail *r, const char *provider,
+                     const char *ifname, char *err, size_t errlen)
+{
+        if (shoal_fab_open(&r->fab, provider, ifname, err, errlen))
+                return -1;
+        /* [S1] on every transport: without a secret, loopback only. */
+        if (!rs->key.set && strncmp(r->fab.ip, "127.", 4)) {
+                snprintf(err, errlen,
+                         "refusing to listen for RDMA on %s (%s) without a group secret: set "
+                         "--group-secret-file or SHOAL_GROUP_SECRET (or use --rdma-network lo)",
+                         ifname, r->fab.ip);
+                return -1;
+        }
+        if (rail_buffers(rs, r, ifname, err, errlen) || rail_listen(rs, r, ifname, err, errlen))
+                return -1;
         log_info("rdma",
                  "rdma listening on %s (%s, provider %s, mr_mode 0x%llx, key %zu bytes, up to %u "
                  "connections)",
@@ -730,17 +754,14 @@ static void rail_close(struct rs_rail *r)
 {
         if (r->pep)
                 fi_close(&r->pep->fid);
-        while (r->conns) {
-                struct rs_conn *c = r->conns;
-                r->conns = c->next;
-                conn_free(c);
-        }
+        struct shoal_list *l;
+        while ((l = shoal_list_first(&r->conns)))
+                conn_free(conn_at(l));
         if (r->cq)
                 fi_close(&r->cq->fid);
         /* Nothing can name a parked connection once its CQ is closed. */
-        while (r->parked) {
-                struct rs_conn *c = r->parked;
-                r->parked = c->next;
+        while ((l = shoal_list_first(&r->parked))) {
+                struct rs_conn *c = conn_at(l);
                 r->nconns++; /* conn_free counts it out again */
                 shoal_metric_gauge_add(SHOAL_M_remotecache_connections, 1);
                 conn_free(c);
@@ -793,6 +814,8 @@ struct shoal_rdma_server *shoal_rdma_server_start(struct shoal_server *srv, cons
                 r->rs = rs;
                 r->index = i;
                 r->eq_fd = r->cq_fd = -1;
+                shoal_list_init(&r->conns);
+                shoal_list_init(&r->parked);
                 rs->nrails++;
                 if (rail_open(rs, r, provider, ifaces[i], err, errlen))
                         goto out_stop;

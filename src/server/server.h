@@ -12,17 +12,7 @@
 
 #include "common/block.h"
 #include "common/secret.h"
-
-enum shoal_iorpc_mode {
-        SHOAL_IORPC_DIO = 0,
-        SHOAL_IORPC_PAGECACHE = 1,
-        SHOAL_IORPC_SPLICE = 2,
-        SHOAL_IORPC_DISABLE = 3,
-};
-
-/* "dio", "pagecache", "splice", "disable" -> mode; -1 for anything else. */
-int shoal_iorpc_mode_parse(const char *s);
-const char *shoal_iorpc_mode_name(int mode);
+#include "server/mode.h"
 
 struct shoal_reader;
 struct shoal_cache;

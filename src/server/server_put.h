@@ -10,7 +10,7 @@
  * payload at a time per connection and stops reading a connection with PUT_CONN_MAX puts in
  * process.
  *
- * server.c owns the connections and hooks this module into its per-message dispatch; the calls
+ * server/conn.c owns the connections and hooks this module into its per-message dispatch; the calls
  * here do no socket I/O. */
 #ifndef SHOAL_RPC_SERVER_PUT_H
 #define SHOAL_RPC_SERVER_PUT_H
@@ -38,7 +38,7 @@ struct shoal_put_srv_config {
 
 struct shoal_put_srv;
 
-/* One PUT_BLOCK being received, then checked. server.c reads the payload into BUF (LEN bytes;
+/* One PUT_BLOCK being received, then checked. server/conn.c reads the payload into BUF (LEN bytes;
  * GOT so far); with BUF NULL the put was refused at once (STATUS, WHY) and the LEN bytes are
  * read and dropped, so that the stream stays in step, before the refusal is answered. */
 struct shoal_put_rx {
