@@ -104,6 +104,11 @@ static const struct section sections[] = {
           {"win", COL_GAUGE, SHOAL_STATS_BYTES, M(plan_window_bytes), NULL, false},
           {"unused", COL_RATE, SHOAL_STATS_BYTES, M(plan_unused_bytes), NULL, true},
           {"off", COL_RATE, SHOAL_STATS_COUNT, M(plan_offplan_reads), NULL, true}}},
+        {'g',
+         "spread",
+         {{"sprd", COL_RATE, SHOAL_STATS_COUNT, M(group_spread_reads), NULL, false},
+          {"fill", COL_RATE, SHOAL_STATS_COUNT, M(group_peer_fills), NULL, false},
+          {"copies", COL_GAUGE, SHOAL_STATS_COUNT, M(group_spread_copies), NULL, false}}},
 };
 
 #undef M
@@ -434,7 +439,7 @@ int shoal_cmd_stats(int argc, char **argv)
 
         const char *schema = cli.val[OPT_SCHEMA] ? cli.val[OPT_SCHEMA] : "ufmco";
         if (!*schema)
-                return shoal_cli_fail(&cli, "empty --schema: give letters from ufmcreop");
+                return shoal_cli_fail(&cli, "empty --schema: give letters from ufmcreopg");
         bool detail = false;
         if (cli.val[OPT_VERBOSITY]) {
                 if (strcmp(cli.val[OPT_VERBOSITY], "0") && strcmp(cli.val[OPT_VERBOSITY], "1"))
@@ -465,7 +470,7 @@ int shoal_cmd_stats(int argc, char **argv)
                 if (i == SHOAL_ARRAY_SIZE(sections)) {
                         fprintf(stderr,
                                 "shoal stats: warning: unknown --schema letter '%c' ignored "
-                                "(letters: ufmcreop)\n",
+                                "(letters: ufmcreopg)\n",
                                 *p);
                         continue;
                 }
@@ -477,7 +482,7 @@ int shoal_cmd_stats(int argc, char **argv)
         if (!vw.nsecs)
                 return shoal_cli_fail(&cli,
                                       "--schema %s names no section: give letters from "
-                                      "ufmcreop",
+                                      "ufmcreopg",
                                       schema);
         vw.color = isatty(STDOUT_FILENO);
 

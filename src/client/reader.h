@@ -30,6 +30,9 @@ struct shoal_reader_config {
         uint64_t buffer_bytes;       /* --buffer-size; at least 4 blocks are always kept */
         unsigned readahead;          /* blocks to prefetch ahead of a sequential stream */
         unsigned prefetch_threads;   /* 0: no readahead */
+        unsigned spread_copies;      /* copies of a block, the owner's included (client/spread.h):
+                                        1 no spread reads; 0 SHOAL_SPREAD_COPIES or 2 */
+        unsigned spread_busy;        /* 0: SHOAL_SPREAD_BUSY or 9 */
 };
 
 struct shoal_reader;
