@@ -5,7 +5,10 @@
  * with a bitmap of valid chunks. Concurrent readers of one block share one fill (single flight),
  * whether they are local readers, readahead, or (on an owner) peers asking for the block. Any
  * failure of the cache or of a member falls through to the next layer; the caller only sees an
- * error when the object store itself fails. Thread-safe. */
+ * error when the object store itself fails. A read that finds its block's owner busy (this
+ * process's reads in flight to it, client/spread.h) goes to the next member in the block's order,
+ * which fills it from the owner and keeps it in its buffers as a second copy (docs/architecture.md
+ * "Spread by load"). Thread-safe. */
 #ifndef SHOAL_CLIENT_READER_H
 #define SHOAL_CLIENT_READER_H
 
