@@ -167,6 +167,16 @@ served() {
   echo "$out"
 }
 
+# link_bytes N — bytes the N members' capped links have sent so far (tc's own count).
+link_bytes() {
+  local k n=0 b
+  for k in $(seq 1 "$1"); do
+    b=$(ip netns exec "$P-m$k" tc -s qdisc show dev "$P-v$k" | awk '/Sent/ {print $2; exit}')
+    n=$((n + ${b:-0}))
+  done
+  echo "$n"
+}
+
 # readers_rate LABEL N FLAGS... — THREADS readers through the read path for DUR s (after RAMP s,
 # which also makes the copies); prints MiB/s and the ratio to N links.
 readers_rate() {
@@ -174,11 +184,16 @@ readers_rate() {
   shift 2
   ip netns exec "$CNS" env "$@" "$READERS" "$S" --meta "$META" --cache-group "s$n" --block-size "$BS" \
     --verify-dir "$D/store" --prefix data/ --threads "$THREADS" --seconds "$RAMP" $RFLAGS --log-level error >/dev/null
+  local lb0 lb1
+  lb0=$(link_bytes "$n")
   out=$(ip netns exec "$CNS" env "$@" "$READERS" "$S" --meta "$META" --cache-group "s$n" --block-size "$BS" \
     --verify-dir "$D/store" --prefix data/ --threads "$THREADS" --seconds "$DUR" $RFLAGS --log-level error) ||
     { echo "$label N=$n: readers failed: $out"; return 0; }
+  lb1=$(link_bytes "$n")
+  echo "  the links sent $(( (lb1 - lb0) / DUR / 1048576 )) MiB/s in all (payload, peer fills and overhead)"
   rate=$(echo "$out" | grep '^result' | tr ' ' '\n' | awk -F= -v d="$DUR" '$1 == "bytes" {printf "%.1f", $2 / d / 1048576}')
   echo "$out" | grep '^result' | grep -q ' errors=0 wrong=0 ' || echo "$label: ERRORS: $(echo "$out" | grep '^result')"
+  echo "  $(echo "$out" | grep '^result' | tr ' ' '\n' | grep -E '^(reads|remote|fallbacks|store_gets|buffer_hits)=' | tr '\n' ' ')"
   $PY -c 'import sys; l, n, r, k = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]); print("%-22s N=%d  %7.1f MiB/s  = x%.3f of N links" % (l, n, r, r / (n * k)))' \
     "$label" "$n" "$rate" "$LINK"
 }
