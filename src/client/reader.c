@@ -430,6 +430,9 @@ static int fill_from_group(struct shoal_reader *r, struct shoal_group *g, struct
                 if (!allow_remote && !rc) {
                         mb->peer_filled = true;
                         shoal_metric_inc(SHOAL_M_group_peer_fills);
+                        log_debug("group", "peer fill %s [%llu+%u] from owner %s", obj->key,
+                                  (unsigned long long)index * r->cfg.vol->block_size + off, len,
+                                  o->id);
                 }
                 if (!rc || rc == -ESTALE || rc == -ENOENT)
                         goto out;
@@ -850,6 +853,36 @@ void shoal_reader_unpin(struct shoal_reader *r, struct shoal_read_pin *pins, uns
         pthread_mutex_unlock(&r->mu);
 }
 
+/* Whether this member owns block ID in its current view (or is not in a group). */
+static bool owned_here(struct shoal_reader *r, const struct shoal_block_id *id)
+{
+        struct shoal_group *g = __atomic_load_n(&r->cfg.group, __ATOMIC_ACQUIRE);
+        if (!g)
+                return true;
+        struct shoal_group_view *v = shoal_group_view_get(g);
+        bool mine = shoal_group_rank(v, id, shoal_group_self_id(g)) == 0;
+        shoal_group_view_put(v);
+        return mine;
+}
+
+/* MB (held, valid) is a second copy: when this member has become the block's owner (its owner
+ * left), it is an owned block from now on (written to the disk cache by the caller). Returns
+ * whether MB is still a copy. */
+static bool still_copy(struct shoal_reader *r, struct mblock *mb, const struct shoal_block_id *id)
+{
+        pthread_mutex_lock(&r->mu);
+        bool copy = mb->copy;
+        pthread_mutex_unlock(&r->mu);
+        if (!copy || !owned_here(r, id))
+                return copy;
+        pthread_mutex_lock(&r->mu);
+        if (mb->copy)
+                shoal_metric_gauge_add(SHOAL_M_group_spread_copies, -1);
+        mb->copy = false;
+        pthread_mutex_unlock(&r->mu);
+        return false;
+}
+
 int shoal_reader_hold_block(struct shoal_reader *r, const struct shoal_object *obj, uint32_t index,
                             struct shoal_held_block *hb)
 {
@@ -874,8 +907,9 @@ int shoal_reader_hold_block(struct shoal_reader *r, const struct shoal_object *o
         }
         /* Held in memory but gone from the disk cache (removed as corrupt on a peer's report, or
          * evicted): write it back, or the owner would serve it from memory only and fetch it
-         * from the store again once the buffer is reused. A fill just inserted it already. */
-        if (was_valid && !mb->copy && r->cfg.sharing && r->cfg.cache &&
+         * from the store again once the buffer is reused. A fill just inserted it already. A
+         * second copy stays in memory only, unless this member owns the block now. */
+        if (was_valid && !still_copy(r, mb, &id) && r->cfg.sharing && r->cfg.cache &&
             shoal_cache_enabled(r->cfg.cache) && !shoal_cache_contains(r->cfg.cache, &id))
                 shoal_cache_insert(r->cfg.cache, &id, mb->buf, len);
         hb->data = mb->buf;

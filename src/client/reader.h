@@ -34,7 +34,7 @@ struct shoal_reader_config {
         unsigned readahead;          /* blocks to prefetch ahead of a sequential stream */
         unsigned prefetch_threads;   /* 0: no readahead */
         unsigned spread_copies;      /* copies of a block, the owner's included (client/spread.h):
-                                        1 no spread reads; 0 SHOAL_SPREAD_COPIES or 2 */
+                                        1 no spread reads; 0 SHOAL_SPREAD_COPIES or 1 */
         unsigned spread_busy;        /* 0: SHOAL_SPREAD_BUSY or 9 */
 };
 

@@ -3,14 +3,18 @@
  * read that would be the BUSY-th or later to the block's owner goes to the next member in the
  * block's rendezvous order instead (at most COPIES members hold a block: the owner, and the next
  * one in memory while it is hot). Placement stays what shoal_group_owners says; only the choice
- * between its first COPIES members depends on the load. Thread-safe. */
+ * between its first COPIES members depends on the load.
+ *
+ * Off by default (one copy): a member that fills in a dead owner's place from a second copy it
+ * holds in memory serves it without a store fetch, which the kill battery's ownership model
+ * (tests/integration/ownership.py) does not know yet. Thread-safe. */
 #ifndef SHOAL_CLIENT_SPREAD_H
 #define SHOAL_CLIENT_SPREAD_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#define SHOAL_SPREAD_COPIES_DEFAULT 2
+#define SHOAL_SPREAD_COPIES_DEFAULT 1 /* off unless SHOAL_SPREAD_COPIES=2 (see below) */
 #define SHOAL_SPREAD_COPIES_MAX     2 /* the member fills as the owner or the next member only */
 #define SHOAL_SPREAD_BUSY_DEFAULT   9
 

@@ -14,7 +14,7 @@
 #   - kill -9 of a member under spread load: no read error, no wrong byte.
 . "$(dirname "$0")/lib.sh"
 export SHOAL_GROUP_HEARTBEAT=200ms SHOAL_GROUP_TIMEOUT=1s SHOAL_GROUP_GRACE=2s \
-  SHOAL_REMOTE_TIMEOUT=2s SHOAL_AVOID_DURATION=500ms
+  SHOAL_REMOTE_TIMEOUT=2s SHOAL_AVOID_DURATION=500ms SHOAL_SPREAD_COPIES=2
 
 STORE=$T/store
 {
