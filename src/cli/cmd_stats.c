@@ -104,6 +104,11 @@ static const struct section sections[] = {
           {"win", COL_GAUGE, SHOAL_STATS_BYTES, M(plan_window_bytes), NULL, false},
           {"unused", COL_RATE, SHOAL_STATS_BYTES, M(plan_unused_bytes), NULL, true},
           {"off", COL_RATE, SHOAL_STATS_COUNT, M(plan_offplan_reads), NULL, true}}},
+        {'g',
+         "spread",
+         {{"sprd", COL_RATE, SHOAL_STATS_COUNT, M(group_spread_reads), NULL, false},
+          {"fill", COL_RATE, SHOAL_STATS_COUNT, M(group_peer_fills), NULL, false},
+          {"copies", COL_GAUGE, SHOAL_STATS_COUNT, M(group_spread_copies), NULL, false}}},
 };
 
 #undef M
@@ -435,7 +440,7 @@ static int parse_opts(const struct shoal_cli *cli, struct stats_opts *o)
 {
         o->schema = cli->val[OPT_SCHEMA] ? cli->val[OPT_SCHEMA] : "ufmco";
         if (!*o->schema)
-                return shoal_cli_fail(cli, "empty --schema: give letters from ufmcreop");
+                return shoal_cli_fail(cli, "empty --schema: give letters from ufmcreopg");
         o->detail = false;
         const char *l = cli->val[OPT_VERBOSITY];
         if (l) {
@@ -471,7 +476,7 @@ static int build_view(const struct shoal_cli *cli, const struct stats_opts *o, s
                 if (i == SHOAL_ARRAY_SIZE(sections)) {
                         fprintf(stderr,
                                 "shoal stats: warning: unknown --schema letter '%c' ignored "
-                                "(letters: ufmcreop)\n",
+                                "(letters: ufmcreopg)\n",
                                 *p);
                         continue;
                 }
@@ -483,7 +488,7 @@ static int build_view(const struct shoal_cli *cli, const struct stats_opts *o, s
         if (!vw->nsecs)
                 return shoal_cli_fail(cli,
                                       "--schema %s names no section: give letters from "
-                                      "ufmcreop",
+                                      "ufmcreopg",
                                       o->schema);
         vw->color = isatty(STDOUT_FILENO);
         return 0;

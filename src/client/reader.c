@@ -1,5 +1,6 @@
 #include "client/reader.h"
 #include "client/reader_internal.h"
+#include "client/spread.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -25,8 +26,12 @@
 struct mblock {
         struct shoal_block_id id;
         uint32_t len;
-        bool used;    /* holds (part of) a block: in the hash table */
-        bool filling; /* one thread is filling missing chunks */
+        bool used;        /* holds (part of) a block: in the hash table */
+        bool filling;     /* one thread is filling missing chunks */
+        bool peer_filled; /* (the filler's) the fill came from the owner, as the next member */
+        bool copy;        /* a second copy (spread reads): never written to the disk cache */
+        bool stale;       /* a copy of an older version of its object: dropped when unreferenced */
+        uint64_t key_h, ver_h; /* of a copy: its object's key and version (shoal_spread_hash) */
         int refs;
         char *buf;
         uint64_t valid[VALID_WORDS];
@@ -42,6 +47,7 @@ struct prefetch_task {
 struct shoal_reader {
         struct shoal_reader_config cfg;
         struct shoal_bufpool *pool;
+        struct shoal_spread *spread;
         struct mblock *blocks;
         unsigned nblocks;
         struct mblock **hash;
@@ -109,6 +115,9 @@ static void hash_remove(struct shoal_reader *r, struct mblock *mb)
 {
         if (mb->used)
                 buffer_gauge(r, -1);
+        if (mb->copy)
+                shoal_metric_gauge_add(SHOAL_M_group_spread_copies, -1);
+        mb->copy = mb->stale = false;
         for (struct mblock **pp = hash_slot(r, &mb->id); *pp; pp = &(*pp)->hnext) {
                 if (*pp == mb) {
                         *pp = mb->hnext;
@@ -231,6 +240,7 @@ static int mblock_get_locked(struct shoal_reader *r, const struct shoal_block_id
                         mb->used = true;
                         buffer_gauge(r, 1);
                         mb->filling = false;
+                        mb->copy = mb->stale = false;
                         mb->refs = 1;
                         memset(mb->valid, 0, sizeof(mb->valid));
                         struct mblock **slot = hash_slot(r, id);
@@ -248,8 +258,9 @@ static int mblock_get_locked(struct shoal_reader *r, const struct shoal_block_id
 static void mblock_put_locked(struct shoal_reader *r, struct mblock *mb)
 {
         if (--mb->refs == 0) {
-                /* A block that never became valid is worthless: reuse it first. */
-                if (!any_valid(mb)) {
+                /* A block that never became valid is worthless: reuse it first; so is a copy
+                 * of a version of its object that is no longer read. */
+                if (!any_valid(mb) || mb->stale) {
                         hash_remove(r, mb);
                         lru_push_head(r, mb);
                 } else {
@@ -335,16 +346,16 @@ static int read_prev_owner(struct shoal_reader *r, struct shoal_group *g, struct
         return rc;
 }
 
-/* Fills [off, off+len) of MB (chunk-aligned, none of it valid yet) from the layers below the
- * buffer. ALLOW_REMOTE: false on an owner answering a peer (it must not bounce the request). */
 /* One read of [OFF, OFF+LEN) of MB from member M of V. Returns 0 or the transport's error (a
  * failure that says nothing about the block avoids the member for a while). */
 static int read_member(struct shoal_reader *r, struct shoal_group_view *v,
                        const struct shoal_member *m, struct mblock *mb,
                        const struct shoal_object *obj, uint32_t index, uint32_t off, uint32_t len)
 {
+        shoal_spread_begin(r->spread, m->id);
         int rc = shoal_remote_read(r->cfg.remote, m, r->cfg.vol, obj, index, off, len,
                                    mb->buf + off, v->version);
+        shoal_spread_end(r->spread, m->id);
         if (rc && rc != -ESTALE && rc != -ENOENT) {
                 log_ratelimited(SHOAL_LOG_WARN, "reader", "read from member %s (%s) failed: %s",
                                 m->id, m->tcp_addr, strerror(-rc));
@@ -360,15 +371,34 @@ static bool usable(struct shoal_reader *r, const struct shoal_member *m, const c
                !shoal_remote_member_avoided(r->cfg.remote, m);
 }
 
+/* A spread read (issue 29): with the block's owner O busy for this process, the next member NEXT
+ * reads it instead (it fills it from O and keeps a copy). Returns 0, -ESTALE or -ENOENT as
+ * read_member, or -EAGAIN when the owner is to be asked as usual (not busy, NEXT unusable, or
+ * NEXT failed or refused: a spread read never makes a read fail). */
+static int read_spread(struct shoal_reader *r, struct shoal_group_view *v,
+                       const struct shoal_member *o, const struct shoal_member *next,
+                       struct mblock *mb, const struct shoal_object *obj, uint32_t index,
+                       uint32_t off, uint32_t len, const char *self)
+{
+        if (!next || !usable(r, next, self) ||
+            !shoal_spread_choose_next(r->spread, o->id, next->id))
+                return -EAGAIN;
+        shoal_metric_inc(SHOAL_M_group_spread_reads);
+        int rc = read_member(r, v, next, mb, obj, index, off, len);
+        return !rc || rc == -ESTALE || rc == -ENOENT ? rc : -EAGAIN;
+}
+
 /* Where a block comes from in the group, for FILL. Sets *OWNER_IS_SELF (this process caches what
  * it reads from the store: it owns the block, or serves it in place of an owner that is away or
  * unreachable). Returns 0 when the group delivered [OFF, OFF+LEN), -ESTALE or -ENOENT from a
  * member (the object changed or is gone), else a failure after which the store is read.
  *
- * A client asks the block's owner, then, if that fails, the next member in the block's
- * rendezvous order, which fills it in the owner's place. A member answering a peer (ALLOW_REMOTE
- * false) that is that next member asks the owner first: the requester's view had the owner
- * away while this one still sees it (views change a heartbeat apart). */
+ * A client asks the block's owner (or, when the owner is busy, the next member: read_spread),
+ * then, if that fails, the next member in the block's rendezvous order, which fills it in the
+ * owner's place. A member answering a peer (ALLOW_REMOTE false) that is that next member asks the
+ * owner first: the requester's view had the owner away while this one still sees it (views change
+ * a heartbeat apart), or the requester found the owner busy. What it gets from the owner is a
+ * peer fill (MB->peer_filled): a second copy, kept in memory only. */
 static int fill_from_group(struct shoal_reader *r, struct shoal_group *g, struct mblock *mb,
                            const struct shoal_object *obj, uint32_t index, uint32_t off,
                            uint32_t len, bool allow_remote, bool *owner_is_self)
@@ -390,8 +420,20 @@ static int fill_from_group(struct shoal_reader *r, struct shoal_group *g, struct
         bool substitute = next && !strcmp(next->id, self);
         if (!allow_remote && !substitute)
                 goto out;
+        if (allow_remote && usable(r, o, self)) {
+                rc = read_spread(r, v, o, next, mb, obj, index, off, len, self);
+                if (rc != -EAGAIN)
+                        goto out;
+        }
         if (usable(r, o, self)) {
                 rc = read_member(r, v, o, mb, obj, index, off, len);
+                if (!allow_remote && !rc) {
+                        mb->peer_filled = true;
+                        shoal_metric_inc(SHOAL_M_group_peer_fills);
+                        log_debug("group", "peer fill %s [%llu+%u] from owner %s", obj->key,
+                                  (unsigned long long)index * r->cfg.vol->block_size + off, len,
+                                  o->id);
+                }
                 if (!rc || rc == -ESTALE || rc == -ENOENT)
                         goto out;
                 if (allow_remote) /* the owner failed a client: the next member, else the store */
@@ -466,6 +508,32 @@ bool shoal_reader_filling(struct shoal_reader *r, const struct shoal_block_id *i
         return filling;
 }
 
+/* MB (held, just filled whole from its owner by a peer fill) becomes a second copy. Copies of
+ * other versions of its object are dropped (at once, or when their last reader lets go): they
+ * could never be read again, as a block's id names its version, but they hold buffers. */
+static void mark_copy_locked(struct shoal_reader *r, struct mblock *mb,
+                             const struct shoal_object *obj)
+{
+        if (mb->copy || !range_valid(mb, 0, mb->len))
+                return;
+        mb->copy = true;
+        mb->key_h = shoal_spread_hash(obj->key);
+        mb->ver_h = shoal_spread_hash(obj->version);
+        shoal_metric_gauge_add(SHOAL_M_group_spread_copies, 1);
+        for (unsigned i = 0; i < r->nblocks; i++) {
+                struct mblock *o = &r->blocks[i];
+                if (!o->used || !o->copy || o->key_h != mb->key_h || o->ver_h == mb->ver_h)
+                        continue;
+                if (o->refs) {
+                        o->stale = true;
+                        continue;
+                }
+                lru_unlink(o);
+                hash_remove(r, o);
+                lru_push_head(r, o);
+        }
+}
+
 /* Makes [off, off+len) of block INDEX valid in MB (held), sharing fills with other threads. */
 static int ensure_range(struct shoal_reader *r, struct mblock *mb, const struct shoal_object *obj,
                         uint32_t index, uint32_t off, uint32_t len, bool allow_remote)
@@ -486,6 +554,7 @@ static int ensure_range(struct shoal_reader *r, struct mblock *mb, const struct 
                         break; /* cannot happen after the checks above; never spin on it */
                 bool whole = !any_valid(mb);
                 mb->filling = true;
+                mb->peer_filled = false;
                 pthread_mutex_unlock(&r->mu);
                 uint32_t foff, flen;
                 rc = fill(r, mb, obj, index, moff, mlen, allow_remote, whole, &foff, &flen);
@@ -493,6 +562,8 @@ static int ensure_range(struct shoal_reader *r, struct mblock *mb, const struct 
                 mb->filling = false;
                 if (!rc)
                         mark_valid(mb, foff, flen); /* exactly what was filled, never more */
+                if (!rc && mb->peer_filled)
+                        mark_copy_locked(r, mb, obj);
                 pthread_cond_broadcast(&r->cond);
                 if (rc)
                         break;
@@ -576,13 +647,14 @@ struct shoal_reader *shoal_reader_create(const struct shoal_reader_config *cfg, 
                 n = 65536;
         r->nblocks = (unsigned)n;
         r->pool = shoal_bufpool_create(bs, r->nblocks);
+        r->spread = shoal_spread_create(cfg->spread_copies, cfg->spread_busy);
         r->blocks = calloc(r->nblocks, sizeof(*r->blocks));
         unsigned hs = 1;
         while (hs < 2 * r->nblocks)
                 hs <<= 1;
         r->hash = calloc(hs, sizeof(*r->hash));
         r->hash_mask = hs - 1;
-        if (!r->pool || !r->blocks || !r->hash) {
+        if (!r->pool || !r->spread || !r->blocks || !r->hash) {
                 snprintf(err, errlen, "cannot allocate %u block buffers of %u bytes", r->nblocks,
                          bs);
                 goto out_free;
@@ -612,6 +684,7 @@ struct shoal_reader *shoal_reader_create(const struct shoal_reader_config *cfg, 
 
 out_free:
         shoal_bufpool_destroy(r->pool);
+        shoal_spread_destroy(r->spread);
         free(r->blocks);
         free(r->hash);
         free(r);
@@ -629,13 +702,17 @@ void shoal_reader_destroy(struct shoal_reader *r)
         for (unsigned i = 0; i < r->nthreads; i++)
                 pthread_join(r->threads[i], NULL);
         free(r->threads);
-        for (unsigned i = 0; i < r->nblocks; i++)
+        for (unsigned i = 0; i < r->nblocks; i++) {
                 if (r->blocks[i].used)
                         buffer_gauge(r, -1);
+                if (r->blocks[i].copy)
+                        shoal_metric_gauge_add(SHOAL_M_group_spread_copies, -1);
+        }
         pthread_mutex_destroy(&r->mu);
         pthread_cond_destroy(&r->cond);
         pthread_cond_destroy(&r->q_cond);
         shoal_bufpool_destroy(r->pool);
+        shoal_spread_destroy(r->spread);
         free(r->blocks);
         free(r->hash);
         free(r);
@@ -776,6 +853,36 @@ void shoal_reader_unpin(struct shoal_reader *r, struct shoal_read_pin *pins, uns
         pthread_mutex_unlock(&r->mu);
 }
 
+/* Whether this member owns block ID in its current view (or is not in a group). */
+static bool owned_here(struct shoal_reader *r, const struct shoal_block_id *id)
+{
+        struct shoal_group *g = __atomic_load_n(&r->cfg.group, __ATOMIC_ACQUIRE);
+        if (!g)
+                return true;
+        struct shoal_group_view *v = shoal_group_view_get(g);
+        bool mine = shoal_group_rank(v, id, shoal_group_self_id(g)) == 0;
+        shoal_group_view_put(v);
+        return mine;
+}
+
+/* MB (held, valid) is a second copy: when this member has become the block's owner (its owner
+ * left), it is an owned block from now on (written to the disk cache by the caller). Returns
+ * whether MB is still a copy. */
+static bool still_copy(struct shoal_reader *r, struct mblock *mb, const struct shoal_block_id *id)
+{
+        pthread_mutex_lock(&r->mu);
+        bool copy = mb->copy;
+        pthread_mutex_unlock(&r->mu);
+        if (!copy || !owned_here(r, id))
+                return copy;
+        pthread_mutex_lock(&r->mu);
+        if (mb->copy)
+                shoal_metric_gauge_add(SHOAL_M_group_spread_copies, -1);
+        mb->copy = false;
+        pthread_mutex_unlock(&r->mu);
+        return false;
+}
+
 int shoal_reader_hold_block(struct shoal_reader *r, const struct shoal_object *obj, uint32_t index,
                             struct shoal_held_block *hb)
 {
@@ -800,9 +907,10 @@ int shoal_reader_hold_block(struct shoal_reader *r, const struct shoal_object *o
         }
         /* Held in memory but gone from the disk cache (removed as corrupt on a peer's report, or
          * evicted): write it back, or the owner would serve it from memory only and fetch it
-         * from the store again once the buffer is reused. A fill just inserted it already. */
-        if (was_valid && r->cfg.sharing && r->cfg.cache && shoal_cache_enabled(r->cfg.cache) &&
-            !shoal_cache_contains(r->cfg.cache, &id))
+         * from the store again once the buffer is reused. A fill just inserted it already. A
+         * second copy stays in memory only, unless this member owns the block now. */
+        if (was_valid && !still_copy(r, mb, &id) && r->cfg.sharing && r->cfg.cache &&
+            shoal_cache_enabled(r->cfg.cache) && !shoal_cache_contains(r->cfg.cache, &id))
                 shoal_cache_insert(r->cfg.cache, &id, mb->buf, len);
         hb->data = mb->buf;
         hb->len = mb->len;

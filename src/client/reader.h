@@ -5,7 +5,10 @@
  * with a bitmap of valid chunks. Concurrent readers of one block share one fill (single flight),
  * whether they are local readers, readahead, or (on an owner) peers asking for the block. Any
  * failure of the cache or of a member falls through to the next layer; the caller only sees an
- * error when the object store itself fails. Thread-safe. */
+ * error when the object store itself fails. A read that finds its block's owner busy (this
+ * process's reads in flight to it, client/spread.h) goes to the next member in the block's order,
+ * which fills it from the owner and keeps it in its buffers as a second copy (docs/architecture.md
+ * "Spread by load"). Thread-safe. */
 #ifndef SHOAL_CLIENT_READER_H
 #define SHOAL_CLIENT_READER_H
 
@@ -30,6 +33,9 @@ struct shoal_reader_config {
         uint64_t buffer_bytes;       /* --buffer-size; at least 4 blocks are always kept */
         unsigned readahead;          /* blocks to prefetch ahead of a sequential stream */
         unsigned prefetch_threads;   /* 0: no readahead */
+        unsigned spread_copies;      /* copies of a block, the owner's included (client/spread.h):
+                                        1 no spread reads; 0 SHOAL_SPREAD_COPIES or 1 */
+        unsigned spread_busy;        /* 0: SHOAL_SPREAD_BUSY or 9 */
 };
 
 struct shoal_reader;

@@ -42,6 +42,8 @@ static const struct var vars[] = {
         {"SHOAL_GROUP_GRACE", K_DURATION, F(group_grace_ns), 0},
         {"SHOAL_REMOTE_TIMEOUT", K_DURATION, F(remote_timeout_ns), 0},
         {"SHOAL_AVOID_DURATION", K_DURATION, F(avoid_ns), 0},
+        {"SHOAL_SPREAD_COPIES", K_COUNT, F(spread_copies), 2},
+        {"SHOAL_SPREAD_BUSY", K_COUNT, F(spread_busy), 100000},
         {"SHOAL_IORPC_SCALE_PERIOD", K_DURATION, F(iorpc_scale_period_ns), 0},
         {"IORPC_RDMA_RETRY_DURATION", K_DURATION, F(rdma_retry_ns), 0},
         {"SHOAL_RDMA_HEARTBEAT", K_DURATION, F(rdma_heartbeat_ns), 0},

@@ -147,6 +147,12 @@
           "Blocks a new owner read from their owner in the previous view, not the store")          \
         X(group_prev_owner_misses, COUNTER,                                                        \
           "Blocks a new owner asked the previous owner for, in vain (then the store)")             \
+        X(group_spread_reads, COUNTER,                                                             \
+          "Reads sent to the next member in the block's order because the owner was busy")         \
+        X(group_spread_copies, GAUGE,                                                              \
+          "Second copies held in memory: blocks filled from their owner for spread reads")         \
+        X(group_peer_fills, COUNTER,                                                               \
+          "Blocks this member filled from their owner as the next member in their order")          \
         /* o: object store */                                                                      \
         X(object_get_requests, COUNTER, "Object store GETs (ranged reads)")                        \
         X(object_get_bytes, COUNTER, "Bytes read from the object store")                           \

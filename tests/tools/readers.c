@@ -35,6 +35,7 @@
 
 #include "node/node.h"
 #include "client/reader.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
@@ -213,6 +214,11 @@ int main(int argc, char **argv)
         if (argc < 2 || argv[1][0] == '-')
                 return usage("expected STORAGE first");
         cfg.storage = argv[1];
+        /* SHOAL_GROUP_SECRET, as the command line takes it (members beyond loopback need it). */
+        const struct shoal_env *env = shoal_config_env();
+        if (env->group_secret)
+                cfg.group_secret = (struct shoal_secret){
+                        .bytes = (const uint8_t *)env->group_secret, .len = env->group_secret_len};
         /* The host-local secret as the command line finds it (node/local_secret.h): members
          * started without a group secret refuse a client without it. */
         char lsec[1100];

@@ -18,6 +18,8 @@
 #include "cache/cache.h"
 #include "client/reader.h"
 #include "client/reader_internal.h"
+#include "client/spread.h"
+#include "metrics/metrics.h"
 #include "common/util.h"
 #include "store/store.h"
 
@@ -338,6 +340,102 @@ static void test_concurrent(void **state)
         env_free(e);
 }
 
+static uint64_t counter(enum shoal_metric_id id)
+{
+        struct shoal_metrics_snap s;
+        assert_int_equal(shoal_metrics_snap_take(&s), 0);
+        uint64_t v = s.counters[id];
+        shoal_metrics_snap_free(&s);
+        return v;
+}
+
+struct flight {
+        struct shoal_reader *r;
+        struct env *e;
+        pthread_barrier_t *go;
+        uint64_t off;
+};
+
+static void *flight_thread(void *arg)
+{
+        struct flight *f = arg;
+        pthread_barrier_wait(f->go);
+        check_range(f->r, f->e, f->off, 1u << 20, NULL);
+        return NULL;
+}
+
+/* Readers of one block in one process share one fill (single flight): eight threads that ask for
+ * the same block at the same moment cost one store read, whatever the cache (none here). */
+static void test_single_flight(void **state)
+{
+        (void)state;
+        struct env *e = env_new(1u << 20);
+        char err[256];
+        struct shoal_reader_config rc = {
+                .vol = &e->vol, .store = e->store, .buffer_bytes = 8u << 20};
+        struct shoal_reader *r = shoal_reader_create(&rc, err, sizeof(err));
+        assert_non_null(r);
+        for (uint64_t round = 0; round < 4; round++) {
+                pthread_barrier_t go;
+                pthread_barrier_init(&go, NULL, 8);
+                struct flight f = {r, e, &go, (round + 3) << 20};
+                pthread_t th[8];
+                uint64_t before = counter(SHOAL_M_object_get_requests);
+                for (int i = 0; i < 8; i++)
+                        pthread_create(&th[i], NULL, flight_thread, &f);
+                for (int i = 0; i < 8; i++)
+                        pthread_join(th[i], NULL);
+                assert_int_equal(counter(SHOAL_M_object_get_requests) - before, 1);
+                pthread_barrier_destroy(&go);
+        }
+        shoal_reader_destroy(r);
+        env_free(e);
+}
+
+/* When a block's owner counts as busy (client/spread.h): from the BUSY-th read in flight to it,
+ * and only towards a next member with fewer; never with one copy; BUSY 1 always. */
+static void test_spread_choice(void **state)
+{
+        (void)state;
+        struct shoal_spread *sp = shoal_spread_create(2, 3);
+        assert_non_null(sp);
+        assert_int_equal(shoal_spread_copies(sp), 2);
+        assert_false(shoal_spread_choose_next(sp, "o", "n"));
+        shoal_spread_begin(sp, "o");
+        assert_false(shoal_spread_choose_next(sp, "o", "n")); /* would be the 2nd */
+        shoal_spread_begin(sp, "o");
+        assert_true(shoal_spread_choose_next(sp, "o", "n")); /* would be the 3rd */
+        shoal_spread_begin(sp, "n");
+        shoal_spread_begin(sp, "n");
+        assert_false(shoal_spread_choose_next(sp, "o", "n")); /* the next is as busy */
+        shoal_spread_end(sp, "n");
+        assert_true(shoal_spread_choose_next(sp, "o", "n"));
+        assert_int_equal(shoal_spread_inflight(sp, "o"), 2);
+        shoal_spread_end(sp, "o");
+        shoal_spread_end(sp, "o");
+        shoal_spread_end(sp, "o"); /* never below zero */
+        assert_int_equal(shoal_spread_inflight(sp, "o"), 0);
+        assert_false(shoal_spread_choose_next(sp, "o", "n"));
+        /* more members than the table holds: idle ones make room, counts stay right */
+        char id[16];
+        for (int i = 0; i < 1000; i++) {
+                snprintf(id, sizeof(id), "m%d", i);
+                shoal_spread_begin(sp, id);
+                shoal_spread_end(sp, id);
+        }
+        assert_int_equal(shoal_spread_inflight(sp, "n"), 1);
+        shoal_spread_destroy(sp);
+
+        sp = shoal_spread_create(1, 1); /* one copy: never */
+        assert_false(shoal_spread_choose_next(sp, "o", "n"));
+        shoal_spread_destroy(sp);
+        sp = shoal_spread_create(5, 1); /* at most 2; BUSY 1: every read */
+        assert_int_equal(shoal_spread_copies(sp), SHOAL_SPREAD_COPIES_MAX);
+        assert_true(shoal_spread_choose_next(sp, "o", "n"));
+        shoal_spread_destroy(sp);
+        assert_int_not_equal(shoal_spread_hash("v1"), shoal_spread_hash("v2"));
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -348,6 +446,8 @@ int main(void)
                 cmocka_unit_test(test_sequential_readahead),
                 cmocka_unit_test(test_concurrent),
                 cmocka_unit_test(test_pinned),
+                cmocka_unit_test(test_single_flight),
+                cmocka_unit_test(test_spread_choice),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
