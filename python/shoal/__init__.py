@@ -304,9 +304,10 @@ class Client:
             raise _lib.error(rc)
 
     def copy(self, src, dst, overwrite=False):
-        """Makes DST a copy of object SRC: inside the store where it can (S3 CopyObject, up to
-        5 GiB), else read through the client and written as by open(dst, "wb"). DST appears
-        whole or not at all. An existing DST raises FileExistsError unless overwrite=True."""
+        """Makes DST a copy of object SRC: inside the store where it can (S3 CopyObject up to
+        5 GiB, UploadPartCopy in parts above), else read through the client and written as by
+        open(dst, "wb"). DST appears whole or not at all. An existing DST raises FileExistsError
+        unless overwrite=True."""
         rc = lib.shoal_copy(self._handle(), _key(src), _key(dst),
                             _lib.WRITE_OVERWRITE if overwrite else 0)
         if rc:

@@ -26,6 +26,7 @@ struct shoal_env {
         /* counts; 0 = not set */
         unsigned store_attempts;   /* SHOAL_STORE_ATTEMPTS, 1..1000 */
         unsigned s3_list_max_keys; /* SHOAL_S3_LIST_MAX_KEYS, 1..1000 */
+        unsigned s3_copy_max_mib;  /* SHOAL_S3_COPY_MAX_MIB, 1..5120 */
         /* connection growth thresholds (per second, over a grow period); 0 = the seeds' */
         unsigned iorpc_grow_qps;   /* SHOAL_IORPC_GROW_QPS */
         unsigned iorpc_grow_mibps; /* SHOAL_IORPC_GROW_MIBPS, MiB/s */
