@@ -126,6 +126,7 @@ out:
 }
 
 /* --- listing ----------------------------------------------------------------------------- */
+
 static int s3_list(struct shoal_store *st, const char *prefix, const char *delim,
                    const char *start_after, shoal_list_cb cb, void *arg)
 {
@@ -276,7 +277,8 @@ out:
         return rc;
 }
 
-/* --- uploads [W2] ------------------------------------------------------------------------- */
+/* --- deleting (uploads and copies: s3_upload.c) ------------------------------------------ */
+
 static int s3_remove(struct shoal_store *st, const char *key)
 {
         struct shoal_s3_store *s = st->impl;
