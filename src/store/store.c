@@ -455,12 +455,14 @@ static int copy_in_parts(struct shoal_store *st, const char *src, const struct s
         if (nparts > SHOAL_STORE_MPU_PARTS_MAX)
                 return -EFBIG;
         struct copy_call *cc = calloc(1, sizeof(*cc));
-        if (!cc || !(cc->etags = calloc(nparts, sizeof(*cc->etags)))) {
+        char(*etags)[SHOAL_VERSION_MAX + 1] = calloc(nparts, sizeof(*etags));
+        if (!cc || !etags) {
                 free(cc);
+                free(etags);
                 return -ENOMEM;
         }
         *cc = (struct copy_call){
-                .src = src, .dst = dst, .so = so, .etags = cc->etags, .nparts = (unsigned)nparts};
+                .src = src, .dst = dst, .so = so, .etags = etags, .nparts = (unsigned)nparts};
         int rc = copy_step(st, COPY_BEGIN, cc);
         for (unsigned i = 0; !rc && i < cc->nparts; i++) {
                 cc->num = i + 1;
