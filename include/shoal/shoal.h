@@ -282,8 +282,9 @@ SHOAL_API void shoal_plan_destroy(struct shoal_plan *p);
 SHOAL_API int shoal_delete(struct shoal_client *c, const char *key);
 
 /* Makes DST a copy of object SRC of C's store. Inside the store where it can (s3://: CopyObject,
- * objects up to 5 GiB, and only while SRC is still the object stat'ed first); otherwise (file://,
- * larger objects) the bytes are read through the client and written as by shoal_write_open().
+ * up to 5 GiB, UploadPartCopy in parts above, and only while SRC is still the object stat'ed
+ * first); otherwise (file://, an S3 store without UploadPartCopy) the bytes are read through the
+ * client and written as by shoal_write_open().
  * In a cache group the copy's blocks are written through either way. FLAGS: 0 (DST must not exist:
  * -EEXIST, checked first) or SHOAL_WRITE_OVERWRITE. DST appears whole or not at all. Returns 0,
  * -ENOENT (no SRC), -EEXIST, -ESTALE (SRC changed during the copy), -EINVAL, -EACCES or -EIO. */

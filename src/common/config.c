@@ -57,6 +57,7 @@ static const struct var vars[] = {
         {"SHOAL_STORE_DEADLINE", K_DURATION, F(store_deadline_ns), 0},
         {"SHOAL_STORE_ATTEMPTS", K_COUNT, F(store_attempts), 1000},
         {"SHOAL_S3_LIST_MAX_KEYS", K_COUNT, F(s3_list_max_keys), 1000},
+        {"SHOAL_S3_COPY_MAX_MIB", K_COUNT, F(s3_copy_max_mib), 5120},
         {"SHOAL_S3_CA_FILE", K_FILE, F(s3_ca_file), 0},
         {"AWS_ENDPOINT_URL", K_STRING, F(aws_endpoint_url), 0},
         {"AWS_REGION", K_REGION, F(aws_region), 0},

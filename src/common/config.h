@@ -43,6 +43,8 @@ struct shoal_env {
         unsigned s3_list_max_keys; /* SHOAL_S3_LIST_MAX_KEYS, 1..1000 */
         unsigned spread_copies;    /* SHOAL_SPREAD_COPIES, 1..2 (1: no spread reads) */
         unsigned spread_busy;      /* SHOAL_SPREAD_BUSY, 1..100000 */
+
+        unsigned s3_copy_max_mib; /* SHOAL_S3_COPY_MAX_MIB, 1..5120 */
         /* connection growth thresholds (per second, over a grow period); 0 = the seeds' */
         unsigned iorpc_grow_qps;   /* SHOAL_IORPC_GROW_QPS */
         unsigned iorpc_grow_mibps; /* SHOAL_IORPC_GROW_MIBPS, MiB/s */

@@ -38,6 +38,8 @@ static void env_overrides(struct shoal_store_config *cfg)
                                              SHOAL_STORE_DEADLINE_DEFAULT_NS);
         cfg->max_attempts = (unsigned)shoal_config_pick(cfg->max_attempts, env->store_attempts,
                                                         SHOAL_STORE_ATTEMPTS_DEFAULT);
+        /* 0: the store's own limit (5 GiB on S3) */
+        cfg->copy_max = shoal_config_pick(cfg->copy_max, (uint64_t)env->s3_copy_max_mib << 20, 0);
 }
 
 /* A retryable error that outlasted the attempts or the deadline is the end of the road: the
@@ -99,6 +101,9 @@ int shoal_store_open(const struct shoal_store_config *cfg, struct shoal_store **
                 st->cfg.upload_buffer_bytes = 300ULL << 20;
         if (!st->cfg.upload_concurrency)
                 st->cfg.upload_concurrency = 4;
+        if (!st->cfg.copy_max || st->cfg.copy_max > SHOAL_STORE_COPY_MAX)
+                st->cfg.copy_max = SHOAL_STORE_COPY_MAX;
+        st->cfg.copy_max = SHOAL_MAX(st->cfg.copy_max, SHOAL_STORE_PART_SIZE_MIN);
         pthread_mutex_init(&lk->mu, NULL);
         pthread_cond_init(&lk->cond, NULL);
         st->lock = lk;
@@ -360,37 +365,161 @@ int shoal_store_delete(struct shoal_store *st, const char *key)
         return shoal_store_give_up(rc, "delete", key, attempt, start);
 }
 
-int shoal_store_copy(struct shoal_store *st, const char *src, const struct shoal_object *so,
-                     const char *dst, struct shoal_object *out)
+uint64_t shoal_store_copy_part_size(uint64_t size, uint64_t copy_max)
 {
-        if (!shoal_key_valid(src, strnlen(src, SHOAL_KEY_MAX + 1)) ||
-            !shoal_key_valid(dst, strnlen(dst, SHOAL_KEY_MAX + 1)))
-                return -EINVAL;
-        if (!st->ops->copy || so->size > SHOAL_STORE_COPY_MAX)
-                return -EOPNOTSUPP;
+        uint64_t part = SHOAL_MIN(copy_max, SHOAL_STORE_COPY_PART_MAX);
+        part = SHOAL_MAX(part, SHOAL_STORE_PART_SIZE_MIN);
+        uint64_t least = (size + SHOAL_STORE_MPU_PARTS_MAX - 1) / SHOAL_STORE_MPU_PARTS_MAX;
+        part = SHOAL_MAX(part, least);
+        const uint64_t mib = 1ULL << 20;
+        return (part + mib - 1) / mib * mib; /* whole MiB */
+}
+
+/* One request of a copy in parts (which part, or the upload's beginning, end or abort). */
+struct copy_call {
+        const char *src, *dst;
+        const struct shoal_object *so;
+        char id[1024];
+        unsigned num; /* part, from 1 */
+        uint64_t off, len;
+        char (*etags)[SHOAL_VERSION_MAX + 1];
+        unsigned nparts;
+        char version[SHOAL_VERSION_MAX + 1];
+};
+
+enum copy_step {
+        COPY_BEGIN,
+        COPY_PART,
+        COPY_COMPLETE,
+        COPY_ABORT
+};
+
+static int copy_step_once(struct shoal_store *st, enum copy_step step, struct copy_call *cc)
+{
+        switch (step) {
+        case COPY_BEGIN:
+                return st->ops->mpu_begin(st, cc->dst, cc->id, sizeof(cc->id));
+        case COPY_PART:
+                return st->ops->copy_part(st, cc->dst, cc->id, cc->num, cc->src, cc->so->version,
+                                          cc->off, cc->len, cc->etags[cc->num - 1],
+                                          sizeof(cc->etags[0]));
+        case COPY_COMPLETE: {
+                const char **etags = malloc(cc->nparts * sizeof(*etags));
+                if (!etags)
+                        return -ENOMEM;
+                for (unsigned i = 0; i < cc->nparts; i++)
+                        etags[i] = cc->etags[i];
+                int rc = st->ops->mpu_complete(st, cc->dst, cc->id, etags, cc->nparts, 0,
+                                               cc->version, sizeof(cc->version));
+                free(etags);
+                return rc;
+        }
+        case COPY_ABORT:
+                return st->ops->mpu_abort(st, cc->dst, cc->id);
+        }
+        return -EINVAL;
+}
+
+/* STEP under the retry policy, with a deadline of its own (a part of 512 MiB may take a while;
+ * the whole copy has no overall deadline, as an upload has none). */
+static int copy_step(struct shoal_store *st, enum copy_step step, struct copy_call *cc)
+{
+        static const char *const what[] = {"CreateMultipartUpload", "UploadPartCopy",
+                                           "CompleteMultipartUpload", "AbortMultipartUpload"};
         uint64_t start = shoal_now_ns();
         uint64_t deadline = start + st->cfg.deadline_ns;
-        char version[SHOAL_VERSION_MAX + 1] = "";
         int rc;
         unsigned attempt;
         call_deadline = deadline;
         for (attempt = 1;; attempt++) {
-                rc = st->ops->copy(st, src, so->version, dst, version, sizeof(version));
+                rc = copy_step_once(st, step, cc);
                 uint64_t d;
                 if (!rc || !retry_after(st, rc, attempt, deadline, &d))
                         break;
                 shoal_sleep_ns(d);
         }
         call_deadline = 0;
-        rc = shoal_store_give_up(rc, "copy", src, attempt, start);
+        return shoal_store_give_up(rc, what[step], cc->dst, attempt, start);
+}
+
+/* SRC (SO) copied to DST in parts by the store: its version into VERSION. */
+static int copy_in_parts(struct shoal_store *st, const char *src, const struct shoal_object *so,
+                         const char *dst, char *version, size_t vlen)
+{
+        uint64_t part = shoal_store_copy_part_size(so->size, st->cfg.copy_max);
+        uint64_t nparts = (so->size + part - 1) / part;
+        if (nparts > SHOAL_STORE_MPU_PARTS_MAX)
+                return -EFBIG;
+        struct copy_call *cc = calloc(1, sizeof(*cc));
+        char(*etags)[SHOAL_VERSION_MAX + 1] = calloc(nparts, sizeof(*etags));
+        if (!cc || !etags) {
+                free(cc);
+                free(etags);
+                return -ENOMEM;
+        }
+        *cc = (struct copy_call){
+                .src = src, .dst = dst, .so = so, .etags = etags, .nparts = (unsigned)nparts};
+        int rc = copy_step(st, COPY_BEGIN, cc);
+        for (unsigned i = 0; !rc && i < cc->nparts; i++) {
+                cc->num = i + 1;
+                cc->off = i * part;
+                cc->len = SHOAL_MIN(part, so->size - cc->off);
+                rc = copy_step(st, COPY_PART, cc);
+        }
+        if (!rc)
+                rc = copy_step(st, COPY_COMPLETE, cc);
+        else if (cc->id[0])
+                copy_step(st, COPY_ABORT, cc); /* no parts left at the store */
+        if (!rc) {
+                shoal_strlcpy(version, cc->version, vlen);
+                log_info("store", "copied %s to %s in %u parts of %llu MiB", src, dst, cc->nparts,
+                         (unsigned long long)(part >> 20));
+        }
+        free(cc->etags);
+        free(cc);
+        return rc;
+}
+
+/* SRC (SO) copied to DST in one request: its version into VERSION. */
+static int copy_whole(struct shoal_store *st, const char *src, const struct shoal_object *so,
+                      const char *dst, char *version, size_t vlen)
+{
+        uint64_t start = shoal_now_ns();
+        uint64_t deadline = start + st->cfg.deadline_ns;
+        int rc;
+        unsigned attempt;
+        call_deadline = deadline;
+        for (attempt = 1;; attempt++) {
+                rc = st->ops->copy(st, src, so->version, dst, version, vlen);
+                uint64_t d;
+                if (!rc || !retry_after(st, rc, attempt, deadline, &d))
+                        break;
+                shoal_sleep_ns(d);
+        }
+        call_deadline = 0;
+        return shoal_store_give_up(rc, "copy", src, attempt, start);
+}
+
+int shoal_store_copy(struct shoal_store *st, const char *src, const struct shoal_object *so,
+                     const char *dst, struct shoal_object *out)
+{
+        if (!shoal_key_valid(src, strnlen(src, SHOAL_KEY_MAX + 1)) ||
+            !shoal_key_valid(dst, strnlen(dst, SHOAL_KEY_MAX + 1)))
+                return -EINVAL;
+        bool parts = so->size > st->cfg.copy_max;
+        if (!st->ops->copy || (parts && !st->ops->copy_part))
+                return -EOPNOTSUPP;
+        char version[SHOAL_VERSION_MAX + 1] = "";
+        int rc = parts ? copy_in_parts(st, src, so, dst, version, sizeof(version))
+                       : copy_whole(st, src, so, dst, version, sizeof(version));
         if (rc)
                 return rc;
         /* The size and mtime come from the store; the version must be the copy's own. */
         rc = shoal_store_stat(st, dst, out);
-        if (!rc && strcmp(out->version, version))
+        if (!rc && version[0] && strcmp(out->version, version))
                 log_info("store", "copy %s -> %s: the copy was replaced already (%s, not %s)", src,
                          dst, out->version, version);
-        if (!rc)
+        if (!rc && !parts)
                 log_info("store", "copied %s to %s", src, dst);
         return rc;
 }

@@ -92,11 +92,19 @@ struct shoal_store_ops {
          * receives DST's version. NULL where the store has no such request. */
         int (*copy)(struct shoal_store *st, const char *src, const char *version, const char *dst,
                     char *version_out, size_t vlen);
+        /* Optional, with the mpu_* requests (S3 UploadPartCopy): part NUM of multipart upload ID
+         * of DST becomes bytes [OFF, OFF+LEN) of SRC, copied inside the store, only while SRC
+         * still has VERSION (else -ESTALE); ETAG receives the part's. -EOPNOTSUPP when the store
+         * answers that it does not have the request. */
+        int (*copy_part)(struct shoal_store *st, const char *dst, const char *id, unsigned num,
+                         const char *src, const char *version, uint64_t off, uint64_t len,
+                         char *etag, size_t etaglen);
 };
 
 #define SHOAL_STORE_PART_SIZE_DEFAULT (16ULL << 20)
 #define SHOAL_STORE_PART_SIZE_MIN     (5ULL << 20) /* S3's smallest part but the last */
 #define SHOAL_STORE_PART_SIZE_MAX     (5ULL << 30) /* and its largest */
+#define SHOAL_STORE_MPU_PARTS_MAX     10000u       /* S3's limit on parts of one upload */
 
 struct shoal_store_config {
         const char *url;              /* file:///dir or s3://bucket[/prefix] */
@@ -110,6 +118,9 @@ struct shoal_store_config {
         uint64_t upload_part_size;    /* multipart part size (default 16 MiB; 5 MiB..5 GiB) */
         uint64_t upload_buffer_bytes; /* part buffers of all uploads (default 300 MiB) */
         unsigned upload_concurrency;  /* parts of one upload in flight (default 4) */
+        uint64_t copy_max;            /* the largest object copied in one request (default and
+                                         most SHOAL_STORE_COPY_MAX, or SHOAL_S3_COPY_MAX_MIB);
+                                         larger ones are copied in parts */
 };
 
 struct shoal_store {
@@ -214,13 +225,23 @@ uint64_t shoal_store_upload_size(const struct shoal_upload *u);
  * cannot tell), -ENOENT (file://: no such object), -EINVAL, -EACCES or -EIO. */
 int shoal_store_delete(struct shoal_store *st, const char *key);
 
-/* The largest object the store copies by itself (S3 CopyObject: 5 GiB). */
+/* The largest object the store copies in one request (S3 CopyObject: 5 GiB). */
 #define SHOAL_STORE_COPY_MAX (5ULL << 30)
+/* The largest part of a copy made in parts (the store's limit is 5 GiB). */
+#define SHOAL_STORE_COPY_PART_MAX (512ULL << 20)
+
+/* The part size of a copy in parts of an object of SIZE bytes when one request copies at most
+ * COPY_MAX: COPY_MAX, at most SHOAL_STORE_COPY_PART_MAX, at least S3's 5 MiB, and large enough
+ * that 10000 parts hold the object. */
+uint64_t shoal_store_copy_part_size(uint64_t size, uint64_t copy_max);
 
 /* Copies object SRC, which must still be SO (stat'ed by the caller), to DST inside the store
- * (retried like a read) and fills *OUT with DST as stat reports it. Returns 0, -EOPNOTSUPP when
- * the store cannot copy by itself (no such request, or SO is past SHOAL_STORE_COPY_MAX: the
- * caller copies the bytes instead), -ESTALE (SRC changed), -ENOENT, -EINVAL, -EACCES or -EIO.
+ * (retried like a read) and fills *OUT with DST as stat reports it. Up to cfg.copy_max in one
+ * request (S3 CopyObject); above it as a multipart upload of parts copied by the store
+ * (UploadPartCopy, parts of shoal_store_copy_part_size, each request retried with a deadline of
+ * its own), aborted at the store if any part fails. Returns 0, -EOPNOTSUPP when the store cannot
+ * copy by itself (no such request, or the store answered that it does not have it: the caller
+ * copies the bytes instead), -ESTALE (SRC changed), -ENOENT, -EINVAL, -EACCES, -EFBIG or -EIO.
  * DST is replaced if it exists: a caller that wants a new object checks first. */
 int shoal_store_copy(struct shoal_store *st, const char *src, const struct shoal_object *so,
                      const char *dst, struct shoal_object *out);

@@ -203,8 +203,45 @@ static int dent_cmp(const void *a, const void *b)
         return strcmp(((const struct dent *)a)->name, ((const struct dent *)b)->name);
 }
 
-/* Lists folder REL ("" or ending in '/') in key order, recursing when there is no delimiter. */
-static int list_dir(struct list_ctx *c, const char *rel)
+/* Appends entry NAME (stat SB) of folder REL to ENTS (N of CAP) when it can hold keys under the
+ * prefix. Returns 0 (kept or skipped) or -ENOMEM. */
+static int dent_add(const struct list_ctx *c, const char *rel, const char *name,
+                    const struct stat *sb, struct dent **ents, size_t *n, size_t *cap)
+{
+        /* Prune by prefix: the full key must start with the prefix, or (folders) the prefix must
+         * continue inside this folder. */
+        size_t rel_len = strlen(rel), nl = strlen(name);
+        char full[SHOAL_KEY_MAX + 2];
+        if (rel_len + nl + 1 > SHOAL_KEY_MAX)
+                return 0;
+        memcpy(full, rel, rel_len);
+        memcpy(full + rel_len, name, nl);
+        size_t fl = rel_len + nl;
+        if (S_ISDIR(sb->st_mode))
+                full[fl++] = '/';
+        full[fl] = '\0';
+        if (strncmp(full, c->prefix, SHOAL_MIN(fl, c->prefix_len)) ||
+            (!S_ISDIR(sb->st_mode) && fl < c->prefix_len))
+                return 0;
+        if (*n == *cap) {
+                struct dent *ne = realloc(*ents, 2 * *cap * sizeof(**ents));
+                if (!ne)
+                        return -ENOMEM;
+                *ents = ne;
+                *cap *= 2;
+        }
+        struct dent *d = &(*ents)[*n];
+        d->name = strdup(full + rel_len);
+        d->dir = S_ISDIR(sb->st_mode);
+        d->sb = *sb;
+        if (!d->name)
+                return -ENOMEM;
+        (*n)++;
+        return 0;
+}
+
+/* The entries of folder REL that can hold keys under the prefix, sorted, into *ENTS (*N). */
+static int read_folder(struct list_ctx *c, const char *rel, struct dent **ents, size_t *n)
 {
         /* Never dup(root_fd) here: a dup shares the directory's read offset, so a second
          * listing of the root would start at its end, and two at once would race. */
@@ -218,94 +255,68 @@ static int list_dir(struct list_ctx *c, const char *rel)
         }
         /* A dup of root_fd shares its offset: the previous listing left it at the end. */
         rewinddir(d);
-        size_t n = 0, cap = 64;
-        struct dent *ents = malloc(cap * sizeof(*ents));
-        int rc = 0;
-        if (!ents) {
-                closedir(d);
-                return -ENOMEM;
-        }
-        size_t rel_len = strlen(rel);
+        size_t cap = 64;
+        int rc = (*ents = malloc(cap * sizeof(**ents))) ? 0 : -ENOMEM;
         struct dirent *e;
-        while ((e = readdir(d))) {
+        while (!rc && (e = readdir(d))) {
                 if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
                     !strncmp(e->d_name, TMP_PREFIX, TMP_PREFIX_LEN))
                         continue;
                 struct stat sb;
                 if (fstatat(dirfd(d), e->d_name, &sb, 0))
                         continue; /* vanished or a dangling link */
-                if (!S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode))
-                        continue;
-                /* Prune by prefix: the full key must start with the prefix, or (folders) the
-                 * prefix must continue inside this folder. */
-                size_t nl = strlen(e->d_name);
-                char full[SHOAL_KEY_MAX + 2];
-                if (rel_len + nl + 1 > SHOAL_KEY_MAX)
-                        continue;
-                memcpy(full, rel, rel_len);
-                memcpy(full + rel_len, e->d_name, nl);
-                size_t fl = rel_len + nl;
-                if (S_ISDIR(sb.st_mode))
-                        full[fl++] = '/';
-                full[fl] = '\0';
-                size_t cmp = SHOAL_MIN(fl, c->prefix_len);
-                if (strncmp(full, c->prefix, cmp))
-                        continue;
-                if (!S_ISDIR(sb.st_mode) && fl < c->prefix_len)
-                        continue;
-                if (n == cap) {
-                        cap *= 2;
-                        struct dent *ne = realloc(ents, cap * sizeof(*ents));
-                        if (!ne) {
-                                rc = -ENOMEM;
-                                break;
-                        }
-                        ents = ne;
-                }
-                ents[n].name = strdup(full + rel_len);
-                ents[n].dir = S_ISDIR(sb.st_mode);
-                ents[n].sb = sb;
-                if (!ents[n].name) {
-                        rc = -ENOMEM;
-                        break;
-                }
-                n++;
+                if (S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode))
+                        rc = dent_add(c, rel, e->d_name, &sb, ents, n, &cap);
         }
         closedir(d);
         if (!rc)
-                qsort(ents, n, sizeof(*ents), dent_cmp);
-        for (size_t i = 0; i < n && !rc; i++) {
-                char full[SHOAL_KEY_MAX + 2];
-                snprintf(full, sizeof(full), "%s%s", rel, ents[i].name);
-                if (ents[i].dir) {
-                        size_t fl = strlen(full);
-                        /* With a delimiter, a folder past the prefix is a common prefix. */
-                        if (c->delim && fl > c->prefix_len) {
-                                if (c->start_after && strcmp(full, c->start_after) <= 0)
-                                        continue;
-                                struct shoal_list_entry le = {.key = full, .is_prefix = true};
-                                rc = c->cb(c->arg, &le);
-                                continue;
-                        }
-                        if (c->start_after && strcmp(full, c->start_after) < 0 &&
-                            strncmp(c->start_after, full, fl))
-                                continue; /* whole subtree sorts before start_after */
-                        rc = list_dir(c, full);
-                        continue;
+                qsort(*ents, *n, sizeof(**ents), dent_cmp);
+        return rc;
+}
+
+static int list_dir(struct list_ctx *c, const char *rel);
+
+/* Hands entry ENT of folder REL to the callback, or lists it when it is a folder to go into. */
+static int list_entry(struct list_ctx *c, const char *rel, const struct dent *ent)
+{
+        char full[SHOAL_KEY_MAX + 2];
+        snprintf(full, sizeof(full), "%s%s", rel, ent->name);
+        if (ent->dir) {
+                size_t fl = strlen(full);
+                /* With a delimiter, a folder past the prefix is a common prefix. */
+                if (c->delim && fl > c->prefix_len) {
+                        if (c->start_after && strcmp(full, c->start_after) <= 0)
+                                return 0;
+                        struct shoal_list_entry le = {.key = full, .is_prefix = true};
+                        return c->cb(c->arg, &le);
                 }
-                if (c->start_after && strcmp(full, c->start_after) <= 0)
-                        continue;
-                char version[SHOAL_VERSION_MAX + 1];
-                version_of(&ents[i].sb, version, sizeof(version));
-                struct shoal_list_entry le = {
-                        .key = full,
-                        .size = (uint64_t)ents[i].sb.st_size,
-                        .mtime_ns = (int64_t)ents[i].sb.st_mtim.tv_sec * (int64_t)SHOAL_NS_PER_SEC +
-                                    ents[i].sb.st_mtim.tv_nsec,
-                        .version = version,
-                };
-                rc = c->cb(c->arg, &le);
+                if (c->start_after && strcmp(full, c->start_after) < 0 &&
+                    strncmp(c->start_after, full, fl))
+                        return 0; /* whole subtree sorts before start_after */
+                return list_dir(c, full);
         }
+        if (c->start_after && strcmp(full, c->start_after) <= 0)
+                return 0;
+        char version[SHOAL_VERSION_MAX + 1];
+        version_of(&ent->sb, version, sizeof(version));
+        struct shoal_list_entry le = {
+                .key = full,
+                .size = (uint64_t)ent->sb.st_size,
+                .mtime_ns = (int64_t)ent->sb.st_mtim.tv_sec * (int64_t)SHOAL_NS_PER_SEC +
+                            ent->sb.st_mtim.tv_nsec,
+                .version = version,
+        };
+        return c->cb(c->arg, &le);
+}
+
+/* Lists folder REL ("" or ending in '/') in key order, recursing when there is no delimiter. */
+static int list_dir(struct list_ctx *c, const char *rel)
+{
+        struct dent *ents = NULL;
+        size_t n = 0;
+        int rc = read_folder(c, rel, &ents, &n);
+        for (size_t i = 0; i < n && !rc; i++)
+                rc = list_entry(c, rel, &ents[i]);
         for (size_t i = 0; i < n; i++)
                 free(ents[i].name);
         free(ents);

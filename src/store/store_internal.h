@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "store/store.h"
+struct shoal_store;
 
 /* Sets the deadline that shoal_store_deadline_ns() reports on this thread (0 clears it): the
  * upload engine runs its requests on its own threads, outside the generic calls. */

@@ -302,3 +302,26 @@ def test_group_secret_as_bytes(harness, tmp_path):
         assert c.read(key) == objs[key]
     assert shoal.counter("object_get_requests") > before
     assert shoal.counter("remotecache_fallbacks") > fallbacks
+
+
+def test_large_reads_into_fresh_bytes_are_exact(tmp_path):
+    """read() of objects over the pre-fault size (256 KiB) fills bytes whose pages were faulted
+    in first (MADV_POPULATE_WRITE): every byte is the object's, at every alignment and length;
+    faulting in pages that hold data leaves the data as it was."""
+    d = tmp_path / "store"
+    d.mkdir()
+    rnd = random.Random(28)
+    data = rnd.randbytes(3 << 20)
+    (d / "obj").write_bytes(data)
+    with shoal.Client("file://%s" % d, cache_size=0) as c:
+        for off, n in [(0, 1 << 20), (1, (1 << 20) - 1), (4095, 300000), (12345, None),
+                       (0, None), ((3 << 20) - 300000, None)]:
+            want = data[off:] if n is None else data[off:off + n]
+            assert c.read("obj", off, n) == want
+        with c.open("obj", buffering=0) as f:
+            assert f.readall() == data
+    buf = rnd.randbytes(1 << 20)
+    copy = bytearray(buf)  # a copy, not the same object
+    import ctypes
+    shoal._populate(ctypes.cast(ctypes.c_char_p(buf), ctypes.c_void_p).value, len(buf))
+    assert buf == copy
