@@ -45,6 +45,18 @@ install_s3rver() {
   npm install --prefix "$root/.deps" --no-audit --no-fund --loglevel=error s3rver@3.7.1 >/dev/null
 }
 
+# A fork of s3rver that implements UploadPartCopy (s3rver 3.7.1 answers 501), for
+# tests/python/test_s3_copy.py: into .deps/s3rver-fork, once.
+install_s3rver_fork() {
+  local root
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  [ -f "$root/.deps/s3rver-fork/node_modules/@20minutes/s3rver/package.json" ] && return 0
+  command -v npm >/dev/null 2>&1 || return 0
+  echo "setup: installing @20minutes/s3rver into $root/.deps/s3rver-fork" >&2
+  npm install --prefix "$root/.deps/s3rver-fork" --no-audit --no-fund --loglevel=error \
+    @20minutes/s3rver@5.0.0 >/dev/null
+}
+
 missing=()
 for p in "${PKGS[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -53,6 +65,7 @@ for p in "${PKGS[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   install_s3rver
+  install_s3rver_fork
   exit 0
 fi
 
@@ -75,3 +88,4 @@ $SUDO "${APT[@]}" update -q >/dev/null
 # their own, on ports of their own.
 $SUDO "${APT[@]}" install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 install_s3rver
+install_s3rver_fork
