@@ -25,10 +25,10 @@ struct shoal_list {
 #define shoal_list_entry(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 /* Walks the list HEAD with POS at each node; NEXT is read before the body runs, so the body may
- * unlink (and free the element of) POS. */
-#define list_for_each(pos, next, head)                                    \
-        for ((pos) = (head)->next, (next) = (pos)->next; (pos) != (head); \
-             (pos) = (next), (next) = (pos)->next)
+ * unlink (and free the element of) POS. (TMP is any name: the macro names its own fields.) */
+#define list_for_each(pos, tmp, head)                                    \
+        for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); \
+             (pos) = (tmp), (tmp) = (pos)->next)
 
 static inline void shoal_list_init(struct shoal_list *l)
 {
