@@ -62,6 +62,7 @@ static const struct var vars[] = {
         {"AWS_SECRET_ACCESS_KEY", K_STRING, F(aws_secret_access_key), 0},
         {"AWS_SESSION_TOKEN", K_STRING, F(aws_session_token), 0},
         {"HOME", K_STRING, F(home), 0},
+        {"TMPDIR", K_STRING, F(tmpdir), 0},
 };
 
 /* env_cur is written by shoal_config_load before threads start (the command line), or under

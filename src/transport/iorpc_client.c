@@ -47,12 +47,16 @@
 #include "common/util.h"
 #include "metrics/metrics.h"
 #include "transport/client_conn.h"
+#include "transport/transport.h"
 
-#define ABANDONED  256
-#define MAX_PEERS  1024
-#define STALL_NS   (10ULL * 1000000000ULL)
-#define RX_POLL_MS 200 /* a reader looks at its deadline and the flags this often when idle */
-#define REQ_MAX    2048
+#define ABANDONED      256
+#define MAX_PEERS      1024
+#define STALL_NS       (10 * SHOAL_NS_PER_SEC)
+#define RX_POLL_MS     200 /* a reader looks at its deadline and the flags this often when idle */
+#define REQ_MAX        2048
+#define RECV_NAP_NS    (100 * SHOAL_NS_PER_MS) /* a waiter for its payload looks this often */
+#define GROW_WITHIN_NS (5 * SHOAL_NS_PER_SEC)  /* a connection the scaler adds connects in time */
+#define PUT_IDLE       16                      /* idle put connections kept per member */
 /* Staging holds any whole frame without its payload: the largest body is a READ_RESP naming the
  * CRCs of a 64 MiB block (28 + 4 x 1024 bytes). */
 #define STAGE 16384
@@ -126,8 +130,7 @@ struct shoal_iorpc {
 
 static void cond_wait_deadline(pthread_cond_t *c, pthread_mutex_t *mu, uint64_t deadline)
 {
-        struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000ULL),
-                              .tv_nsec = (long)(deadline % 1000000000ULL)};
+        struct timespec ts = shoal_ns_timespec(deadline);
         pthread_cond_timedwait(c, mu, &ts);
 }
 
@@ -142,8 +145,7 @@ static bool flag_is(const bool *flag)
  * fine: callers loop). */
 static void waiter_sleep(struct waiter *w, uint32_t seen, uint64_t until)
 {
-        struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ULL),
-                              .tv_nsec = (long)(until % 1000000000ULL)};
+        struct timespec ts = shoal_ns_timespec(until);
         syscall(SYS_futex, &w->state, FUTEX_WAIT_BITSET_PRIVATE, seen, &ts, NULL,
                 FUTEX_BITSET_MATCH_ANY);
 }
@@ -581,7 +583,7 @@ static int waiter_wait(struct iconn *ic, struct waiter *w, uint64_t deadline)
                         pthread_mutex_unlock(&ic->mu);
                         continue;
                 }
-                waiter_sleep(w, st, st == W_RECV ? now + 100000000ULL : deadline);
+                waiter_sleep(w, st, st == W_RECV ? now + RECV_NAP_NS : deadline);
         }
 }
 
@@ -823,8 +825,8 @@ int shoal_iorpc_read(struct shoal_iorpc *cl, const char *addr, const struct shoa
  * (at least one). cl->mu held; dropped while connecting. */
 static void scale_tick(struct shoal_iorpc *cl, bool shrink_time)
 {
-        double gsecs = (double)cl->cfg.grow_period_ns / 1e9;
-        double ssecs = (double)cl->cfg.shrink_period_ns / 1e9;
+        double gsecs = (double)cl->cfg.grow_period_ns / (double)SHOAL_NS_PER_SEC;
+        double ssecs = (double)cl->cfg.shrink_period_ns / (double)SHOAL_NS_PER_SEC;
         for (unsigned i = 0; i < cl->npeers; i++) {
                 struct peer *p = &cl->peers[i];
                 drop_hung_up_locked(p);
@@ -854,7 +856,7 @@ static void scale_tick(struct shoal_iorpc *cl, bool shrink_time)
                         }
                 }
                 if (grow && usable && usable < cl->cfg.max_conns && !p->connecting) {
-                        if (!add_conn_locked(cl, p, shoal_now_ns() + 5000000000ULL))
+                        if (!add_conn_locked(cl, p, shoal_now_ns() + GROW_WITHIN_NS))
                                 log_debug("iorpc", "%s: grew to %u connections", p->addr,
                                           p->nconns);
                         continue;
@@ -928,7 +930,7 @@ struct shoal_iorpc *shoal_iorpc_create(const struct shoal_iorpc_config *cfg)
                 return NULL;
         cl->cfg = *cfg;
         if (!cl->cfg.grow_period_ns)
-                cl->cfg.grow_period_ns = 1000000000ULL;
+                cl->cfg.grow_period_ns = SHOAL_NS_PER_SEC;
         if (shoal_config_env()->iorpc_scale_period_ns)
                 cl->cfg.grow_period_ns = shoal_config_env()->iorpc_scale_period_ns;
         if (!cl->cfg.shrink_period_ns)
@@ -996,4 +998,108 @@ unsigned shoal_iorpc_conns(struct shoal_iorpc *cl, const char *addr)
                         n = cl->peers[i].nconns;
         pthread_mutex_unlock(&cl->mu);
         return n;
+}
+
+unsigned shoal_iorpc_inflight(struct shoal_iorpc *cl, const char *addr)
+{
+        unsigned n = 0;
+        pthread_mutex_lock(&cl->mu);
+        for (unsigned i = 0; i < cl->npeers; i++)
+                if (!strcmp(cl->peers[i].addr, addr))
+                        for (struct iconn *ic = cl->peers[i].conns; ic; ic = ic->next)
+                                n += __atomic_load_n(&ic->inflight, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&cl->mu);
+        return n;
+}
+
+/* ---- IORPC as a transport (transport/transport.h) ------------------------------------------ */
+
+struct iorpc_transport {
+        struct shoal_transport base;
+        struct shoal_iorpc *c;   /* reads; NULL: this client reads over the pool */
+        struct shoal_pool *puts; /* stop-and-wait PUT_BLOCKs to members' IORPC ports */
+};
+
+static struct iorpc_transport *it_of(struct shoal_transport *t)
+{
+        return (struct iorpc_transport *)t;
+}
+
+static int it_read(struct shoal_transport *t, const struct shoal_route *to,
+                   struct shoal_read_req *rq)
+{
+        struct iorpc_transport *it = it_of(t);
+        if (!it->c || !to->iorpc_addr[0])
+                return -ENOPROTOOPT;
+        return shoal_iorpc_read(it->c, to->iorpc_addr, rq->vol, rq->obj, rq->index, rq->off,
+                                rq->len, rq->dst, rq->view_version, rq->deadline);
+}
+
+static int it_put(struct shoal_transport *t, const struct shoal_route *to, struct shoal_put_req *rq)
+{
+        if (!to->iorpc_addr[0])
+                return -ENOPROTOOPT;
+        return shoal_pool_put(it_of(t)->puts, to->iorpc_addr, to->m->id, rq);
+}
+
+static int it_conns(struct shoal_transport *t, const struct shoal_route *to)
+{
+        struct iorpc_transport *it = it_of(t);
+        if (!it->c || !to->iorpc_addr[0])
+                return -ENOTCONN;
+        return (int)shoal_iorpc_conns(it->c, to->iorpc_addr);
+}
+
+static unsigned it_inflight(struct shoal_transport *t, const struct shoal_route *to)
+{
+        struct iorpc_transport *it = it_of(t);
+        return it->c && to->iorpc_addr[0] ? shoal_iorpc_inflight(it->c, to->iorpc_addr) : 0;
+}
+
+static void it_destroy(struct shoal_transport *t)
+{
+        struct iorpc_transport *it = it_of(t);
+        shoal_iorpc_destroy(it->c);
+        shoal_pool_destroy(it->puts);
+        free(it);
+}
+
+static const struct shoal_transport_ops iorpc_ops = {
+        .name = "iorpc",
+        .bytes_metric = SHOAL_M_remotecache_iorpc_get_bytes,
+        .wants_iorpc_addr = true,
+        .read = it_read,
+        .put = it_put,
+        .conns = it_conns,
+        .inflight = it_inflight,
+        .destroy = it_destroy,
+};
+
+/* Without --use-iorpc: puts only (reads never ask a member for its IORPC address). */
+static const struct shoal_transport_ops iorpc_put_ops = {
+        .name = "iorpc",
+        .bytes_metric = SHOAL_M_remotecache_iorpc_get_bytes,
+        .read = it_read,
+        .put = it_put,
+        .conns = it_conns,
+        .inflight = it_inflight,
+        .destroy = it_destroy,
+};
+
+struct shoal_transport *shoal_transport_iorpc_create(const struct shoal_secret *secret, bool reads)
+{
+        struct iorpc_transport *it = calloc(1, sizeof(*it));
+        if (!it)
+                return NULL;
+        it->base.ops = reads ? &iorpc_ops : &iorpc_put_ops;
+        it->puts = shoal_pool_create(secret, PUT_IDLE, SHOAL_SERVICE_IORPC);
+        if (reads) {
+                struct shoal_iorpc_config ic = {.secret = *secret};
+                it->c = shoal_iorpc_create(&ic);
+        }
+        if (!it->puts || (reads && !it->c)) {
+                it_destroy(&it->base);
+                return NULL;
+        }
+        return &it->base;
 }

@@ -92,7 +92,7 @@ void shoal_rdma_chan_error(struct shoal_rdma_chan *ch, const char *why, uint64_t
 }
 
 /* Longest pause between two tries of a refused connection. */
-#define REFUSED_PAUSE_MAX_NS (200ULL * 1000000ULL)
+#define REFUSED_PAUSE_MAX_NS (200 * SHOAL_NS_PER_MS)
 
 void shoal_rdma_chan_refused(struct shoal_rdma_chan *ch, const char *why, uint64_t now)
 {
@@ -118,7 +118,7 @@ void shoal_rdma_chan_refused(struct shoal_rdma_chan *ch, const char *why, uint64
         l->retry_at = now + d;
         shoal_metric_inc(SHOAL_M_rdma_connect_retries);
         log_debug("rdma", "connection to %s refused (%s): try %u again in %llu ms", ch->addr, why,
-                  l->refusals, (unsigned long long)(d / 1000000));
+                  l->refusals, (unsigned long long)(d / SHOAL_NS_PER_MS));
         chan_down(ch, now);
 }
 
@@ -542,7 +542,8 @@ static void scale(struct shoal_rdma_link *l, uint64_t now)
         if (now < l->next_grow)
                 return;
         bool shrink_time = now >= l->next_shrink;
-        double gsecs = (double)l->cfg.grow_ns / 1e9, ssecs = (double)l->cfg.shrink_ns / 1e9;
+        double gsecs = (double)l->cfg.grow_ns / (double)SHOAL_NS_PER_SEC,
+               ssecs = (double)l->cfg.shrink_ns / (double)SHOAL_NS_PER_SEC;
         bool grow = false, all_low = true;
         unsigned usable = 0, pending = 0;
         double tot_bytes = 0, tot_ops = 0;
