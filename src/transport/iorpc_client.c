@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "common/config.h"
+#include "common/list.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
@@ -99,7 +100,7 @@ struct iconn {
         unsigned ab_next;
         uint64_t win_bytes, win_reqs;   /* since the last grow tick (atomics) */
         uint64_t long_bytes, long_reqs; /* since the last shrink tick */
-        struct iconn *next;
+        struct shoal_list link;         /* in its peer's conns (unlinked: draining or broken) */
         /* the reader's own, handed from reader to reader under mu */
         int lowat;
         size_t s_start, s_end;
@@ -108,7 +109,7 @@ struct iconn {
 
 struct peer {
         char addr[64];
-        struct iconn *conns;
+        struct shoal_list conns; /* struct iconn */
         unsigned nconns;
         bool connecting;
         bool logged;
@@ -224,18 +225,19 @@ static void iconn_put(struct iconn *ic)
         free(ic);
 }
 
-/* cl->mu held. */
+static struct iconn *iconn_of(struct shoal_list *n)
+{
+        return shoal_list_entry(n, struct iconn, link);
+}
+
+/* Takes IC out of its peer's list (a no-op when it is out already). cl->mu held. */
 static void peer_unlink_locked(struct iconn *ic)
 {
-        struct peer *p = ic->peer;
-        for (struct iconn **pp = &p->conns; *pp; pp = &(*pp)->next) {
-                if (*pp == ic) {
-                        *pp = ic->next;
-                        p->nconns--;
-                        iconn_put(ic);
-                        return;
-                }
-        }
+        if (!shoal_list_linked(&ic->link))
+                return;
+        shoal_list_del(&ic->link);
+        ic->peer->nconns--;
+        iconn_put(ic);
 }
 
 /* Marks IC broken: every waiter not being filled fails (retryable), no new request picks it. The
@@ -596,6 +598,7 @@ static struct peer *peer_find_locked(struct shoal_iorpc *cl, const char *addr)
                 return NULL;
         struct peer *p = &cl->peers[cl->npeers++];
         shoal_strlcpy(p->addr, addr, sizeof(p->addr));
+        shoal_list_init(&p->conns);
         return p;
 }
 
@@ -640,8 +643,7 @@ static int add_conn_locked(struct shoal_iorpc *cl, struct peer *p, uint64_t dead
         ic->refs = 1; /* the peer list */
         pthread_mutex_init(&ic->mu, NULL);
         pthread_mutex_init(&ic->send_mu, NULL);
-        ic->next = p->conns;
-        p->conns = ic;
+        shoal_list_push_front(&p->conns, &ic->link);
         p->nconns++;
         shoal_metric_gauge_add(SHOAL_M_remotecache_connections, 1);
         if (!p->logged) {
@@ -656,7 +658,9 @@ static struct iconn *least_loaded_locked(struct peer *p)
 {
         struct iconn *best = NULL;
         unsigned best_n = 0;
-        for (struct iconn *ic = p->conns; ic; ic = ic->next) {
+        struct shoal_list *pos, *next;
+        list_for_each (pos, next, &p->conns) {
+                struct iconn *ic = iconn_of(pos);
                 unsigned n = __atomic_load_n(&ic->inflight, __ATOMIC_RELAXED);
                 if (!flag_is(&ic->broken) && !flag_is(&ic->draining) && (!best || n < best_n)) {
                         best = ic;
@@ -678,8 +682,9 @@ static bool iconn_hung_up(const struct iconn *ic)
  * up on. cl->mu held. */
 static void drop_hung_up_locked(struct peer *p)
 {
-        for (struct iconn *ic = p->conns, *nx; ic; ic = nx) {
-                nx = ic->next;
+        struct shoal_list *pos, *next;
+        list_for_each (pos, next, &p->conns) {
+                struct iconn *ic = iconn_of(pos);
                 if (!__atomic_load_n(&ic->inflight, __ATOMIC_RELAXED) && iconn_hung_up(ic))
                         iconn_break_locked(ic);
         }
@@ -833,7 +838,9 @@ static void scale_tick(struct shoal_iorpc *cl, bool shrink_time)
                 bool grow = false, all_low = true;
                 unsigned usable = 0;
                 double tot_bytes = 0, tot_reqs = 0;
-                for (struct iconn *ic = p->conns; ic; ic = ic->next) {
+                struct shoal_list *pos, *next;
+                list_for_each (pos, next, &p->conns) {
+                        struct iconn *ic = iconn_of(pos);
                         if (flag_is(&ic->broken) || flag_is(&ic->draining))
                                 continue;
                         usable++;
@@ -869,12 +876,14 @@ static void scale_tick(struct shoal_iorpc *cl, bool shrink_time)
                         need = need_q;
                 while (usable > need) {
                         struct iconn *victim = NULL;
-                        for (struct iconn *ic = p->conns; ic; ic = ic->next)
+                        list_for_each (pos, next, &p->conns) {
+                                struct iconn *ic = iconn_of(pos);
                                 if (!flag_is(&ic->broken) && !flag_is(&ic->draining) &&
                                     (!victim ||
                                      __atomic_load_n(&ic->inflight, __ATOMIC_RELAXED) <
                                              __atomic_load_n(&victim->inflight, __ATOMIC_RELAXED)))
                                         victim = ic;
+                        }
                         if (!victim)
                                 break;
                         __atomic_store_n(&victim->draining, true, __ATOMIC_RELEASE);
@@ -977,8 +986,8 @@ void shoal_iorpc_destroy(struct shoal_iorpc *cl)
         __atomic_store_n(&cl->stop, true, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&cl->cond);
         for (unsigned i = 0; i < cl->npeers; i++)
-                while (cl->peers[i].conns)
-                        iconn_break_locked(cl->peers[i].conns);
+                while (!shoal_list_empty(&cl->peers[i].conns))
+                        iconn_break_locked(iconn_of(cl->peers[i].conns.next));
         pthread_mutex_unlock(&cl->mu);
         pthread_join(cl->scaler, NULL);
         pthread_mutex_destroy(&cl->mu);
@@ -1004,10 +1013,11 @@ unsigned shoal_iorpc_inflight(struct shoal_iorpc *cl, const char *addr)
 {
         unsigned n = 0;
         pthread_mutex_lock(&cl->mu);
+        struct shoal_list *pos, *next;
         for (unsigned i = 0; i < cl->npeers; i++)
                 if (!strcmp(cl->peers[i].addr, addr))
-                        for (struct iconn *ic = cl->peers[i].conns; ic; ic = ic->next)
-                                n += __atomic_load_n(&ic->inflight, __ATOMIC_RELAXED);
+                        list_for_each (pos, next, &cl->peers[i].conns)
+                                n += __atomic_load_n(&iconn_of(pos)->inflight, __ATOMIC_RELAXED);
         pthread_mutex_unlock(&cl->mu);
         return n;
 }

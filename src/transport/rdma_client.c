@@ -86,8 +86,7 @@ static void op_shutdown(void *env, struct shoal_rdma_chan *m)
         /* After this the member cannot write into any request buffer of the channel (tcp stops
          * reading the socket, verbs moves the QP to the error state). */
         shoal_fab_ep_shutdown(ch->ep, m->addr);
-        ch->next = cl->dying;
-        cl->dying = ch;
+        shoal_list_push_front(&cl->dying, &ch->dying);
 }
 
 static void op_complete(void *env, struct shoal_rdma_creq *q, int rc)
@@ -172,6 +171,7 @@ static int chan_request(struct rc_link *l, bool grow)
         if (!ch)
                 return -ENOMEM;
         ch->link = l;
+        shoal_list_init(&ch->dying);
         ch->gen = l->p->gen;
         ch->grow = grow;
         shoal_strlcpy(ch->m.addr, l->addr, sizeof(ch->m.addr));
@@ -290,8 +290,7 @@ static void chan_opened(struct shoal_rdma_client *cl, struct rc_chan *ch, uint64
                         /* some receives are out: let the flush bring them back */
                         ch->m.broken = true;
                         ch->m.broken_at = now;
-                        ch->next = cl->dying;
-                        cl->dying = ch;
+                        shoal_list_push_front(&cl->dying, &ch->dying);
                         ch = NULL;
                 }
         }
@@ -319,8 +318,9 @@ static void chan_opened(struct shoal_rdma_client *cl, struct rc_chan *ch, uint64
  * them once every completion was read; parks the rare one whose completions never come. */
 static void reap(struct shoal_rdma_client *cl, uint64_t now)
 {
-        for (struct rc_chan **pp = &cl->dying; *pp;) {
-                struct rc_chan *ch = *pp;
+        struct shoal_list *pos, *next;
+        list_for_each (pos, next, &cl->dying) {
+                struct rc_chan *ch = shoal_list_entry(pos, struct rc_chan, dying);
                 struct shoal_rdma_chan *m = &ch->m;
                 uint64_t age = now > m->broken_at ? now - m->broken_at : 0;
                 if (!m->ep_closed && (!m->posted || age > DRAIN_NS)) {
@@ -329,7 +329,7 @@ static void reap(struct shoal_rdma_client *cl, uint64_t now)
                         shoal_rdma_chan_ep_closed(m);
                 }
                 if (shoal_rdma_chan_can_free(m)) {
-                        *pp = ch->next;
+                        shoal_list_del(&ch->dying);
                         chan_free(ch);
                         continue;
                 }
@@ -340,7 +340,6 @@ static void reap(struct shoal_rdma_client *cl, uint64_t now)
                                                -(int64_t)ch->mem.len);
                         shoal_fab_slots_close(&ch->link->rail->fab, &ch->mem);
                 }
-                pp = &ch->next;
         }
 }
 
@@ -736,9 +735,9 @@ static void *progress_main(void *arg)
                 chan_free(opened);
                 opened = next;
         }
-        while (cl->dying) {
-                struct rc_chan *ch = cl->dying;
-                cl->dying = ch->next;
+        while (!shoal_list_empty(&cl->dying)) {
+                struct rc_chan *ch = shoal_list_entry(cl->dying.next, struct rc_chan, dying);
+                shoal_list_del(&ch->dying);
                 chan_free(ch); /* closes the endpoint: the provider drops what was posted */
         }
         shoal_fork_gate_bg_exit(gated);
@@ -819,6 +818,7 @@ struct shoal_rdma_client *shoal_rdma_client_create(const struct shoal_rdma_clien
                 return NULL;
         }
         cl->cfg = *cfg;
+        shoal_list_init(&cl->dying);
         cl->epfd = cl->evfd = -1;
         pthread_mutex_init(&cl->mu, NULL);
         pthread_cond_init(&cl->conn_cond, NULL);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/bufpool.h"
+#include "common/list.h"
 #include "common/util.h"
 #include "net/fabric.h"
 #include "transport/rdma_chan.h"
@@ -79,7 +80,8 @@ struct rc_chan {
         int open_rc;  /* the connector's verdict */
         const char *open_call;
         struct sockaddr_in *dest;
-        struct rc_chan *next; /* connector queue, opened queue, or the dying list */
+        struct rc_chan *next;    /* connector queue, or opened queue */
+        struct shoal_list dying; /* in the client's dying list, once shut down */
 };
 
 enum peer_state {
@@ -143,7 +145,7 @@ struct shoal_rdma_client {
         _Atomic bool stop;
         uint64_t next_id;
         struct rc_peer *_Atomic peers; /* appended under mu, read by the progress thread */
-        struct rc_chan *dying;         /* progress thread */
+        struct shoal_list dying;       /* struct rc_chan, shut down; progress thread */
 };
 
 static inline void rc_wake(struct shoal_rdma_client *cl)
