@@ -11,24 +11,22 @@
 #include <unistd.h>
 
 #include "cache/cache.h"
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "group/group.h"
 #include "metrics/metrics.h"
-#include "transport/select.h"
-#include "transport/client_conn.h"
-#include "wire/handshake.h"
 #include "transport/put_client.h"
+#include "transport/select.h"
 #include "wire/wire.h"
 
 #define THREADS_MAX 16
-#define CONNS_MAX   8 /* connections one push thread keeps (one per owner it talked to) */
 #define BUSY_TRIES  5
+#define BUSY_NAP_US 20000u /* the first pause after a member said BUSY; doubled each time */
 
 struct shoal_push {
         struct shoal_push_config cfg;
-        struct shoal_hs_key key;
-        uint64_t next_id; /* atomic */
+        struct shoal_remote *own_remote; /* when the caller gave none */
 };
 
 struct shoal_push_stage {
@@ -45,16 +43,16 @@ struct shoal_push *shoal_push_create(const struct shoal_push_config *cfg)
                 return NULL;
         p->cfg = *cfg;
         p->cfg.secret = (struct shoal_secret){0};
-        if (!p->cfg.timeout_ns)
-                p->cfg.timeout_ns = 10ULL * 1000000000ULL;
         if (!p->cfg.threads)
                 p->cfg.threads = 4;
         p->cfg.threads = SHOAL_MIN(p->cfg.threads, THREADS_MAX);
-        if (shoal_hs_key_init(&p->key, &cfg->secret) ||
-            shoal_random_bytes(&p->next_id, sizeof(p->next_id))) {
-                shoal_hs_key_clear(&p->key);
-                free(p);
-                return NULL;
+        if (!p->cfg.remote) {
+                struct shoal_remote_config rc = {.secret = cfg->secret};
+                p->cfg.remote = p->own_remote = shoal_remote_create(&rc);
+                if (!p->own_remote) {
+                        free(p);
+                        return NULL;
+                }
         }
         return p;
 }
@@ -63,7 +61,7 @@ void shoal_push_destroy(struct shoal_push *p)
 {
         if (!p)
                 return;
-        shoal_hs_key_clear(&p->key);
+        shoal_remote_destroy(p->own_remote);
         free(p);
 }
 
@@ -73,8 +71,8 @@ struct shoal_push_stage *shoal_push_stage_begin(struct shoal_push *p)
 {
         if (!p)
                 return NULL;
-        const char *dir = getenv("TMPDIR");
-        if (!dir || !*dir)
+        const char *dir = shoal_config_env()->tmpdir;
+        if (!dir)
                 dir = "/tmp";
         int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
         if (fd < 0) {
@@ -138,93 +136,36 @@ struct push_job {
         uint32_t cached; /* atomic */
 };
 
-struct conn_slot {
-        int member; /* index into the view, -1: free */
-        int fd;
-};
-
 struct push_thread {
         struct push_job *job;
         pthread_t tid;
         uint8_t *buf; /* CRCs then block bytes */
-        struct conn_slot conns[CONNS_MAX];
 };
 
-/* A connection to member M of the view: kept per thread for the object's blocks. The member's
- * id is authenticated by the handshake, and must be the owner's (an address now used by another
- * process gets nothing). Returns the fd or a negative errno. */
-static int conn_get(struct push_thread *t, int m, uint64_t deadline)
-{
-        struct conn_slot *free_slot = NULL;
-        for (int i = 0; i < CONNS_MAX; i++) {
-                if (t->conns[i].member == m)
-                        return t->conns[i].fd;
-                if (t->conns[i].member < 0 && !free_slot)
-                        free_slot = &t->conns[i];
-        }
-        if (!free_slot) {
-                free_slot = &t->conns[0];
-                close(free_slot->fd);
-                free_slot->member = -1;
-        }
-        const struct shoal_member *mb = &t->job->view->members[m];
-        if (!shoal_remote_member_allowed(t->job->p->key.set, mb))
-                return -EHOSTUNREACH; /* our bytes go to no member we cannot authenticate */
-        bool iorpc = mb->iorpc_addr[0] != '\0';
-        struct shoal_rpc_peer peer;
-        int fd = shoal_rpc_connect(iorpc ? mb->iorpc_addr : mb->tcp_addr,
-                                   iorpc ? SHOAL_SERVICE_IORPC : SHOAL_SERVICE_POOL,
-                                   &t->job->p->key, deadline, &peer);
-        if (fd < 0)
-                return fd;
-        if (strcmp(peer.member_id, mb->id)) {
-                close(fd);
-                log_ratelimited(SHOAL_LOG_WARN, "push", "%s answers as member %s, not %s",
-                                mb->tcp_addr, peer.member_id, mb->id);
-                return -EACCES;
-        }
-        free_slot->member = m;
-        free_slot->fd = fd;
-        return fd;
-}
-
-static void conn_drop(struct push_thread *t, int m)
-{
-        for (int i = 0; i < CONNS_MAX; i++)
-                if (t->conns[i].member == m) {
-                        close(t->conns[i].fd);
-                        t->conns[i].member = -1;
-                }
-}
-
-/* Pushes block INDEX (in T->buf) to member M. Returns 0 or a negative errno. */
+/* Pushes block INDEX (in T->buf) to member M through the selector (its connections, member
+ * avoidance and deadline); a member out of put room (BUSY) is asked again a few times before
+ * DEADLINE. Returns 0 or a negative errno. */
 static int push_remote(struct push_thread *t, int m, uint32_t index, uint64_t deadline)
 {
         struct push_job *job = t->job;
+        const struct shoal_member *mb = &job->view->members[m];
+        struct shoal_put_req rq = {.vol = job->p->cfg.vol,
+                                   .obj = job->obj,
+                                   .index = index,
+                                   .payload = t->buf,
+                                   .view_version = job->view->version,
+                                   .deadline = deadline};
         int rc = -EIO;
         for (int attempt = 0; attempt < BUSY_TRIES; attempt++) {
-                int fd = conn_get(t, m, deadline);
-                if (fd < 0)
-                        return fd;
-                uint32_t status = 0;
-                uint64_t id = __atomic_fetch_add(&job->p->next_id, 1, __ATOMIC_RELAXED);
-                rc = shoal_rpc_put_block(fd, id, job->p->cfg.vol, job->obj, index, t->buf,
-                                         job->view->version, deadline, &status);
-                if (!rc)
-                        return 0;
-                if (rc != -EREMOTEIO) {
-                        conn_drop(t, m); /* the stream is out of step */
-                        if (attempt)
-                                return rc;
-                        continue; /* a kept connection may have been closed by the member */
-                }
-                log_ratelimited(status == SHOAL_ST_BUSY ? SHOAL_LOG_DEBUG : SHOAL_LOG_WARN, "push",
-                                "member %s refused block %u of %s: %s",
-                                job->view->members[m].tcp_addr, index, job->obj->key,
-                                shoal_status_str(status));
-                if (status != SHOAL_ST_BUSY || shoal_now_ns() > deadline)
+                rc = shoal_remote_put(job->p->cfg.remote, mb, &rq);
+                if (rc != -EREMOTEIO)
                         return rc;
-                usleep(20000u << attempt); /* the member is out of put room for a moment */
+                log_ratelimited(rq.status == SHOAL_ST_BUSY ? SHOAL_LOG_DEBUG : SHOAL_LOG_WARN,
+                                "push", "member %s refused block %u of %s: %s", mb->tcp_addr, index,
+                                job->obj->key, shoal_status_str(rq.status));
+                if (rq.status != SHOAL_ST_BUSY || shoal_now_ns() > deadline)
+                        return rc;
+                usleep(BUSY_NAP_US << attempt); /* the member is out of put room for a moment */
         }
         return rc;
 }
@@ -257,7 +198,7 @@ static int push_block(struct push_thread *t, uint32_t index)
                                                    : -ENODEV;
         }
         shoal_put_payload_crcs(&id, t->buf, len);
-        return push_remote(t, m, index, shoal_now_ns() + job->p->cfg.timeout_ns);
+        return push_remote(t, m, index, shoal_remote_deadline(job->p->cfg.remote));
 }
 
 static void *push_main(void *arg)
@@ -281,9 +222,6 @@ static void *push_main(void *arg)
                 shoal_metric_add(SHOAL_M_remotecache_put_bytes, len);
                 __atomic_fetch_add(&job->cached, 1, __ATOMIC_RELAXED);
         }
-        for (int k = 0; k < CONNS_MAX; k++)
-                if (t->conns[k].member >= 0)
-                        close(t->conns[k].fd);
         return NULL;
 }
 
@@ -319,8 +257,6 @@ unsigned shoal_push_stage_commit(struct shoal_push_stage *st, const struct shoal
         unsigned started = 0;
         for (unsigned i = 0; ts && i < nt; i++) {
                 ts[i].job = &job;
-                for (int k = 0; k < CONNS_MAX; k++)
-                        ts[i].conns[k].member = -1;
                 ts[i].buf = malloc(buflen);
                 if (!ts[i].buf)
                         break;
@@ -347,6 +283,6 @@ unsigned shoal_push_stage_commit(struct shoal_push_stage *st, const struct shoal
         shoal_push_stage_abort(st);
         shoal_metric_observe(SHOAL_M_remotecache_put_dur, shoal_now_ns() - t0);
         log_info("push", "%s: %u of %u blocks cached in the group in %" PRIu64 " ms", obj->key,
-                 cached, job.nblocks, (shoal_now_ns() - t0) / 1000000);
+                 cached, job.nblocks, (uint64_t)((shoal_now_ns() - t0) / SHOAL_NS_PER_MS));
         return cached;
 }

@@ -5,8 +5,9 @@
  * A writer stages what it writes in an unnamed local file (O_TMPFILE under $TMPDIR, else /tmp:
  * nothing of it survives the process). Nothing is pushed before the commit returned the final
  * version, so a failed or abandoned upload, or a killed writer, never makes a block addressable.
- * After the commit each block goes to the owner under this process's view (PUT_BLOCK over an
- * authenticated connection, several blocks at once), or into this process's own cache when it is
+ * After the commit each block goes to the owner under this process's view (PUT_BLOCK through
+ * the transport selector of transport/select.h, with the reads' member avoidance and timeout,
+ * several blocks at once), or into this process's own cache when it is
  * the owner. Write-through is best effort: a block that cannot be staged or pushed is only
  * counted (remotecache_put_errors) and logged; its first reader fills it from the store as
  * before. The commit's outcome, and the application's, never depend on it. */
@@ -22,14 +23,15 @@
 
 struct shoal_group;
 struct shoal_cache;
+struct shoal_remote;
 
 struct shoal_push_config {
         const struct shoal_volume *vol;
-        struct shoal_group *group; /* the view that says who owns a block */
-        struct shoal_cache *cache; /* this process's cache, for blocks it owns (may be NULL) */
-        struct shoal_secret secret;
-        uint64_t timeout_ns; /* per block (default 10 s) */
-        unsigned threads;    /* blocks pushed at once per object (default 4) */
+        struct shoal_group *group;   /* the view that says who owns a block */
+        struct shoal_cache *cache;   /* this process's cache, for blocks it owns (may be NULL) */
+        struct shoal_remote *remote; /* the transports (the reader's); NULL: one of its own */
+        struct shoal_secret secret;  /* for a transport of its own */
+        unsigned threads;            /* blocks pushed at once per object (default 4) */
 };
 
 struct shoal_push;

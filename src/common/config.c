@@ -67,6 +67,7 @@ static const struct var vars[] = {
         {"AWS_SESSION_TOKEN", K_STRING, F(aws_session_token), 0},
         {"SHOAL_METRICS_HOSTS", K_STRING, F(metrics_hosts), 0},
         {"HOME", K_STRING, F(home), 0},
+        {"TMPDIR", K_STRING, F(tmpdir), 0},
 };
 
 /* env_cur is written by shoal_config_load before threads start (the command line), or under

@@ -57,6 +57,7 @@ struct shoal_env {
         const char *fi_mr_cache_max_count; /* FI_MR_CACHE_MAX_COUNT (libfabric's; shoal sets 0) */
         const char *fi_verbs_use_odp;      /* FI_VERBS_USE_ODP (libfabric's) */
         const char *home;                  /* HOME: ~/.shoal for users other than root */
+        const char *tmpdir;                /* TMPDIR: where a writer stages write-through */
         const char *local_secret_file;     /* SHOAL_LOCAL_SECRET_FILE: PATH or "off" */
         const char *s3_ca_file;            /* SHOAL_S3_CA_FILE, a readable regular file */
         const char *aws_endpoint_url;      /* AWS_ENDPOINT_URL */

@@ -24,7 +24,7 @@ struct shoal_list {
 /* The element of type TYPE whose member MEMBER is the node PTR. */
 #define shoal_list_entry(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
-/* Walks the list HEAD with POS at each node; NEXT is read before the body runs, so the body may
+/* Walks the list HEAD with POS at each node; TMP is read before the body runs, so the body may
  * unlink (and free the element of) POS. (TMP is any name: the macro names its own fields.) */
 #define list_for_each(pos, tmp, head)                                    \
         for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); \

@@ -454,8 +454,11 @@ static int join_group(struct shoal_node *n, const struct plan *p, char *err, siz
         shoal_reader_set_group(n->reader, n->group);
         if (n->server)
                 shoal_server_set_group(n->server, n->group);
-        struct shoal_push_config pc = {
-                .vol = &n->vol, .group = n->group, .cache = n->cache, .secret = cfg->group_secret};
+        struct shoal_push_config pc = {.vol = &n->vol,
+                                       .group = n->group,
+                                       .cache = n->cache,
+                                       .remote = n->remote,
+                                       .secret = cfg->group_secret};
         n->push = shoal_push_create(&pc);
         if (!n->push) {
                 snprintf(err, errlen, "out of memory or randomness");

@@ -22,7 +22,7 @@ int shoal_rpc_wait_fd(int fd, short events, uint64_t deadline)
                 uint64_t now = shoal_now_ns();
                 if (now >= deadline)
                         return -ETIMEDOUT;
-                int ms = (int)((deadline - now + 999999) / 1000000);
+                int ms = (int)((deadline - now + SHOAL_NS_PER_MS - 1) / SHOAL_NS_PER_MS);
                 struct pollfd p = {.fd = fd, .events = events};
                 int n = poll(&p, 1, ms);
                 if (n > 0)

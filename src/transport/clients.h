@@ -11,10 +11,13 @@
 #include "wire/wire.h"
 
 struct shoal_pool;
+struct shoal_put_req;
 
 /* SECRET (NULL or empty: none) is used only to derive the handshake key; NULL when it is shorter
- * than SHOAL_SECRET_MIN bytes, or out of memory or randomness. */
-struct shoal_pool *shoal_pool_create(const struct shoal_secret *secret, unsigned idle_per_peer);
+ * than SHOAL_SECRET_MIN bytes, or out of memory or randomness. SERVICE: the member's port the
+ * pool connects to (SHOAL_SERVICE_POOL; SHOAL_SERVICE_IORPC for the IORPC transport's puts). */
+struct shoal_pool *shoal_pool_create(const struct shoal_secret *secret, unsigned idle_per_peer,
+                                     uint8_t service);
 void shoal_pool_destroy(struct shoal_pool *p);
 /* Reads [OFF, OFF+LEN) of block INDEX of OBJ from the member whose TCP pool is at ADDR into DST.
  * A pooled connection found dead is replaced once; a checksum mismatch is reported to the member
@@ -22,10 +25,16 @@ void shoal_pool_destroy(struct shoal_pool *p);
 int shoal_pool_read(struct shoal_pool *p, const char *addr, const struct shoal_volume *vol,
                     const struct shoal_object *obj, uint32_t index, uint32_t off, uint32_t len,
                     void *dst, uint64_t view_version, uint64_t deadline);
-/* Asks the member at ADDR for its service addresses [R6]. Returns 0, -ENOPROTOOPT when the member
- * answered "rpc disabled", or another negative errno. */
 /* Connections to ADDR: idle in the pool plus those lent out. */
 unsigned shoal_pool_conns(struct shoal_pool *p, const char *addr);
+/* Requests to ADDR in flight (connections lent out). */
+unsigned shoal_pool_inflight(struct shoal_pool *p, const char *addr);
+/* PUT_BLOCK RQ to the member MEMBER_ID at ADDR on a pooled connection whose handshake proved
+ * MEMBER_ID (-EACCES otherwise); a connection found broken is replaced once (transport.h). */
+int shoal_pool_put(struct shoal_pool *p, const char *addr, const char *member_id,
+                   struct shoal_put_req *rq);
+/* Asks the member at ADDR for its service addresses [R6]. Returns 0, -ENOPROTOOPT when the member
+ * answered "rpc disabled", or another negative errno. */
 int shoal_pool_info(struct shoal_pool *p, const char *addr, struct shoal_wire_info *info,
                     uint64_t deadline);
 
@@ -50,5 +59,7 @@ int shoal_iorpc_read(struct shoal_iorpc *c, const char *addr, const struct shoal
                      void *dst, uint64_t view_version, uint64_t deadline);
 /* Open connections to ADDR (for tests and `shoal stats`). */
 unsigned shoal_iorpc_conns(struct shoal_iorpc *c, const char *addr);
+/* Requests to ADDR in flight, all connections together. */
+unsigned shoal_iorpc_inflight(struct shoal_iorpc *c, const char *addr);
 
 #endif

@@ -43,16 +43,21 @@
 #include <unistd.h>
 
 #include "common/config.h"
+#include "common/list.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
 #include "transport/client_conn.h"
+#include "transport/transport.h"
 
-#define ABANDONED  256
-#define MAX_PEERS  1024
-#define STALL_NS   (10ULL * 1000000000ULL)
-#define RX_POLL_MS 200 /* a reader looks at its deadline and the flags this often when idle */
-#define REQ_MAX    2048
+#define ABANDONED      256
+#define MAX_PEERS      1024
+#define STALL_NS       (10 * SHOAL_NS_PER_SEC)
+#define RX_POLL_MS     200 /* a reader looks at its deadline and the flags this often when idle */
+#define REQ_MAX        2048
+#define RECV_NAP_NS    (100 * SHOAL_NS_PER_MS) /* a waiter for its payload looks this often */
+#define GROW_WITHIN_NS (5 * SHOAL_NS_PER_SEC)  /* a connection the scaler adds connects in time */
+#define PUT_IDLE       16                      /* idle put connections kept per member */
 /* Staging holds any whole frame without its payload: the largest body is a READ_RESP naming the
  * CRCs of a 64 MiB block (28 + 4 x 1024 bytes). */
 #define STAGE 16384
@@ -95,7 +100,7 @@ struct iconn {
         unsigned ab_next;
         uint64_t win_bytes, win_reqs;   /* since the last grow tick (atomics) */
         uint64_t long_bytes, long_reqs; /* since the last shrink tick */
-        struct iconn *next;
+        struct shoal_list link;         /* in its peer's conns (unlinked: draining or broken) */
         /* the reader's own, handed from reader to reader under mu */
         int lowat;
         size_t s_start, s_end;
@@ -104,7 +109,7 @@ struct iconn {
 
 struct peer {
         char addr[64];
-        struct iconn *conns;
+        struct shoal_list conns; /* struct iconn */
         unsigned nconns;
         bool connecting;
         bool logged;
@@ -126,8 +131,7 @@ struct shoal_iorpc {
 
 static void cond_wait_deadline(pthread_cond_t *c, pthread_mutex_t *mu, uint64_t deadline)
 {
-        struct timespec ts = {.tv_sec = (time_t)(deadline / 1000000000ULL),
-                              .tv_nsec = (long)(deadline % 1000000000ULL)};
+        struct timespec ts = shoal_ns_timespec(deadline);
         pthread_cond_timedwait(c, mu, &ts);
 }
 
@@ -142,8 +146,7 @@ static bool flag_is(const bool *flag)
  * fine: callers loop). */
 static void waiter_sleep(struct waiter *w, uint32_t seen, uint64_t until)
 {
-        struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ULL),
-                              .tv_nsec = (long)(until % 1000000000ULL)};
+        struct timespec ts = shoal_ns_timespec(until);
         syscall(SYS_futex, &w->state, FUTEX_WAIT_BITSET_PRIVATE, seen, &ts, NULL,
                 FUTEX_BITSET_MATCH_ANY);
 }
@@ -222,18 +225,19 @@ static void iconn_put(struct iconn *ic)
         free(ic);
 }
 
-/* cl->mu held. */
+static struct iconn *iconn_of(struct shoal_list *n)
+{
+        return shoal_list_entry(n, struct iconn, link);
+}
+
+/* Takes IC out of its peer's list (a no-op when it is out already). cl->mu held. */
 static void peer_unlink_locked(struct iconn *ic)
 {
-        struct peer *p = ic->peer;
-        for (struct iconn **pp = &p->conns; *pp; pp = &(*pp)->next) {
-                if (*pp == ic) {
-                        *pp = ic->next;
-                        p->nconns--;
-                        iconn_put(ic);
-                        return;
-                }
-        }
+        if (!shoal_list_linked(&ic->link))
+                return;
+        shoal_list_del(&ic->link);
+        ic->peer->nconns--;
+        iconn_put(ic);
 }
 
 /* Marks IC broken: every waiter not being filled fails (retryable), no new request picks it. The
@@ -581,7 +585,7 @@ static int waiter_wait(struct iconn *ic, struct waiter *w, uint64_t deadline)
                         pthread_mutex_unlock(&ic->mu);
                         continue;
                 }
-                waiter_sleep(w, st, st == W_RECV ? now + 100000000ULL : deadline);
+                waiter_sleep(w, st, st == W_RECV ? now + RECV_NAP_NS : deadline);
         }
 }
 
@@ -594,6 +598,7 @@ static struct peer *peer_find_locked(struct shoal_iorpc *cl, const char *addr)
                 return NULL;
         struct peer *p = &cl->peers[cl->npeers++];
         shoal_strlcpy(p->addr, addr, sizeof(p->addr));
+        shoal_list_init(&p->conns);
         return p;
 }
 
@@ -638,8 +643,7 @@ static int add_conn_locked(struct shoal_iorpc *cl, struct peer *p, uint64_t dead
         ic->refs = 1; /* the peer list */
         pthread_mutex_init(&ic->mu, NULL);
         pthread_mutex_init(&ic->send_mu, NULL);
-        ic->next = p->conns;
-        p->conns = ic;
+        shoal_list_push_front(&p->conns, &ic->link);
         p->nconns++;
         shoal_metric_gauge_add(SHOAL_M_remotecache_connections, 1);
         if (!p->logged) {
@@ -654,7 +658,9 @@ static struct iconn *least_loaded_locked(struct peer *p)
 {
         struct iconn *best = NULL;
         unsigned best_n = 0;
-        for (struct iconn *ic = p->conns; ic; ic = ic->next) {
+        struct shoal_list *pos, *next;
+        list_for_each (pos, next, &p->conns) {
+                struct iconn *ic = iconn_of(pos);
                 unsigned n = __atomic_load_n(&ic->inflight, __ATOMIC_RELAXED);
                 if (!flag_is(&ic->broken) && !flag_is(&ic->draining) && (!best || n < best_n)) {
                         best = ic;
@@ -676,8 +682,9 @@ static bool iconn_hung_up(const struct iconn *ic)
  * up on. cl->mu held. */
 static void drop_hung_up_locked(struct peer *p)
 {
-        for (struct iconn *ic = p->conns, *nx; ic; ic = nx) {
-                nx = ic->next;
+        struct shoal_list *pos, *next;
+        list_for_each (pos, next, &p->conns) {
+                struct iconn *ic = iconn_of(pos);
                 if (!__atomic_load_n(&ic->inflight, __ATOMIC_RELAXED) && iconn_hung_up(ic))
                         iconn_break_locked(ic);
         }
@@ -823,15 +830,17 @@ int shoal_iorpc_read(struct shoal_iorpc *cl, const char *addr, const struct shoa
  * (at least one). cl->mu held; dropped while connecting. */
 static void scale_tick(struct shoal_iorpc *cl, bool shrink_time)
 {
-        double gsecs = (double)cl->cfg.grow_period_ns / 1e9;
-        double ssecs = (double)cl->cfg.shrink_period_ns / 1e9;
+        double gsecs = (double)cl->cfg.grow_period_ns / (double)SHOAL_NS_PER_SEC;
+        double ssecs = (double)cl->cfg.shrink_period_ns / (double)SHOAL_NS_PER_SEC;
         for (unsigned i = 0; i < cl->npeers; i++) {
                 struct peer *p = &cl->peers[i];
                 drop_hung_up_locked(p);
                 bool grow = false, all_low = true;
                 unsigned usable = 0;
                 double tot_bytes = 0, tot_reqs = 0;
-                for (struct iconn *ic = p->conns; ic; ic = ic->next) {
+                struct shoal_list *pos, *next;
+                list_for_each (pos, next, &p->conns) {
+                        struct iconn *ic = iconn_of(pos);
                         if (flag_is(&ic->broken) || flag_is(&ic->draining))
                                 continue;
                         usable++;
@@ -854,7 +863,7 @@ static void scale_tick(struct shoal_iorpc *cl, bool shrink_time)
                         }
                 }
                 if (grow && usable && usable < cl->cfg.max_conns && !p->connecting) {
-                        if (!add_conn_locked(cl, p, shoal_now_ns() + 5000000000ULL))
+                        if (!add_conn_locked(cl, p, shoal_now_ns() + GROW_WITHIN_NS))
                                 log_debug("iorpc", "%s: grew to %u connections", p->addr,
                                           p->nconns);
                         continue;
@@ -867,12 +876,14 @@ static void scale_tick(struct shoal_iorpc *cl, bool shrink_time)
                         need = need_q;
                 while (usable > need) {
                         struct iconn *victim = NULL;
-                        for (struct iconn *ic = p->conns; ic; ic = ic->next)
+                        list_for_each (pos, next, &p->conns) {
+                                struct iconn *ic = iconn_of(pos);
                                 if (!flag_is(&ic->broken) && !flag_is(&ic->draining) &&
                                     (!victim ||
                                      __atomic_load_n(&ic->inflight, __ATOMIC_RELAXED) <
                                              __atomic_load_n(&victim->inflight, __ATOMIC_RELAXED)))
                                         victim = ic;
+                        }
                         if (!victim)
                                 break;
                         __atomic_store_n(&victim->draining, true, __ATOMIC_RELEASE);
@@ -974,8 +985,8 @@ void shoal_iorpc_destroy(struct shoal_iorpc *cl)
         __atomic_store_n(&cl->stop, true, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&cl->cond);
         for (unsigned i = 0; i < cl->npeers; i++)
-                while (cl->peers[i].conns)
-                        iconn_break_locked(cl->peers[i].conns);
+                while (!shoal_list_empty(&cl->peers[i].conns))
+                        iconn_break_locked(iconn_of(cl->peers[i].conns.next));
         pthread_mutex_unlock(&cl->mu);
         pthread_join(cl->scaler, NULL);
         pthread_mutex_destroy(&cl->mu);
@@ -995,4 +1006,109 @@ unsigned shoal_iorpc_conns(struct shoal_iorpc *cl, const char *addr)
                         n = cl->peers[i].nconns;
         pthread_mutex_unlock(&cl->mu);
         return n;
+}
+
+unsigned shoal_iorpc_inflight(struct shoal_iorpc *cl, const char *addr)
+{
+        unsigned n = 0;
+        pthread_mutex_lock(&cl->mu);
+        struct shoal_list *pos, *next;
+        for (unsigned i = 0; i < cl->npeers; i++)
+                if (!strcmp(cl->peers[i].addr, addr))
+                        list_for_each (pos, next, &cl->peers[i].conns)
+                                n += __atomic_load_n(&iconn_of(pos)->inflight, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&cl->mu);
+        return n;
+}
+
+/* ---- IORPC as a transport (transport/transport.h) ------------------------------------------ */
+
+struct iorpc_transport {
+        struct shoal_transport base;
+        struct shoal_iorpc *c;   /* reads; NULL: this client reads over the pool */
+        struct shoal_pool *puts; /* stop-and-wait PUT_BLOCKs to members' IORPC ports */
+};
+
+static struct iorpc_transport *it_of(struct shoal_transport *t)
+{
+        return (struct iorpc_transport *)t;
+}
+
+static int it_read(struct shoal_transport *t, const struct shoal_route *to,
+                   struct shoal_read_req *rq)
+{
+        struct iorpc_transport *it = it_of(t);
+        if (!it->c || !to->iorpc_addr[0])
+                return -ENOPROTOOPT;
+        return shoal_iorpc_read(it->c, to->iorpc_addr, rq->vol, rq->obj, rq->index, rq->off,
+                                rq->len, rq->dst, rq->view_version, rq->deadline);
+}
+
+static int it_put(struct shoal_transport *t, const struct shoal_route *to, struct shoal_put_req *rq)
+{
+        if (!to->iorpc_addr[0])
+                return -ENOPROTOOPT;
+        return shoal_pool_put(it_of(t)->puts, to->iorpc_addr, to->m->id, rq);
+}
+
+static int it_conns(struct shoal_transport *t, const struct shoal_route *to)
+{
+        struct iorpc_transport *it = it_of(t);
+        if (!it->c || !to->iorpc_addr[0])
+                return -ENOTCONN;
+        return (int)shoal_iorpc_conns(it->c, to->iorpc_addr);
+}
+
+static unsigned it_inflight(struct shoal_transport *t, const struct shoal_route *to)
+{
+        struct iorpc_transport *it = it_of(t);
+        return it->c && to->iorpc_addr[0] ? shoal_iorpc_inflight(it->c, to->iorpc_addr) : 0;
+}
+
+static void it_destroy(struct shoal_transport *t)
+{
+        struct iorpc_transport *it = it_of(t);
+        shoal_iorpc_destroy(it->c);
+        shoal_pool_destroy(it->puts);
+        free(it);
+}
+
+static const struct shoal_transport_ops iorpc_ops = {
+        .name = "iorpc",
+        .bytes_metric = SHOAL_M_remotecache_iorpc_get_bytes,
+        .wants_iorpc_addr = true,
+        .read = it_read,
+        .put = it_put,
+        .conns = it_conns,
+        .inflight = it_inflight,
+        .destroy = it_destroy,
+};
+
+/* Without --use-iorpc: puts only (reads never ask a member for its IORPC address). */
+static const struct shoal_transport_ops iorpc_put_ops = {
+        .name = "iorpc",
+        .bytes_metric = SHOAL_M_remotecache_iorpc_get_bytes,
+        .read = it_read,
+        .put = it_put,
+        .conns = it_conns,
+        .inflight = it_inflight,
+        .destroy = it_destroy,
+};
+
+struct shoal_transport *shoal_transport_iorpc_create(const struct shoal_secret *secret, bool reads)
+{
+        struct iorpc_transport *it = calloc(1, sizeof(*it));
+        if (!it)
+                return NULL;
+        it->base.ops = reads ? &iorpc_ops : &iorpc_put_ops;
+        it->puts = shoal_pool_create(secret, PUT_IDLE, SHOAL_SERVICE_IORPC);
+        if (reads) {
+                struct shoal_iorpc_config ic = {.secret = *secret};
+                it->c = shoal_iorpc_create(&ic);
+        }
+        if (!it->puts || (reads && !it->c)) {
+                it_destroy(&it->base);
+                return NULL;
+        }
+        return &it->base;
 }

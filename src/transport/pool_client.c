@@ -20,6 +20,8 @@
 #include "common/util.h"
 #include "metrics/metrics.h"
 #include "transport/client_conn.h"
+#include "transport/put_client.h"
+#include "transport/transport.h"
 #include "wire/wire.h"
 
 #define MAX_PEERS 1024
@@ -27,6 +29,7 @@
 struct pconn {
         int fd;
         struct pconn *next;
+        char member_id[SHOAL_WIRE_MEMBER_ID_MAX + 1]; /* as its handshake proved it */
 };
 
 struct peer {
@@ -41,11 +44,13 @@ struct shoal_pool {
         struct peer *peers;
         unsigned npeers;
         unsigned idle_per_peer;
+        uint8_t service; /* SHOAL_SERVICE_POOL, or _IORPC for stop-and-wait puts there */
         struct shoal_hs_key key;
         uint64_t next_id;
 };
 
-struct shoal_pool *shoal_pool_create(const struct shoal_secret *secret, unsigned idle_per_peer)
+struct shoal_pool *shoal_pool_create(const struct shoal_secret *secret, unsigned idle_per_peer,
+                                     uint8_t service)
 {
         struct shoal_pool *p = calloc(1, sizeof(*p));
         if (!p)
@@ -61,6 +66,7 @@ struct shoal_pool *shoal_pool_create(const struct shoal_secret *secret, unsigned
                 return NULL;
         }
         p->idle_per_peer = idle_per_peer ? idle_per_peer : 64;
+        p->service = service;
         pthread_mutex_init(&p->mu, NULL);
         return p;
 }
@@ -116,7 +122,8 @@ static struct pconn *pool_get(struct shoal_pool *rm, const char *addr, bool fres
                 return pc;
         }
         *pooled = false;
-        int fd = shoal_rpc_connect(addr, SHOAL_SERVICE_POOL, &rm->key, deadline, NULL);
+        struct shoal_rpc_peer peer;
+        int fd = shoal_rpc_connect(addr, rm->service, &rm->key, deadline, &peer);
         if (fd < 0) {
                 *err = fd;
                 return NULL;
@@ -128,6 +135,7 @@ static struct pconn *pool_get(struct shoal_pool *rm, const char *addr, bool fres
                 return NULL;
         }
         pc->fd = fd;
+        shoal_strlcpy(pc->member_id, peer.member_id, sizeof(pc->member_id));
         shoal_metric_gauge_add(SHOAL_M_remotecache_connections, 1);
         pthread_mutex_lock(&rm->mu);
         struct peer *pp = peer_find_locked(rm, addr);
@@ -167,6 +175,16 @@ unsigned shoal_pool_conns(struct shoal_pool *p, const char *addr)
         pthread_mutex_lock(&p->mu);
         struct peer *pp = peer_find_locked(p, addr);
         unsigned n = pp ? pp->nopen : 0;
+        pthread_mutex_unlock(&p->mu);
+        return n;
+}
+
+/* Requests to ADDR in flight: its connections lent out. */
+unsigned shoal_pool_inflight(struct shoal_pool *p, const char *addr)
+{
+        pthread_mutex_lock(&p->mu);
+        struct peer *pp = peer_find_locked(p, addr);
+        unsigned n = pp && pp->nopen > pp->nidle ? pp->nopen - pp->nidle : 0;
         pthread_mutex_unlock(&p->mu);
         return n;
 }
@@ -294,4 +312,107 @@ int shoal_pool_info(struct shoal_pool *p, const char *addr, struct shoal_wire_in
         }
         pool_put(p, addr, pc, false);
         return rc;
+}
+
+int shoal_pool_put(struct shoal_pool *p, const char *addr, const char *member_id,
+                   struct shoal_put_req *rq)
+{
+        int rc = -EIO;
+        bool fresh = false;
+        for (int attempt = 0; attempt < 2; attempt++) {
+                bool pooled;
+                int err = 0;
+                struct pconn *pc = pool_get(p, addr, fresh, &pooled, rq->deadline, &err);
+                if (!pc)
+                        return err;
+                if (strcmp(pc->member_id, member_id)) {
+                        /* an address now used by another process gets none of our bytes */
+                        log_ratelimited(SHOAL_LOG_WARN, "push", "%s answers as member %s, not %s",
+                                        addr, pc->member_id, member_id);
+                        pool_put(p, addr, pc, true);
+                        return -EACCES;
+                }
+                uint64_t id = __atomic_add_fetch(&p->next_id, 1, __ATOMIC_RELAXED);
+                rq->status = 0;
+                rc = shoal_rpc_put_block(pc->fd, id, rq->vol, rq->obj, rq->index, rq->payload,
+                                         rq->view_version, rq->deadline, &rq->status);
+                /* an error answer leaves the stream in step; anything else does not */
+                pool_put(p, addr, pc, !rc || rc == -EREMOTEIO);
+                if (!rc || rc == -EREMOTEIO)
+                        return rc;
+                fresh = true; /* a kept connection may have been closed by the member */
+        }
+        return rc;
+}
+
+/* ---- the pool as a transport (transport/transport.h) --------------------------------------- */
+
+struct pool_transport {
+        struct shoal_transport base;
+        struct shoal_pool *pool;
+};
+
+static struct shoal_pool *pool_of(struct shoal_transport *t)
+{
+        return ((struct pool_transport *)t)->pool;
+}
+
+static int pt_read(struct shoal_transport *t, const struct shoal_route *to,
+                   struct shoal_read_req *rq)
+{
+        return shoal_pool_read(pool_of(t), to->m->tcp_addr, rq->vol, rq->obj, rq->index, rq->off,
+                               rq->len, rq->dst, rq->view_version, rq->deadline);
+}
+
+static int pt_put(struct shoal_transport *t, const struct shoal_route *to, struct shoal_put_req *rq)
+{
+        return shoal_pool_put(pool_of(t), to->m->tcp_addr, to->m->id, rq);
+}
+
+static int pt_info(struct shoal_transport *t, const struct shoal_route *to,
+                   struct shoal_wire_info *info, uint64_t deadline)
+{
+        return shoal_pool_info(pool_of(t), to->m->tcp_addr, info, deadline);
+}
+
+static int pt_conns(struct shoal_transport *t, const struct shoal_route *to)
+{
+        return (int)shoal_pool_conns(pool_of(t), to->m->tcp_addr);
+}
+
+static unsigned pt_inflight(struct shoal_transport *t, const struct shoal_route *to)
+{
+        return shoal_pool_inflight(pool_of(t), to->m->tcp_addr);
+}
+
+static void pt_destroy(struct shoal_transport *t)
+{
+        shoal_pool_destroy(pool_of(t));
+        free(t);
+}
+
+static const struct shoal_transport_ops pool_ops = {
+        .name = "pool",
+        .bytes_metric = SHOAL_M_remotecache_tcp_get_bytes,
+        .read = pt_read,
+        .put = pt_put,
+        .info = pt_info,
+        .conns = pt_conns,
+        .inflight = pt_inflight,
+        .destroy = pt_destroy,
+};
+
+struct shoal_transport *shoal_transport_pool_create(const struct shoal_secret *secret,
+                                                    unsigned idle_per_peer)
+{
+        struct pool_transport *t = calloc(1, sizeof(*t));
+        if (!t)
+                return NULL;
+        t->base.ops = &pool_ops;
+        t->pool = shoal_pool_create(secret, idle_per_peer, SHOAL_SERVICE_POOL);
+        if (!t->pool) {
+                free(t);
+                return NULL;
+        }
+        return &t->base;
 }

@@ -20,6 +20,7 @@ void shoal_rdma_link_init(struct shoal_rdma_link *l, const struct shoal_rdma_lin
                 l->cfg.max_chans = SHOAL_RDMA_CHANS_MAX;
         l->next_grow = now + l->cfg.grow_ns;
         l->next_shrink = now + l->cfg.shrink_ns;
+        shoal_list_init(&l->waiting);
 }
 
 unsigned shoal_rdma_link_ready(const struct shoal_rdma_link *l)
@@ -92,7 +93,7 @@ void shoal_rdma_chan_error(struct shoal_rdma_chan *ch, const char *why, uint64_t
 }
 
 /* Longest pause between two tries of a refused connection. */
-#define REFUSED_PAUSE_MAX_NS (200ULL * 1000000ULL)
+#define REFUSED_PAUSE_MAX_NS (200 * SHOAL_NS_PER_MS)
 
 void shoal_rdma_chan_refused(struct shoal_rdma_chan *ch, const char *why, uint64_t now)
 {
@@ -118,7 +119,7 @@ void shoal_rdma_chan_refused(struct shoal_rdma_chan *ch, const char *why, uint64
         l->retry_at = now + d;
         shoal_metric_inc(SHOAL_M_rdma_connect_retries);
         log_debug("rdma", "connection to %s refused (%s): try %u again in %llu ms", ch->addr, why,
-                  l->refusals, (unsigned long long)(d / 1000000));
+                  l->refusals, (unsigned long long)(d / SHOAL_NS_PER_MS));
         chan_down(ch, now);
 }
 
@@ -285,30 +286,29 @@ static int chan_post(struct shoal_rdma_chan *ch, struct shoal_rdma_creq *r)
 
 static void waiting_push_front(struct shoal_rdma_link *l, struct shoal_rdma_creq *r)
 {
-        r->next = l->waiting;
-        l->waiting = r;
-        if (!l->waiting_tail)
-                l->waiting_tail = r;
+        shoal_list_push_front(&l->waiting, &r->wait);
         l->nwaiting++;
+}
+
+static void waiting_del(struct shoal_rdma_link *l, struct shoal_rdma_creq *r)
+{
+        shoal_list_del(&r->wait);
+        l->nwaiting--;
 }
 
 static struct shoal_rdma_creq *waiting_pop(struct shoal_rdma_link *l)
 {
-        struct shoal_rdma_creq *r = l->waiting;
-        if (!r)
+        if (shoal_list_empty(&l->waiting))
                 return NULL;
-        l->waiting = r->next;
-        if (!l->waiting)
-                l->waiting_tail = NULL;
-        l->nwaiting--;
-        r->next = NULL;
+        struct shoal_rdma_creq *r = shoal_list_entry(l->waiting.next, struct shoal_rdma_creq, wait);
+        waiting_del(l, r);
         return r;
 }
 
 /* Sends waiting requests while channels have room. */
 static void dispatch(struct shoal_rdma_link *l, uint64_t now)
 {
-        while (l->waiting) {
+        while (!shoal_list_empty(&l->waiting)) {
                 struct shoal_rdma_chan *ch = pick(l);
                 if (!ch)
                         return;
@@ -326,15 +326,10 @@ static void dispatch(struct shoal_rdma_link *l, uint64_t now)
 void shoal_rdma_link_submit(struct shoal_rdma_link *l, struct shoal_rdma_creq *r, uint64_t now)
 {
         r->ch = NULL;
-        r->next = NULL;
         r->wait_until = now + l->cfg.wait_ns;
         if (r->deadline && r->deadline < r->wait_until)
                 r->wait_until = r->deadline;
-        if (l->waiting_tail)
-                l->waiting_tail->next = r;
-        else
-                l->waiting = r;
-        l->waiting_tail = r;
+        shoal_list_push_back(&l->waiting, &r->wait);
         l->nwaiting++;
         dispatch(l, now);
 }
@@ -542,7 +537,8 @@ static void scale(struct shoal_rdma_link *l, uint64_t now)
         if (now < l->next_grow)
                 return;
         bool shrink_time = now >= l->next_shrink;
-        double gsecs = (double)l->cfg.grow_ns / 1e9, ssecs = (double)l->cfg.shrink_ns / 1e9;
+        double gsecs = (double)l->cfg.grow_ns / (double)SHOAL_NS_PER_SEC,
+               ssecs = (double)l->cfg.shrink_ns / (double)SHOAL_NS_PER_SEC;
         bool grow = false, all_low = true;
         unsigned usable = 0, pending = 0;
         double tot_bytes = 0, tot_ops = 0;
@@ -610,22 +606,17 @@ void shoal_rdma_link_tick(struct shoal_rdma_link *l, uint64_t now)
                 chan_tick(chans[i], now);
         }
         /* Requests that waited for a credit too long go by TCP; the member is not failed. */
-        for (struct shoal_rdma_creq **pp = &l->waiting; *pp;) {
-                struct shoal_rdma_creq *r = *pp;
-                if (now < r->wait_until) {
-                        pp = &r->next;
+        struct shoal_list *pos, *next;
+        list_for_each (pos, next, &l->waiting) {
+                struct shoal_rdma_creq *r = shoal_list_entry(pos, struct shoal_rdma_creq, wait);
+                if (now < r->wait_until)
                         continue;
-                }
-                *pp = r->next;
-                l->nwaiting--;
+                waiting_del(l, r);
                 shoal_metric_inc(SHOAL_M_rdma_wait_spills);
                 log_debug("rdma", "request %llu waited too long for a channel (%u up): by TCP",
                           (unsigned long long)r->id, l->nchans);
                 l->ops->complete(l->env, r, -ENOTCONN);
         }
-        l->waiting_tail = NULL;
-        for (struct shoal_rdma_creq *r = l->waiting; r; r = r->next)
-                l->waiting_tail = r;
         dispatch(l, now);
         scale(l, now);
 }

@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "common/block.h"
+#include "common/list.h"
 #include "net/fabric.h"
 #include "wire/handshake.h"
 #include "wire/wire.h"
@@ -55,7 +56,7 @@ struct shoal_rdma_creq {
         /* the link's */
         uint64_t wait_until;
         struct shoal_rdma_chan *ch; /* carrying it */
-        struct shoal_rdma_creq *next;
+        struct shoal_list wait;     /* in its link's waiting list */
         /* the answer, when completed with 0 */
         struct shoal_wire_hdr h;
         uint8_t resp[SHOAL_RDMA_RESP_MAX];
@@ -141,7 +142,7 @@ struct shoal_rdma_link {
         struct shoal_rdma_link_config cfg;
         struct shoal_rdma_chan *chans[SHOAL_RDMA_CHANS_MAX]; /* not broken */
         unsigned nchans;
-        struct shoal_rdma_creq *waiting, *waiting_tail;
+        struct shoal_list waiting; /* struct shoal_rdma_creq, oldest first */
         unsigned nwaiting;
         bool growing;
         uint64_t next_grow, next_shrink;

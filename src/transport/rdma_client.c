@@ -49,151 +49,10 @@
 #include "common/util.h"
 #include "metrics/metrics.h"
 #include "transport/client_conn.h"
+#include "transport/rdma_client_int.h"
 #include "wire/handshake.h"
 #include "transport/rdma_chan.h"
-#include "transport/rdma_chan.h"
 #include "wire/wire.h"
-
-#define NSLOTS           64 /* receives and send buffers per channel */
-#define MAX_REGIONS      256
-#define CONNECT_NS       (3ULL * 1000000000ULL)
-#define WAIT_NS          (3ULL * 1000000000ULL) /* longest wait for a channel before TCP takes it */
-#define DRAIN_NS         (2ULL * 1000000000ULL)
-#define PARK_NS          (10ULL * 1000000000ULL)
-#define TICK_NS          (100ULL * 1000000ULL)
-#define REFUSED_PAUSE_NS (5ULL * 1000000ULL)     /* first pause after a refused connection */
-#define REFUSED_NS       (10ULL * 1000000000ULL) /* refused connections retried this long */
-#define BOUNCE_BUFS      8
-#define POLL_BUDGET      1024
-
-enum q_kind {
-        Q_EVENTS, /* the eventfd: submissions, opened channels */
-        Q_EQ,
-        Q_CQ
-};
-
-/* What epoll reports. */
-struct rc_q {
-        enum q_kind kind;
-        void *obj; /* struct rc_rail (EQ) or struct rc_link (CQ) */
-        bool armed;
-};
-
-struct rc_rail {
-        struct shoal_fab fab;
-        unsigned index;
-        struct fid_eq *eq; /* every channel on this interface */
-        int eq_fd;
-        struct rc_q q;
-};
-
-struct rc_peer;
-
-/* One member over one interface: its own domain and CQ, and the channels' state machine. */
-struct rc_link {
-        struct shoal_rdma_link m;
-        struct rc_peer *p;
-        struct rc_rail *rail;
-        struct fid_domain *dom;
-        struct fid_cq *cq;
-        int cq_fd;
-        struct rc_q q;
-        char addr[64];          /* the member's listener for this interface */
-        _Atomic unsigned load;  /* requests submitted and not back, for the callers' choice */
-        _Atomic unsigned ready; /* channels taking requests, as of the last tick */
-};
-
-struct rc_chan {
-        struct shoal_rdma_chan m;
-        struct rc_link *link;
-        struct fid_ep *ep;
-        struct shoal_fab_slots mem;
-        struct shoal_rdma_cbuf *bufs;
-        struct shoal_rdma_creq **slots;
-        unsigned gen; /* the member's connect generation it was opened for */
-        bool grow;    /* opened for load */
-        int open_rc;  /* the connector's verdict */
-        const char *open_call;
-        struct sockaddr_in *dest;
-        struct rc_chan *next; /* connector queue, opened queue, or the dying list */
-};
-
-enum peer_state {
-        P_NEW,
-        P_CONNECTING,
-        P_UP,
-        P_DOWN
-};
-
-struct rc_peer {
-        struct shoal_rdma_client *cl;
-        char id[64];
-        /* mu: */
-        enum peer_state state;
-        bool ever_up, failed, addrs_changed; /* failed: at least once, so reconnects are
-                                                 waited for by no request */
-        uint64_t down_until;
-        char addrs[SHOAL_FAB_MAX_IFACES][64];
-        unsigned naddrs;
-        /* progress thread: */
-        unsigned gen;
-        struct rc_link *links[SHOAL_FAB_MAX_IFACES];
-        unsigned nlinks;
-        struct rc_peer *_Atomic next;
-};
-
-/* A caller's request. */
-struct rreq {
-        struct shoal_rdma_creq q;
-        struct rc_link *link;
-        uint8_t body[1280];
-        sem_t done;
-        int rc;
-        struct rreq *next; /* the submission queue */
-};
-
-struct region {
-        char *base;
-        size_t len;
-};
-
-struct shoal_rdma_client {
-        struct shoal_rdma_client_config cfg;
-        char ifaces[SHOAL_FAB_MAX_IFACES][32];
-        struct shoal_hs_key key;
-        struct rc_rail rails[SHOAL_FAB_MAX_IFACES];
-        unsigned nrails;
-        struct shoal_rdma_link_config lcfg;
-        pthread_mutex_t mu; /* regions, peers' shared fields and list, the queues below */
-        struct region regions[MAX_REGIONS];
-        _Atomic unsigned nregions;
-        struct shoal_bufpool *bounce;
-        struct rreq *subq, *subq_tail;
-        struct rc_chan *connq, *connq_tail; /* for the connector */
-        struct rc_chan *opened;             /* back from the connector */
-        pthread_cond_t conn_cond;
-        int epfd, evfd;
-        struct rc_q ev_q;
-        pthread_t thread, connector;
-        bool started, connector_started;
-        _Atomic bool stop;
-        uint64_t next_id;
-        struct rc_peer *_Atomic peers; /* appended under mu, read by the progress thread */
-        struct rc_chan *dying;         /* progress thread */
-};
-
-static void wake(struct shoal_rdma_client *cl)
-{
-        uint64_t one = 1;
-        if (write(cl->evfd, &one, sizeof(one)) < 0) {
-                /* the loop also wakes on its tick */
-        }
-}
-
-static uint64_t new_id(struct shoal_rdma_client *cl)
-{
-        return __atomic_add_fetch(&cl->next_id, 1, __ATOMIC_RELAXED);
-}
 
 static struct rc_chan *chan_of(struct shoal_rdma_chan *m)
 {
@@ -227,8 +86,7 @@ static void op_shutdown(void *env, struct shoal_rdma_chan *m)
         /* After this the member cannot write into any request buffer of the channel (tcp stops
          * reading the socket, verbs moves the QP to the error state). */
         shoal_fab_ep_shutdown(ch->ep, m->addr);
-        ch->next = cl->dying;
-        cl->dying = ch;
+        shoal_list_push_front(&cl->dying, &ch->dying);
 }
 
 static void op_complete(void *env, struct shoal_rdma_creq *q, int rc)
@@ -268,7 +126,7 @@ static void op_ready(void *env, struct shoal_rdma_chan *m)
 
 static uint64_t op_new_id(void *env)
 {
-        return new_id(env);
+        return rc_new_id(env);
 }
 
 static uint64_t op_rand(void *env)
@@ -313,6 +171,7 @@ static int chan_request(struct rc_link *l, bool grow)
         if (!ch)
                 return -ENOMEM;
         ch->link = l;
+        shoal_list_init(&ch->dying);
         ch->gen = l->p->gen;
         ch->grow = grow;
         shoal_strlcpy(ch->m.addr, l->addr, sizeof(ch->m.addr));
@@ -405,7 +264,7 @@ static void *connector_main(void *arg)
                 pthread_mutex_lock(&cl->mu);
                 ch->next = cl->opened;
                 cl->opened = ch;
-                wake(cl);
+                rc_wake(cl);
         }
         pthread_mutex_unlock(&cl->mu);
         return NULL;
@@ -431,8 +290,7 @@ static void chan_opened(struct shoal_rdma_client *cl, struct rc_chan *ch, uint64
                         /* some receives are out: let the flush bring them back */
                         ch->m.broken = true;
                         ch->m.broken_at = now;
-                        ch->next = cl->dying;
-                        cl->dying = ch;
+                        shoal_list_push_front(&cl->dying, &ch->dying);
                         ch = NULL;
                 }
         }
@@ -460,8 +318,9 @@ static void chan_opened(struct shoal_rdma_client *cl, struct rc_chan *ch, uint64
  * them once every completion was read; parks the rare one whose completions never come. */
 static void reap(struct shoal_rdma_client *cl, uint64_t now)
 {
-        for (struct rc_chan **pp = &cl->dying; *pp;) {
-                struct rc_chan *ch = *pp;
+        struct shoal_list *pos, *next;
+        list_for_each (pos, next, &cl->dying) {
+                struct rc_chan *ch = shoal_list_entry(pos, struct rc_chan, dying);
                 struct shoal_rdma_chan *m = &ch->m;
                 uint64_t age = now > m->broken_at ? now - m->broken_at : 0;
                 if (!m->ep_closed && (!m->posted || age > DRAIN_NS)) {
@@ -470,7 +329,7 @@ static void reap(struct shoal_rdma_client *cl, uint64_t now)
                         shoal_rdma_chan_ep_closed(m);
                 }
                 if (shoal_rdma_chan_can_free(m)) {
-                        *pp = ch->next;
+                        shoal_list_del(&ch->dying);
                         chan_free(ch);
                         continue;
                 }
@@ -481,7 +340,6 @@ static void reap(struct shoal_rdma_client *cl, uint64_t now)
                                                -(int64_t)ch->mem.len);
                         shoal_fab_slots_close(&ch->link->rail->fab, &ch->mem);
                 }
-                pp = &ch->next;
         }
 }
 
@@ -574,8 +432,8 @@ static void set_addrs(struct rc_peer *p, const char (*addrs)[64], unsigned n)
 
 /* The member MEMBER_ID (created with its links on first use), mu held. NULL without memory or
  * when its links cannot be opened. */
-static struct rc_peer *peer_get_locked(struct shoal_rdma_client *cl, const char *member_id,
-                                       const char (*addrs)[64], unsigned n)
+struct rc_peer *rc_peer_get_locked(struct shoal_rdma_client *cl, const char *member_id,
+                                   const char (*addrs)[64], unsigned n)
 {
         for (struct rc_peer *p = atomic_load(&cl->peers); p; p = p->next)
                 if (!strcmp(p->id, member_id)) {
@@ -847,7 +705,10 @@ static void *progress_main(void *arg)
                                 if (l->m.retry_at > now && l->m.retry_at < soon)
                                         soon = l->m.retry_at;
                         }
-                timeout_ms = soon > now ? (int)SHOAL_MIN((soon - now + 999999) / 1000000, 100) : 0;
+                timeout_ms = soon > now ? (int)SHOAL_MIN((soon - now + SHOAL_NS_PER_MS - 1) /
+                                                                 SHOAL_NS_PER_MS,
+                                                         100)
+                                        : 0;
                 if (now >= next_tick) {
                         tick(cl, now);
                         next_tick = now + TICK_NS;
@@ -874,9 +735,9 @@ static void *progress_main(void *arg)
                 chan_free(opened);
                 opened = next;
         }
-        while (cl->dying) {
-                struct rc_chan *ch = cl->dying;
-                cl->dying = ch->next;
+        while (!shoal_list_empty(&cl->dying)) {
+                struct rc_chan *ch = shoal_list_entry(cl->dying.next, struct rc_chan, dying);
+                shoal_list_del(&ch->dying);
                 chan_free(ch); /* closes the endpoint: the provider drops what was posted */
         }
         shoal_fork_gate_bg_exit(gated);
@@ -958,6 +819,7 @@ struct shoal_rdma_client *shoal_rdma_client_create(const struct shoal_rdma_clien
                 return NULL;
         }
         cl->cfg = *cfg;
+        shoal_list_init(&cl->dying);
         cl->epfd = cl->evfd = -1;
         pthread_mutex_init(&cl->mu, NULL);
         pthread_cond_init(&cl->conn_cond, NULL);
@@ -1039,7 +901,7 @@ void shoal_rdma_client_destroy(struct shoal_rdma_client *cl)
                 pthread_join(cl->connector, NULL);
         }
         if (cl->started) {
-                wake(cl);
+                rc_wake(cl);
                 pthread_join(cl->thread, NULL);
         }
         /* Channels the connector never handed back. */
@@ -1074,278 +936,4 @@ void shoal_rdma_client_destroy(struct shoal_rdma_client *cl)
         pthread_cond_destroy(&cl->conn_cond);
         shoal_hs_key_clear(&cl->key);
         free(cl);
-}
-
-/* ---- requests ------------------------------------------------------------------------------- */
-
-/* The recorded region holding [P, P+LEN), or -1. */
-static int region_of(struct shoal_rdma_client *cl, const void *p, size_t len)
-{
-        unsigned n = atomic_load(&cl->nregions);
-        for (unsigned i = 0; i < n; i++) {
-                const char *b = cl->regions[i].base;
-                if ((const char *)p >= b && (const char *)p + len <= b + cl->regions[i].len)
-                        return (int)i;
-        }
-        return -1;
-}
-
-/* The link for a request to member MEMBER_ID, or NULL when RDMA cannot take it now (the member
- * failed and waits for its retry time, or reconnects after having been up): the caller then
- * goes over TCP at once, without registering anything. Counts the request on the link. */
-static struct rc_link *pick_link(struct shoal_rdma_client *cl, const char *member_id,
-                                 const char (*addrs)[64], unsigned n_addrs)
-{
-        uint64_t now = shoal_now_ns();
-        pthread_mutex_lock(&cl->mu);
-        struct rc_peer *p = peer_get_locked(cl, member_id, addrs, n_addrs);
-        struct rc_link *best = NULL;
-        bool skip = !p || (!p->addrs_changed &&
-                           ((p->state == P_DOWN && now < p->down_until) ||
-                            (p->state == P_CONNECTING && (p->ever_up || p->failed))));
-        for (unsigned i = 0; !skip && i < p->nlinks; i++) {
-                struct rc_link *l = p->links[i];
-                /* the least loaded interface; ties go to a random one */
-                if (!best || atomic_load(&l->load) < atomic_load(&best->load) ||
-                    (atomic_load(&l->load) == atomic_load(&best->load) && (shoal_rand64() & 1)))
-                        best = l;
-        }
-        if (best)
-                atomic_fetch_add(&best->load, 1);
-        pthread_mutex_unlock(&cl->mu);
-        return best;
-}
-
-/* Hands R to the progress thread and waits for it to come back (it always does: with an
- * answer, or when its channel was shut down, or after waiting too long, or at the stop). */
-static int submit_wait(struct shoal_rdma_client *cl, struct rreq *r)
-{
-        sem_init(&r->done, 0, 0);
-        r->next = NULL;
-        r->q.id = new_id(cl);
-        pthread_mutex_lock(&cl->mu);
-        if (cl->subq_tail)
-                cl->subq_tail->next = r;
-        else
-                cl->subq = r;
-        cl->subq_tail = r;
-        pthread_mutex_unlock(&cl->mu);
-        wake(cl);
-        while (sem_wait(&r->done) && errno == EINTR)
-                ;
-        sem_destroy(&r->done);
-        return r->rc;
-}
-
-/* Registers [LOCAL, LOCAL+LEN) for remote writes on L's domain. */
-static int expose(struct rc_link *l, void *local, size_t len, struct fid_mr **mr, uint64_t *raddr,
-                  uint64_t *rkey)
-{
-        struct shoal_fab *f = &l->rail->fab;
-        int rc = shoal_fab_mr_reg_dom(f, l->dom, local, len, FI_REMOTE_WRITE, false, mr);
-        if (rc)
-                return rc;
-        *raddr = shoal_fab_rma_addr(f, local, local);
-        *rkey = fi_mr_key(*mr);
-        return 0;
-}
-
-/* The request is over: revoke the member's access before anything of the buffer is trusted. */
-static void revoke_access(struct rc_link *l, struct fid_mr *mr, size_t len)
-{
-        shoal_fab_mr_close(&l->rail->fab, mr, len);
-        atomic_fetch_sub(&l->load, 1);
-}
-
-/* Sends the READ (with its buffer's address and key) and waits. */
-static int read_once(struct shoal_rdma_client *cl, struct rreq *r, char *local,
-                     const struct shoal_volume *vol, const struct shoal_object *obj, uint32_t index,
-                     uint32_t off, uint32_t len, uint64_t view_version, uint64_t deadline)
-{
-        struct fid_mr *mr;
-        struct shoal_wire_read rd;
-        int n = shoal_rpc_encode_read(r->body, sizeof(r->body), vol, obj, index, off, len,
-                                      view_version);
-        if (n < 0 || shoal_wire_read_decode(r->body, (size_t)n, &rd))
-                return -EINVAL;
-        if (expose(r->link, local, len, &mr, &rd.rdma_addr, &rd.rdma_key)) {
-                atomic_fetch_sub(&r->link->load, 1);
-                return -ENOTCONN;
-        }
-        n = shoal_wire_read_encode(r->body, sizeof(r->body), &rd);
-        r->q.type = SHOAL_MSG_READ;
-        r->q.flags = SHOAL_WF_FILL | SHOAL_WF_RDMA_TARGET;
-        r->q.body = r->body;
-        r->q.body_len = n > 0 ? (size_t)n : 0;
-        r->q.len = len;
-        r->q.deadline = deadline;
-        int rc = n > 0 ? submit_wait(cl, r) : -EINVAL;
-        revoke_access(r->link, mr, len);
-        return rc;
-}
-
-int shoal_rdma_read(struct shoal_rdma_client *cl, const char *member_id, const char (*addrs)[64],
-                    unsigned n_addrs, const struct shoal_volume *vol,
-                    const struct shoal_object *obj, uint32_t index, uint32_t off, uint32_t len,
-                    void *dst, uint64_t view_version, uint64_t deadline)
-{
-        if (!n_addrs || !len)
-                return -ENOTCONN;
-        struct rc_link *l = pick_link(cl, member_id, addrs, n_addrs);
-        if (!l)
-                return -ENOTCONN;
-        struct rreq *r = calloc(1, sizeof(*r));
-        char *bounce = NULL, *local = dst;
-        int rc = -ENOTCONN;
-        if (!r)
-                goto out_unload;
-        r->link = l;
-        if (region_of(cl, dst, len) < 0) {
-                uint64_t now = shoal_now_ns();
-                if (len > shoal_bufpool_bufsize(cl->bounce) ||
-                    !(bounce = shoal_bufpool_get(cl->bounce, deadline > now ? deadline - now : 0)))
-                        goto out_unload;
-                local = bounce;
-        }
-        rc = read_once(cl, r, local, vol, obj, index, off, len, view_version, deadline);
-        if (rc)
-                goto out_free;
-        if (r->q.h.type == SHOAL_MSG_ERROR) {
-                rc = shoal_rpc_status_errno(r->q.h.status);
-                goto out_free;
-        }
-        struct shoal_wire_read_resp resp;
-        if (shoal_rpc_decode_answer(SHOAL_SERVICE_IORPC, r->q.resp, r->q.h.body_len, &resp) ||
-            shoal_rpc_check_answer(vol, obj, index, off, len, &r->q.h, &resp)) {
-                rc = -ENOTCONN; /* a member that answers wrongly: let TCP carry it */
-                goto out_free;
-        }
-        rc = shoal_rpc_verify_payload(vol, obj, index, off, len, local, &resp);
-        if (rc)
-                goto out_free;
-        if (bounce)
-                memcpy(dst, bounce, len);
-        shoal_metric_add(SHOAL_M_rdma_recv_bytes, len);
-        shoal_metric_add(SHOAL_M_rdma_if0_bytes + l->rail->index, len);
-        goto out_free;
-out_unload:
-        atomic_fetch_sub(&l->load, 1);
-out_free:
-        if (bounce)
-                shoal_bufpool_put(cl->bounce, bounce);
-        free(r);
-        return rc;
-}
-
-unsigned shoal_rdma_channels(struct shoal_rdma_client *cl, const char *member_id)
-{
-        unsigned n = 0;
-        pthread_mutex_lock(&cl->mu);
-        for (struct rc_peer *p = atomic_load(&cl->peers); p; p = atomic_load(&p->next))
-                if (!strcmp(p->id, member_id) && p->state == P_UP)
-                        for (unsigned i = 0; i < p->nlinks; i++)
-                                n += atomic_load(&p->links[i]->ready);
-        pthread_mutex_unlock(&cl->mu);
-        return n;
-}
-
-/* ---- shoal ping --rdma-network ----------------------------------------------------------------
- */
-
-/* One PING of BODY (BODY_LEN bytes) to the member ADDR through CL; the PONG's body in R. */
-static int ping_once(struct shoal_rdma_client *cl, const char (*addr)[64], struct rreq *r,
-                     size_t body_len)
-{
-        struct rc_link *l = pick_link(cl, "ping", addr, 1);
-        if (!l)
-                return -ENOTCONN;
-        r->link = l;
-        r->q.type = SHOAL_MSG_PING;
-        r->q.body = r->body;
-        r->q.body_len = body_len;
-        r->q.deadline = shoal_now_ns() + 5000000000ULL;
-        int rc = submit_wait(cl, r);
-        atomic_fetch_sub(&l->load, 1);
-        return rc;
-}
-
-int shoal_rdma_ping(const char *provider, const char *ifname, const char *addr,
-                    const struct shoal_secret *secret)
-{
-        char ifs[1][32];
-        char err[256];
-        char addrs[1][64];
-        shoal_strlcpy(ifs[0], ifname, sizeof(ifs[0]));
-        shoal_strlcpy(addrs[0], addr, sizeof(addrs[0]));
-        struct shoal_rdma_client_config cfg = {.provider = provider,
-                                               .ifaces = ifs,
-                                               .n_if = 1,
-                                               .secret =
-                                                       secret ? *secret : (struct shoal_secret){0},
-                                               .bounce_size = 65536,
-                                               .retry_ns = 1000000000ULL};
-        uint64_t t0 = shoal_now_ns();
-        struct shoal_rdma_client *cl = shoal_rdma_client_create(&cfg, err, sizeof(err));
-        if (!cl) {
-                printf("%-8s %-21s FAILED: %s\n", "rdma", addr, err);
-                return -ENODEV;
-        }
-        struct rreq *r = calloc(1, sizeof(*r));
-        char *buf = shoal_bufpool_get(cl->bounce, 0);
-        int rc = r && buf ? 0 : -ENOMEM;
-        double min = 1e9, max = 0, sum = 0, connect_ms = 0;
-        unsigned pings = 5;
-        for (unsigned i = 0; i <= pings && !rc; i++) {
-                uint64_t p0 = shoal_now_ns();
-                memset(r, 0, sizeof(*r));
-                memcpy(r->body, &p0, 8);
-                rc = ping_once(cl, (const char(*)[64])addrs, r, 8);
-                if (!rc && (r->q.h.body_len != 8 || memcmp(r->q.resp, &p0, 8)))
-                        rc = -EPROTO;
-                double ms = (double)(shoal_now_ns() - p0) / 1e6;
-                if (i == 0) { /* the first one includes connect and handshake */
-                        connect_ms = (double)(shoal_now_ns() - t0) / 1e6;
-                        continue;
-                }
-                min = ms < min ? ms : min;
-                max = ms > max ? ms : max;
-                sum += ms;
-        }
-        uint32_t wlen = 65536, seed = (uint32_t)shoal_rand64();
-        if (!rc) {
-                memset(buf, 0, wlen);
-                memset(r, 0, sizeof(*r));
-                struct rc_link *l = pick_link(cl, "ping", (const char(*)[64])addrs, 1);
-                struct fid_mr *mr = NULL;
-                uint64_t raddr = 0, rkey = 0;
-                rc = l && !expose(l, buf, wlen, &mr, &raddr, &rkey) ? 0 : -ENOTCONN;
-                if (l)
-                        atomic_fetch_sub(&l->load, 1);
-                memcpy(r->body, SHOAL_RDMA_WTEST_MAGIC, 8);
-                memcpy(r->body + 8, &raddr, 8);
-                memcpy(r->body + 16, &rkey, 8);
-                memcpy(r->body + 24, &wlen, 4);
-                memcpy(r->body + 28, &seed, 4);
-                if (!rc)
-                        rc = ping_once(cl, (const char(*)[64])addrs, r, SHOAL_RDMA_WTEST_LEN);
-                if (mr)
-                        shoal_fab_mr_close(&l->rail->fab, mr, wlen);
-                for (uint32_t i = 0; !rc && i < wlen; i++)
-                        if ((uint8_t)buf[i] != (uint8_t)(seed + i * 7u + (i >> 8)))
-                                rc = -EBADMSG;
-        }
-        if (rc)
-                printf("%-8s %-21s FAILED: %s\n", "rdma", addr,
-                       rc == -ENOTCONN  ? "cannot connect or handshake (see the log)"
-                       : rc == -EBADMSG ? "RMA write test: data differs"
-                                        : strerror(-rc));
-        else
-                printf("%-8s %-21s ok: from %s (%s), connect+handshake %.2f ms, rtt "
-                       "min/avg/max %.3f/%.3f/%.3f ms, rma write %u bytes verified\n",
-                       "rdma", addr, ifname, provider, connect_ms, min, sum / pings, max, wlen);
-        if (buf)
-                shoal_bufpool_put(cl->bounce, buf);
-        free(r);
-        shoal_rdma_client_destroy(cl);
-        return rc;
 }

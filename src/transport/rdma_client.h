@@ -15,20 +15,11 @@
 #include "common/block.h"
 #include "common/secret.h"
 #include "net/fabric.h"
+#include "transport/rdma_config.h"
 
 /* ---- client ---- */
 
 struct shoal_rdma_client;
-
-struct shoal_rdma_client_config {
-        const char *provider;
-        char (*ifaces)[32];
-        unsigned n_if;
-        struct shoal_secret secret; /* group secret (len 0: none); only its key is kept */
-        size_t bounce_size;         /* largest request (the volume's block size) */
-        uint64_t retry_ns;          /* RDMA retried this long after a failure (0:
-                                       IORPC_RDMA_RETRY_DURATION, else 5 min) [M4] */
-};
 
 /* Opens every interface and a registered bounce pool. NULL with one line in ERR [M3]. */
 struct shoal_rdma_client *shoal_rdma_client_create(const struct shoal_rdma_client_config *cfg,

@@ -1,7 +1,10 @@
-/* Which transport carries a read to a member, and which members to avoid [G5, R3, R6].
- * With --use-iorpc the client asks each member once (INFO on its TCP pool port) for its IORPC
- * address; a member that answers "rpc disabled" is read through the TCP pool, and asked again
- * after a while. */
+/* The selector [G5, R3, R6]: which transport carries a request to a member, which members to
+ * avoid, and the deadlines, in one place. A member's transports are tried in one order (RDMA
+ * where --rdma-network gave a client, IORPC, the TCP pool) with the one rule of
+ * transport/transport.h: -ENOTCONN or -ENOPROTOOPT means "cannot carry it, try the next"; any
+ * other result is the answer. With --use-iorpc the client asks each member once (INFO on its
+ * TCP pool port) for its IORPC address; a member that answers "rpc disabled" is read through the
+ * TCP pool, and asked again after a while. */
 #include "transport/select.h"
 
 #include <errno.h>
@@ -13,11 +16,12 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
-#include "transport/clients.h"
 #include "transport/rdma_client.h"
+#include "transport/transport.h"
 
-#define MAX_MEMBERS 1024
-#define RECHECK_NS  (60ULL * 1000000000ULL)
+#define MAX_MEMBERS    1024
+#define RECHECK_NS     (60 * SHOAL_NS_PER_SEC) /* a member with rpc disabled is asked again */
+#define MAX_TRANSPORTS 3
 
 enum rpc_state {
         RPC_UNKNOWN,
@@ -36,12 +40,28 @@ struct member_state {
 
 struct shoal_remote {
         struct shoal_remote_config cfg;
-        struct shoal_pool *pool;
-        struct shoal_iorpc *iorpc;
+        struct shoal_transport *t[MAX_TRANSPORTS]; /* in the order they are tried */
+        unsigned nt;
+        struct shoal_transport *pool; /* the last of t[]: INFO goes over it */
         pthread_mutex_t mu;
         struct member_state *members;
         unsigned nmembers;
 };
+
+/* The transports in the order a request tries them. Returns 0 or -ENOMEM. */
+static int transports_create(struct shoal_remote *rm)
+{
+        const struct shoal_remote_config *cfg = &rm->cfg;
+        if (cfg->rdma && !(rm->t[rm->nt++] = shoal_transport_rdma_create(cfg->rdma)))
+                return -ENOMEM;
+        /* IORPC reads with --use-iorpc (or RDMA, re-issued over it); puts to a published IORPC
+         * address either way */
+        rm->t[rm->nt++] = shoal_transport_iorpc_create(&cfg->secret, cfg->use_iorpc || cfg->rdma);
+        if (!rm->t[rm->nt - 1])
+                return -ENOMEM;
+        rm->pool = rm->t[rm->nt++] = shoal_transport_pool_create(&cfg->secret, cfg->idle_per_peer);
+        return rm->pool ? 0 : -ENOMEM;
+}
 
 struct shoal_remote *shoal_remote_create(const struct shoal_remote_config *cfg)
 {
@@ -54,12 +74,7 @@ struct shoal_remote *shoal_remote_create(const struct shoal_remote_config *cfg)
                                                SHOAL_REMOTE_TIMEOUT_DEFAULT_NS);
         rm->cfg.avoid_ns = shoal_config_pick(cfg->avoid_ns, env->avoid_ns, SHOAL_AVOID_DEFAULT_NS);
         rm->members = calloc(MAX_MEMBERS, sizeof(*rm->members));
-        rm->pool = shoal_pool_create(&cfg->secret, cfg->idle_per_peer);
-        if (cfg->use_iorpc || cfg->rdma) {
-                struct shoal_iorpc_config ic = {.secret = cfg->secret};
-                rm->iorpc = shoal_iorpc_create(&ic);
-        }
-        if (!rm->members || !rm->pool || ((cfg->use_iorpc || cfg->rdma) && !rm->iorpc)) {
+        if (!rm->members || transports_create(rm)) {
                 shoal_remote_destroy(rm);
                 return NULL;
         }
@@ -71,12 +86,18 @@ void shoal_remote_destroy(struct shoal_remote *rm)
 {
         if (!rm)
                 return;
-        shoal_iorpc_destroy(rm->iorpc);
-        shoal_pool_destroy(rm->pool);
+        for (unsigned i = rm->nt; i-- > 0;)
+                if (rm->t[i])
+                        rm->t[i]->ops->destroy(rm->t[i]);
         if (rm->members)
                 pthread_mutex_destroy(&rm->mu);
         free(rm->members);
         free(rm);
+}
+
+uint64_t shoal_remote_deadline(const struct shoal_remote *rm)
+{
+        return shoal_now_ns() + rm->cfg.timeout_ns;
 }
 
 /* The state of member ID (created on first sight). rm->mu held. */
@@ -159,7 +180,8 @@ static void iorpc_addr_for(struct shoal_remote *rm, const struct shoal_member *m
         if (!ask)
                 return;
         struct shoal_wire_info info;
-        int rc = shoal_pool_info(rm->pool, m->tcp_addr, &info, deadline);
+        struct shoal_route to = {.m = m, .iorpc_addr = ""};
+        int rc = rm->pool->ops->info(rm->pool, &to, &info, deadline);
         char ip[SHOAL_ADDR_LEN];
         shoal_strlcpy(ip, m->tcp_addr, sizeof(ip));
         char *colon = strrchr(ip, ':');
@@ -198,6 +220,45 @@ bool shoal_remote_member_allowed(bool has_secret, const struct shoal_member *m)
         return ok;
 }
 
+/* The one fallback rule: T could not carry the request to that member now. */
+static bool cannot_carry(int rc)
+{
+        return rc == -ENOTCONN || rc == -ENOPROTOOPT;
+}
+
+/* The IORPC address to use for M as learnt so far, without asking M ("" for none). */
+static void iorpc_addr_known(struct shoal_remote *rm, const struct shoal_member *m, char *out)
+{
+        out[0] = '\0';
+        pthread_mutex_lock(&rm->mu);
+        struct member_state *ms = member_locked(rm, m->id);
+        if (ms->rpc == RPC_OK)
+                shoal_strlcpy(out, ms->iorpc_addr, SHOAL_ADDR_LEN);
+        pthread_mutex_unlock(&rm->mu);
+}
+
+/* RQ over the first transport that carries it; *BY: the one that answered. */
+static int carry_read(struct shoal_remote *rm, const struct shoal_member *m,
+                      struct shoal_read_req *rq, const struct shoal_transport_ops **by)
+{
+        char iorpc[SHOAL_ADDR_LEN] = "";
+        struct shoal_route to = {.m = m, .iorpc_addr = iorpc};
+        bool resolved = false;
+        int rc = -ENOTCONN;
+        for (unsigned i = 0; i < rm->nt; i++) {
+                struct shoal_transport *t = rm->t[i];
+                if (t->ops->wants_iorpc_addr && !resolved) {
+                        iorpc_addr_for(rm, m, iorpc, rq->deadline);
+                        resolved = true;
+                }
+                *by = t->ops;
+                rc = t->ops->read(t, &to, rq);
+                if (!cannot_carry(rc))
+                        break;
+        }
+        return rc;
+}
+
 int shoal_remote_read(struct shoal_remote *rm, const struct shoal_member *m,
                       const struct shoal_volume *vol, const struct shoal_object *obj,
                       uint32_t index, uint32_t off, uint32_t len, void *dst, uint64_t view_version)
@@ -205,42 +266,21 @@ int shoal_remote_read(struct shoal_remote *rm, const struct shoal_member *m,
         if (!m->tcp_addr[0] || !shoal_remote_member_allowed(shoal_secret_set(&rm->cfg.secret), m))
                 return -EHOSTUNREACH;
         uint64_t t0 = shoal_now_ns();
-        uint64_t deadline = t0 + rm->cfg.timeout_ns;
+        struct shoal_read_req rq = {.vol = vol,
+                                    .obj = obj,
+                                    .index = index,
+                                    .off = off,
+                                    .len = len,
+                                    .dst = dst,
+                                    .view_version = view_version,
+                                    .deadline = t0 + rm->cfg.timeout_ns};
         shoal_metric_inc(SHOAL_M_remotecache_get_requests);
-        int rc;
-        if (rm->cfg.rdma && m->n_rdma) {
-                rc = shoal_rdma_read(rm->cfg.rdma, m->id, (const char(*)[64])m->rdma_addr,
-                                     m->n_rdma, vol, obj, index, off, len, dst, view_version,
-                                     deadline);
-                /* -ENOTCONN and a bad checksum: re-issue over IORPC on TCP [M4]. */
-                if (rc != -ENOTCONN && rc != -EBADMSG) {
-                        shoal_metric_observe(SHOAL_M_remotecache_get_dur, shoal_now_ns() - t0);
-                        if (!rc) {
-                                shoal_metric_add(SHOAL_M_remotecache_get_bytes, len);
-                                shoal_metric_add(SHOAL_M_remotecache_rdma_get_bytes, len);
-                        } else {
-                                shoal_metric_inc(SHOAL_M_remotecache_get_errors);
-                        }
-                        return rc;
-                }
-        }
-        char iorpc[SHOAL_ADDR_LEN] = "";
-        if (rm->iorpc)
-                iorpc_addr_for(rm, m, iorpc, deadline);
-        enum shoal_metric_id bytes_metric;
-        if (iorpc[0]) {
-                rc = shoal_iorpc_read(rm->iorpc, iorpc, vol, obj, index, off, len, dst,
-                                      view_version, deadline);
-                bytes_metric = SHOAL_M_remotecache_iorpc_get_bytes;
-        } else {
-                rc = shoal_pool_read(rm->pool, m->tcp_addr, vol, obj, index, off, len, dst,
-                                     view_version, deadline);
-                bytes_metric = SHOAL_M_remotecache_tcp_get_bytes;
-        }
+        const struct shoal_transport_ops *by = NULL;
+        int rc = carry_read(rm, m, &rq, &by);
         shoal_metric_observe(SHOAL_M_remotecache_get_dur, shoal_now_ns() - t0);
         if (!rc) {
                 shoal_metric_add(SHOAL_M_remotecache_get_bytes, len);
-                shoal_metric_add(bytes_metric, len);
+                shoal_metric_add(by->bytes_metric, len);
         } else {
                 shoal_metric_inc(SHOAL_M_remotecache_get_errors);
                 if (rc == -EBADMSG)
@@ -249,22 +289,47 @@ int shoal_remote_read(struct shoal_remote *rm, const struct shoal_member *m,
         return rc;
 }
 
+int shoal_remote_put(struct shoal_remote *rm, const struct shoal_member *m,
+                     struct shoal_put_req *rq)
+{
+        if (!m->tcp_addr[0] || !shoal_remote_member_allowed(shoal_secret_set(&rm->cfg.secret), m))
+                return -EHOSTUNREACH; /* our bytes go to no member we cannot authenticate */
+        if (shoal_remote_member_avoided(rm, m))
+                return -EHOSTUNREACH;
+        /* the IORPC port the view publishes, else the pool's */
+        struct shoal_route to = {.m = m, .iorpc_addr = m->iorpc_addr};
+        int rc = -ENOPROTOOPT;
+        for (unsigned i = 0; i < rm->nt && cannot_carry(rc); i++)
+                if (rm->t[i]->ops->put)
+                        rc = rm->t[i]->ops->put(rm->t[i], &to, rq);
+        /* an error answer says nothing against the member; anything else avoids it a while */
+        if (rc && rc != -EREMOTEIO)
+                shoal_remote_avoid(rm, m->id);
+        return rc;
+}
+
 unsigned shoal_remote_conns(struct shoal_remote *rm, const struct shoal_member *m)
 {
-        char iorpc[SHOAL_ADDR_LEN] = "";
-        if (rm->cfg.rdma && m->n_rdma) {
-                unsigned n = shoal_rdma_channels(rm->cfg.rdma, m->id);
-                if (n)
-                        return n;
+        char iorpc[SHOAL_ADDR_LEN];
+        iorpc_addr_known(rm, m, iorpc);
+        struct shoal_route to = {.m = m, .iorpc_addr = iorpc};
+        for (unsigned i = 0; i < rm->nt; i++) {
+                int n = rm->t[i]->ops->conns(rm->t[i], &to);
+                if (n >= 0)
+                        return (unsigned)n;
         }
-        pthread_mutex_lock(&rm->mu);
-        struct member_state *ms = member_locked(rm, m->id);
-        if (ms->rpc == RPC_OK)
-                shoal_strlcpy(iorpc, ms->iorpc_addr, sizeof(iorpc));
-        pthread_mutex_unlock(&rm->mu);
-        if (rm->iorpc && iorpc[0])
-                return shoal_iorpc_conns(rm->iorpc, iorpc);
-        return shoal_pool_conns(rm->pool, m->tcp_addr);
+        return 0;
+}
+
+unsigned shoal_remote_inflight(struct shoal_remote *rm, const struct shoal_member *m)
+{
+        char iorpc[SHOAL_ADDR_LEN];
+        iorpc_addr_known(rm, m, iorpc);
+        struct shoal_route to = {.m = m, .iorpc_addr = iorpc};
+        unsigned n = 0;
+        for (unsigned i = 0; i < rm->nt; i++)
+                n += rm->t[i]->ops->inflight(rm->t[i], &to);
+        return n;
 }
 
 int shoal_remote_register(struct shoal_remote *rm, void *base, size_t len, char *err, size_t errlen)

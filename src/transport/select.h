@@ -13,6 +13,7 @@
 #include "common/block.h"
 #include "common/secret.h"
 #include "group/group.h"
+#include "transport/transport.h"
 
 struct shoal_remote;
 
@@ -38,6 +39,18 @@ void shoal_remote_destroy(struct shoal_remote *rm);
 int shoal_remote_read(struct shoal_remote *rm, const struct shoal_member *m,
                       const struct shoal_volume *vol, const struct shoal_object *obj,
                       uint32_t index, uint32_t off, uint32_t len, void *dst, uint64_t view_version);
+
+/* Sends the PUT_BLOCK RQ (RQ->deadline from shoal_remote_deadline) to member M over the first
+ * transport that carries puts, under the same member avoidance as reads: an avoided member, or
+ * one this client may not send to, gets -EHOSTUNREACH; a failure other than an error answer
+ * (-EREMOTEIO, with RQ->status) avoids M for a while. Returns 0 or a negative errno. */
+int shoal_remote_put(struct shoal_remote *rm, const struct shoal_member *m,
+                     struct shoal_put_req *rq);
+/* The deadline of a request started now (the configured per-request timeout). */
+uint64_t shoal_remote_deadline(const struct shoal_remote *rm);
+
+/* Requests to member M in flight now, over every transport (load-aware reads, issue 29). */
+unsigned shoal_remote_inflight(struct shoal_remote *rm, const struct shoal_member *m);
 
 /* Whether a client that holds a group secret (HAS_SECRET) may send member M anything: with one,
  * always (the handshake proves the member); without one, only when every address M publishes
