@@ -197,7 +197,10 @@ static void agent_config(struct shoal_group_config *cfg, const char *url, const 
 static struct shoal_registry *reg_open(const char *url, const char *group, char *err, size_t errlen)
 {
         struct shoal_registry *r;
-        return shoal_registry_open(url, group, &r, err, errlen) ? NULL : r;
+        if (shoal_registry_open(url, group, &r, err, errlen))
+                return NULL;
+        r->timeout_ns = TIMEOUT_NS; /* the leases of the records this test writes itself */
+        return r;
 }
 
 /* The agent CFG starts, or NULL with ERR saying why. */
@@ -522,14 +525,18 @@ static void check_agents(const char *url)
         }
         shoal_group_view_put(vb);
 
-        /* Cache use travels with the heartbeat. */
+        /* Cache use travels with the heartbeat into the registry (where `shoal group` reads
+         * it; a view with leases changes only with the group's version). */
         shoal_group_set_usage(a, 12345, 67890);
         bool seen = WAIT_UNTIL(({
-                                       struct shoal_group_view *w = shoal_group_view_get(b);
-                                       const struct shoal_member *ma = find(w->members, w->n, ida);
-                                       bool ok = ma && ma->cache_bytes == 12345 &&
-                                                 ma->cache_capacity == 67890;
-                                       shoal_group_view_put(w);
+                                       struct shoal_member *l = NULL;
+                                       size_t nl = 0;
+                                       bool ok = shoal_group_list_once(url, "agents", 0, &l, &nl,
+                                                                       err, sizeof(err)) == 0;
+                                       const struct shoal_member *ma = ok ? find(l, nl, ida) : NULL;
+                                       ok = ma && ma->cache_bytes == 12345 &&
+                                            ma->cache_capacity == 67890;
+                                       free(l);
                                        ok;
                                }),
                                2000);
@@ -656,6 +663,7 @@ static void check_stale_deleted(const char *url)
         struct shoal_member old;
         fill_member(&old, "old", 0);
         old.updated_ms = now_ms() - 3600 * 1000;
+        r->timeout_ns = 200 * MS; /* a writer with the agent's timeout (the lease's) */
         assert_int_equal(shoal_registry_put(r, &old), 0);
 
         agent_config(&cfg, url, "stale", "file:///data", 4194304);
