@@ -75,6 +75,7 @@ struct shoal_group {
         uint64_t join_next_ns;  /* monotonic time of the next try */
         uint64_t listed_gen;    /* the registry's listing generation the view was built of */
         unsigned same_listings; /* listings in a row that changed nothing */
+        uint64_t presence_ns;   /* monotonic time a client's presence was last renewed */
 
         pthread_mutex_t lock; /* guards what follows */
         pthread_cond_t cond;
@@ -603,9 +604,15 @@ static void tick(struct shoal_group *g)
         g->self.beat++;
         g->self.updated_ms = wall_ms();
 
-        ret = put_self(g);
-        if (ret < 0)
-                note_error(g, "heartbeat", ret);
+        /* A client's presence is renewed twice a timeout, not with every poll. */
+        uint64_t now = shoal_now_ns();
+        if (g->self.role != SHOAL_ROLE_CONSUMER || now - g->presence_ns >= g->timeout_ns / 2) {
+                ret = put_self(g);
+                if (ret < 0)
+                        note_error(g, "heartbeat", ret);
+                else
+                        g->presence_ns = now;
+        }
         ret = shoal_registry_list(g->reg, &list, &n);
         if (ret < 0) {
                 note_error(g, "list", ret);
@@ -658,11 +665,12 @@ static void *agent_main(void *arg)
                         shoal_fork_gate_exit(taken);
                 }
                 pthread_mutex_lock(&g->lock);
-                /* Keep the cadence, but after a slow registry call do not fire a burst. */
+                /* Keep the cadence; after a registry call slower than a heartbeat the next one
+                 * follows at once (one at a time, never a burst to catch up). */
                 next += g->heartbeat_ns;
                 now = shoal_now_ns();
                 if (next <= now)
-                        next = now + g->heartbeat_ns;
+                        next = now;
         }
         pthread_mutex_unlock(&g->lock);
         return NULL;
@@ -852,6 +860,7 @@ static int join_once(struct shoal_group *g, struct shoal_member **list, size_t *
         g->self.beat++;
         g->self.started_ms = g->self.updated_ms = wall_ms();
         ret = put_self(g);
+        g->presence_ns = shoal_now_ns();
         if (ret < 0) {
                 snprintf(err, errlen, "group \"%s\": cannot register this member: %s", g->group,
                          ret == -EINVAL ? "invalid record" : strerror(-ret));

@@ -484,7 +484,8 @@ static const char *const scripts[S_N] = {
                                  "bump(ARGV[2])\n"
                                  "return 1\n",
         /* S_POLL: ARGV epoch since -> {epoch, version, now, 'same'|'delta'|'full', records,
-         * (id, record, lease, end, weight)...} */
+         * then for a delta (id, record, lease, end, weight)... and for a full read the records,
+         * the leases with their scores and the weights} */
         [S_POLL] = LUA_PRELUDE
         "local from = redis.call('GET', KEYS[10]) or '-inf'\n"
         "for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. from, now)) do\n"
@@ -511,7 +512,10 @@ static const char *const scripts[S_N] = {
         "  ids = redis.call('LRANGE', KEYS[2], len - (v - since), -1)\n"
         "else\n"
         "  head[4] = 'full'\n"
-        "  ids = redis.call('HKEYS', KEYS[4])\n"
+        "  head[6] = redis.call('HGETALL', KEYS[4])\n"
+        "  head[7] = redis.call('ZRANGE', KEYS[5], 0, -1, 'WITHSCORES')\n"
+        "  head[8] = redis.call('HGETALL', KEYS[7])\n"
+        "  return head\n"
         "end\n"
         "local seen = {}\n"
         "for _, id in ipairs(ids) do\n"
@@ -731,11 +735,11 @@ static bool ent_fill(struct redis_registry *r, struct mirror_ent *ent, redisRepl
                         shoal_group_printable(t[0]->str, (size_t)t[0]->len, key, sizeof(key)));
                 return false;
         }
-        if (!reply_i64(t[2], &ent->lease_ms))
+        if (!t[2] || !reply_i64(t[2], &ent->lease_ms))
                 ent->lease_ms = INT64_MIN / 2; /* written without a lease: dead */
         ent->leased = ent->lease_ms > now;
         int64_t w;
-        if (ent->m.role == SHOAL_ROLE_PROVIDER && reply_i64(t[4], &w) && w >= 0 &&
+        if (ent->m.role == SHOAL_ROLE_PROVIDER && t[4] && reply_i64(t[4], &w) && w >= 0 &&
             w <= SHOAL_WEIGHT_MAX) {
                 ent->m.weight = (uint32_t)w;
                 ent->m.weight_set = true;
@@ -756,9 +760,58 @@ static int mirror_reserve(struct redis_registry *r, size_t n)
         return 0;
 }
 
-/* Applies a poll's answer REP (its tuples from element 4 on) to the mirror. */
+/* The mirror entry of the id in E, or NULL. */
+static struct mirror_ent *mirror_find(struct redis_registry *r, const redisReply *e)
+{
+        struct mirror_ent key;
+        if (!reply_str(e) || (size_t)e->len > SHOAL_MEMBER_ID_LEN || !r->n)
+                return NULL;
+        memcpy(key.m.id, e->str, (size_t)e->len);
+        key.m.id[e->len] = '\0';
+        return bsearch(&key, r->ents, r->n, sizeof(key), cmp_ent);
+}
+
+/* Builds the mirror from a full read: REP's records, leases and weights (three arrays). */
+static int mirror_full(struct redis_registry *r, const redisReply *rep, int64_t now)
+{
+        const redisReply *recs = rep->element[POLL_HEAD], *leases = rep->element[POLL_HEAD + 1],
+                         *weights = rep->element[POLL_HEAD + 2];
+        if (recs->type != REDIS_REPLY_ARRAY || leases->type != REDIS_REPLY_ARRAY ||
+            weights->type != REDIS_REPLY_ARRAY)
+                return -EIO;
+        if (mirror_reserve(r, recs->elements / 2 + 1) < 0)
+                return -ENOMEM;
+        r->n = 0;
+        for (size_t i = 0; i + 1 < recs->elements; i += 2) {
+                redisReply *t[5] = {recs->element[i], recs->element[i + 1], NULL, NULL, NULL};
+                memset(&r->ents[r->n], 0, sizeof(r->ents[r->n]));
+                if (ent_fill(r, &r->ents[r->n], t, now))
+                        r->n++;
+        }
+        if (r->n)
+                qsort(r->ents, r->n, sizeof(*r->ents), cmp_ent);
+        for (size_t i = 0; i + 1 < leases->elements; i += 2) {
+                struct mirror_ent *e = mirror_find(r, leases->element[i]);
+                if (e && reply_i64(leases->element[i + 1], &e->lease_ms))
+                        e->leased = e->lease_ms > now;
+        }
+        for (size_t i = 0; i + 1 < weights->elements; i += 2) {
+                struct mirror_ent *e = mirror_find(r, weights->element[i]);
+                int64_t w;
+                if (e && e->m.role == SHOAL_ROLE_PROVIDER &&
+                    reply_i64(weights->element[i + 1], &w) && w >= 0 && w <= SHOAL_WEIGHT_MAX) {
+                        e->m.weight = (uint32_t)w;
+                        e->m.weight_set = true;
+                }
+        }
+        return 0;
+}
+
+/* Applies a poll's answer REP (its tuples from element POLL_HEAD on) to the mirror. */
 static int mirror_apply(struct redis_registry *r, const redisReply *rep, bool full, int64_t now)
 {
+        if (full)
+                return mirror_full(r, rep, now);
         size_t nt = (rep->elements - POLL_HEAD) / 5;
         if (mirror_reserve(r, (full ? 0 : r->n) + nt) < 0)
                 return -ENOMEM;
@@ -810,7 +863,9 @@ again:
         int64_t version, now;
         ret = -EIO;
         if (rep->type != REDIS_REPLY_ARRAY || rep->elements < POLL_HEAD ||
-            (rep->elements - POLL_HEAD) % 5 || rep->element[4]->type != REDIS_REPLY_INTEGER ||
+            rep->element[4]->type != REDIS_REPLY_INTEGER || !reply_str(rep->element[3]) ||
+            (strcmp(rep->element[3]->str, "full") ? (rep->elements - POLL_HEAD) % 5 != 0
+                                                  : rep->elements != POLL_HEAD + 3) ||
             !reply_str(rep->element[0]) || rep->element[0]->len >= (int)sizeof(r->epoch) ||
             !reply_i64(rep->element[1], &version) || !reply_i64(rep->element[2], &now) ||
             !reply_str(rep->element[3])) {
