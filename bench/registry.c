@@ -142,21 +142,29 @@ static bool view_has(struct shoal_group *g, const char *id)
         return found;
 }
 
-/* One number from INFO (ALL) of the server at HOST:PORT. */
-static double info(redisContext *c, const char *field)
+/* INFO of the server, kept for field() (one call: each answer is bytes out too). */
+static char info_text[65536];
+static size_t info_len;
+
+static void info_get(redisContext *c)
 {
         redisReply *rep = redisCommand(c, "INFO all");
-        double v = -1;
+        info_text[0] = '\0';
+        info_len = 0;
         if (rep && rep->type == REDIS_REPLY_STRING) {
-                char key[128];
-                snprintf(key, sizeof(key), "\n%s", field);
-                const char *p = strstr(rep->str, key);
-                if (p)
-                        v = strtod(p + strlen(key), NULL);
+                shoal_strlcpy(info_text, rep->str, sizeof(info_text));
+                info_len = (size_t)rep->len;
         }
         if (rep)
                 freeReplyObject(rep);
-        return v;
+}
+
+static double field(const char *name)
+{
+        char key[128];
+        snprintf(key, sizeof(key), "\n%s", name);
+        const char *p = strstr(info_text, key);
+        return p ? strtod(p + strlen(key), NULL) : -1;
 }
 
 static redisContext *direct(const char *hostport)
@@ -186,14 +194,17 @@ static int cost(const char *url, const char *group, const char *hostport, unsign
         shoal_sleep_ns(3 * SHOAL_NS_PER_SEC); /* every join seen */
         redisReply *rep = redisCommand(c, "CONFIG RESETSTAT");
         freeReplyObject(rep);
-        double cpu0 = info(c, "used_cpu_sys:") + info(c, "used_cpu_user:");
-        double in0 = info(c, "total_net_input_bytes:"), out0 = info(c, "total_net_output_bytes:");
+        info_get(c);
+        double cpu0 = field("used_cpu_sys:") + field("used_cpu_user:");
+        double in0 = field("total_net_input_bytes:"), out0 = field("total_net_output_bytes:");
         uint64_t t0 = shoal_now_ns();
         shoal_sleep_ns(seconds * SHOAL_NS_PER_SEC);
         double dt = (double)(shoal_now_ns() - t0) / 1e9;
-        double cpu = info(c, "used_cpu_sys:") + info(c, "used_cpu_user:") - cpu0;
-        double in = info(c, "total_net_input_bytes:") - in0;
-        double out = info(c, "total_net_output_bytes:") - out0;
+        size_t first_len = info_len; /* that answer's bytes were counted out after in0 */
+        info_get(c);
+        double cpu = field("used_cpu_sys:") + field("used_cpu_user:") - cpu0;
+        double in = field("total_net_input_bytes:") - in0 - 16;
+        double out = field("total_net_output_bytes:") - out0 - (double)first_len - 16;
         double usec = -1;
         rep = redisCommand(c, "INFO commandstats");
         if (rep && rep->type == REDIS_REPLY_STRING) {
@@ -210,7 +221,9 @@ static int cost(const char *url, const char *group, const char *hostport, unsign
          * record written, every record of the group read). */
         rep = redisCommand(c, "CONFIG RESETSTAT");
         freeReplyObject(rep);
-        double bin0 = info(c, "total_net_output_bytes:");
+        info_get(c);
+        double bin0 = field("total_net_output_bytes:");
+        size_t blen = info_len;
         char key[300];
         snprintf(key, sizeof(key), "shoal:%s-before:members", group);
         const unsigned ticks = 20;
@@ -220,7 +233,8 @@ static int cost(const char *url, const char *group, const char *hostport, unsign
                 rep = redisCommand(c, "HGETALL %s", key);
                 freeReplyObject(rep);
         }
-        double bout = (info(c, "total_net_output_bytes:") - bin0) / ticks;
+        info_get(c);
+        double bout = (field("total_net_output_bytes:") - bin0 - (double)blen) / ticks;
         double busec = -1;
         rep = redisCommand(c, "INFO commandstats");
         if (rep && rep->type == REDIS_REPLY_STRING) {

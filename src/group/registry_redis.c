@@ -431,6 +431,7 @@ out_restore:
 
 #define LOG_CAP     "2048"
 #define POLL_HEAD   5 /* the elements of a poll's answer before the records */
+#define SCAN_MS     "100"
 #define SCRIPT_KEYS 10
 
 /* KEYS: version log epoch members leases ends weights clients client-leases scanned; ARGV[1]:
@@ -487,21 +488,27 @@ static const char *const scripts[S_N] = {
          * then for a delta (id, record, lease, end, weight)... and for a full read the records,
          * the leases with their scores and the weights} */
         [S_POLL] = LUA_PRELUDE
-        "local from = redis.call('GET', KEYS[10]) or '-inf'\n"
-        "for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. from, now)) do\n"
-        "  bump(id)\n"
-        "end\n"
-        "redis.call('SET', KEYS[10], now)\n"
-        "for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 100)) "
+        "local st = redis.call('MGET', KEYS[1], KEYS[3], KEYS[10])\n"
+        /* The leases and places that ran out: looked for at most every SCAN_MS (by whoever
+         * polls first), not by every poll. */
+        "if not st[3] or now - tonumber(st[3]) >= " SCAN_MS " then\n"
+        "  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. (st[3] or '-inf'), "
+        "now)) do\n"
+        "    bump(id)\n"
+        "  end\n"
+        "  redis.call('SET', KEYS[10], now)\n"
+        "  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 100)) "
         "do\n"
-        "  redis.call('ZREM', KEYS[6], id)\n"
-        "  redis.call('ZREM', KEYS[5], id)\n"
-        "  redis.call('HDEL', KEYS[4], id)\n"
-        "  redis.call('HDEL', KEYS[7], id)\n"
-        "  bump(id)\n"
+        "    redis.call('ZREM', KEYS[6], id)\n"
+        "    redis.call('ZREM', KEYS[5], id)\n"
+        "    redis.call('HDEL', KEYS[4], id)\n"
+        "    redis.call('HDEL', KEYS[7], id)\n"
+        "    bump(id)\n"
+        "  end\n"
+        "  st = redis.call('MGET', KEYS[1], KEYS[3])\n"
         "end\n"
-        "local epoch = redis.call('GET', KEYS[3]) or ''\n"
-        "local v = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
+        "local epoch = st[2] or ''\n"
+        "local v = tonumber(st[1] or '0')\n"
         "local since = tonumber(ARGV[3]) or -1\n"
         "local head = {epoch, tostring(v), tostring(now), 'same', redis.call('HLEN', KEYS[4])}\n"
         "if epoch == ARGV[2] and since == v then return head end\n"
