@@ -46,7 +46,8 @@ struct redis_registry {
         struct mirror_ent *ents;
         size_t n, cap;
         uint64_t polls, polls_changed;
-        long long records; /* the members hash's length when it was last read */
+        long long records;  /* the members hash's length when it was last read */
+        int cmd_timeout_ms; /* 0: REDIS_TIMEOUT_MS */
 };
 
 struct mirror_ent {
@@ -247,7 +248,9 @@ static int connect_redis(struct redis_registry *r, char *err, size_t errlen)
                 ret = strstr(r->c->errstr, "timed out") ? -ETIMEDOUT : -ECONNREFUSED;
                 goto out_drop;
         }
-        if (redisSetTimeout(r->c, tv) != REDIS_OK) {
+        struct timeval ctv = {.tv_sec = r->cmd_timeout_ms / 1000,
+                              .tv_usec = (r->cmd_timeout_ms % 1000) * 1000};
+        if (redisSetTimeout(r->c, r->cmd_timeout_ms ? ctv : tv) != REDIS_OK) {
                 snprintf(err, errlen, "%s: cannot set the command timeout", r->where);
                 ret = -EIO;
                 goto out_drop;
@@ -698,6 +701,18 @@ static int redis_list_clients(struct shoal_registry *base, shoal_registry_visit_
         return ret;
 }
 
+#define FULL_READ_TIMEOUT_MS 10000
+
+/* The command timeout from now on (0: REDIS_TIMEOUT_MS), on the connection too. */
+static void set_cmd_timeout(struct redis_registry *r, int ms)
+{
+        r->cmd_timeout_ms = ms;
+        int t = ms ? ms : REDIS_TIMEOUT_MS;
+        struct timeval tv = {.tv_sec = t / 1000, .tv_usec = (t % 1000) * 1000};
+        if (r->c)
+                redisSetTimeout(r->c, tv);
+}
+
 /* ---- the mirror: what this reader knows of the group, kept sorted by id ---- */
 
 static int cmp_ent(const void *a, const void *b)
@@ -863,7 +878,12 @@ again:
         snprintf(since, sizeof(since), "%" PRId64, r->synced ? r->version : (int64_t)-1);
         const char *args[] = {r->epoch, since};
         sigpipe_block(&g);
+        /* A full read may wait behind a crowd's: giving up on it would only ask again. */
+        if (!r->synced)
+                set_cmd_timeout(r, FULL_READ_TIMEOUT_MS);
         redisReply *rep = run_script(r, S_POLL, &ret, 2, args);
+        if (!r->synced)
+                set_cmd_timeout(r, 0);
         sigpipe_restore(&g);
         if (!rep)
                 return ret;
