@@ -33,7 +33,7 @@ trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 RPORT=$(port)
-redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no >"$T/redis.log" 2>&1 &
+nice -n -5 redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no >"$T/redis.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 URL="redis://127.0.0.1:$RPORT"

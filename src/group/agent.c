@@ -613,7 +613,12 @@ static void tick(struct shoal_group *g)
                 else
                         g->presence_ns = now;
         }
-        ret = shoal_registry_list(g->reg, &list, &n);
+        /* With leases a listing that changed nothing changes no view and is not even copied
+         * (unless members are away: their grace runs out on their own; and every minute or so
+         * all the same, for the previous placement's window). */
+        bool rebuild = g->view->n_away > 0 || ++g->same_listings >= 60;
+        uint64_t gen = rebuild ? UINT64_MAX : g->listed_gen;
+        ret = shoal_registry_list_since(g->reg, &gen, &list, &n);
         if (ret < 0) {
                 note_error(g, "list", ret);
                 return;
@@ -624,14 +629,9 @@ static void tick(struct shoal_group *g)
                          g->group, failures);
                 __atomic_store_n(&g->n_errors, 0, __ATOMIC_RELAXED);
         }
-        /* With leases a listing that changed nothing changes no view (unless members are away:
-         * their grace runs out on their own; and every minute or so all the same, for the
-         * previous placement's window). */
-        bool same = shoal_registry_has_leases(g->reg) && g->reg->generation == g->listed_gen &&
-                    g->view->n_away == 0 && ++g->same_listings < 60;
-        if (!same) {
+        if (ret == 0) {
                 g->same_listings = 0;
-                g->listed_gen = g->reg->generation;
+                g->listed_gen = gen;
                 ret = refresh(g, list, n);
                 if (ret < 0)
                         note_error(g, "view update", ret);

@@ -48,11 +48,13 @@ struct shoal_registry_ops {
          * the time of its deletion (P->keep_ms from now), and changes the group version when
          * P->changed or the member was not leased. sync replaces list: it polls the version and
          * reads only the changes (everything at the first call or after a gap) into a mirror,
-         * and gives back the mirror with alive, age_ms and grace_left_ms filled by the leases.
+         * and gives back the mirror with alive, age_ms and grace_left_ms filled by the leases
+         * (nothing, returning 1, when UNLESS_GEN is given and the generation is still that).
          * del and set_weight change the version too. */
         int (*put_lease)(struct shoal_registry *r, const char *id, const char *record,
                          const struct shoal_lease_put *p);
-        int (*sync)(struct shoal_registry *r, struct shoal_member **out, size_t *n);
+        int (*sync)(struct shoal_registry *r, const uint64_t *unless_gen, struct shoal_member **out,
+                    size_t *n);
         /* Optional: client presence kept apart from the members (RECORD NULL: renew only).
          * Without them the front end keeps clients in a companion group of the same backend. */
         int (*put_client)(struct shoal_registry *r, const char *id, const char *record);
@@ -113,6 +115,10 @@ int shoal_registry_redis_url_parse(const char *rest, struct shoal_redis_url *u, 
 int shoal_registry_put_client(struct shoal_registry *r, const struct shoal_member *m);
 int shoal_registry_delete_client(struct shoal_registry *r, const char *id);
 int shoal_registry_list_clients(struct shoal_registry *r, struct shoal_member **out, size_t *n);
+/* As shoal_registry_list, but on a backend with leases returns 1 and no listing when nothing
+ * changed since the listing of generation *GEN; *GEN gets the generation of this one. */
+int shoal_registry_list_since(struct shoal_registry *r, uint64_t *gen, struct shoal_member **out,
+                              size_t *n);
 /* True when R's listings carry liveness from leases (alive, age_ms, grace_left_ms filled). */
 bool shoal_registry_has_leases(const struct shoal_registry *r);
 

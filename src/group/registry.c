@@ -410,6 +410,21 @@ int shoal_registry_list_clients(struct shoal_registry *r, struct shoal_member **
         return 0;
 }
 
+int shoal_registry_list_since(struct shoal_registry *r, uint64_t *gen, struct shoal_member **out,
+                              size_t *n)
+{
+        int ret;
+        if (!r->ops->sync) {
+                ret = shoal_registry_list(r, out, n);
+        } else {
+                pthread_mutex_lock(&r->lock);
+                ret = r->ops->sync(r, gen, out, n);
+                pthread_mutex_unlock(&r->lock);
+        }
+        *gen = r->generation;
+        return ret;
+}
+
 int shoal_registry_list(struct shoal_registry *r, struct shoal_member **out, size_t *n)
 {
         struct list_acc acc = {.group = r->group};
@@ -417,7 +432,7 @@ int shoal_registry_list(struct shoal_registry *r, struct shoal_member **out, siz
 
         pthread_mutex_lock(&r->lock);
         if (r->ops->sync) {
-                ret = r->ops->sync(r, out, n);
+                ret = r->ops->sync(r, NULL, out, n);
                 pthread_mutex_unlock(&r->lock);
                 return ret;
         }

@@ -867,7 +867,8 @@ static int mirror_apply(struct redis_registry *r, const redisReply *rep, bool fu
         return 0;
 }
 
-static int redis_sync(struct shoal_registry *base, struct shoal_member **out, size_t *n)
+static int redis_sync(struct shoal_registry *base, const uint64_t *unless_gen,
+                      struct shoal_member **out, size_t *n)
 {
         struct redis_registry *r = (struct redis_registry *)base;
         struct sigpipe_guard g;
@@ -921,6 +922,12 @@ again:
                 r->polls_changed++;
         }
         r->polls++;
+        if (unless_gen && *unless_gen == r->base.generation) {
+                *out = NULL;
+                *n = 0;
+                ret = 1;
+                goto out;
+        }
         struct shoal_member *v = malloc((r->n + 1) * sizeof(*v));
         int64_t timeout = (int64_t)(r->base.timeout_ns / SHOAL_NS_PER_MS);
         ret = -ENOMEM;
