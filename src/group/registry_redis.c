@@ -45,7 +45,6 @@ struct redis_registry {
         bool synced;
         struct mirror_ent *ents;
         size_t n, cap;
-        uint64_t polls, polls_changed;
         long long records;  /* the members hash's length when it was last read */
         int cmd_timeout_ms; /* 0: REDIS_TIMEOUT_MS */
 };
@@ -867,36 +866,76 @@ static int mirror_apply(struct redis_registry *r, const redisReply *rep, bool fu
         return 0;
 }
 
-static int redis_sync(struct shoal_registry *base, const uint64_t *unless_gen,
-                      struct shoal_member **out, size_t *n)
+/* Whether REP reads as a poll's answer; fills *VERSION and *NOW. */
+static bool poll_answer_ok(const struct redis_registry *r, const redisReply *rep, int64_t *version,
+                           int64_t *now)
 {
-        struct redis_registry *r = (struct redis_registry *)base;
+        if (rep->type != REDIS_REPLY_ARRAY || rep->elements < POLL_HEAD ||
+            rep->element[4]->type != REDIS_REPLY_INTEGER || !reply_str(rep->element[3]) ||
+            !reply_str(rep->element[0]) || rep->element[0]->len >= (int)sizeof(r->epoch) ||
+            !reply_i64(rep->element[1], version) || !reply_i64(rep->element[2], now))
+                return false;
+        if (!strcmp(rep->element[3]->str, "full"))
+                return rep->elements == POLL_HEAD + 3;
+        return (rep->elements - POLL_HEAD) % 5 == 0;
+}
+
+/* The mirror as a listing (malloc'd into *OUT, *N), liveness as of NOW on the server. */
+static int mirror_list(const struct redis_registry *r, int64_t now, struct shoal_member **out,
+                       size_t *n)
+{
+        struct shoal_member *v = malloc((r->n + 1) * sizeof(*v));
+        int64_t timeout = (int64_t)(r->base.timeout_ns / SHOAL_NS_PER_MS);
+        if (!v)
+                return -ENOMEM;
+        for (size_t i = 0; i < r->n; i++) {
+                const struct mirror_ent *e = &r->ents[i];
+                v[i] = e->m;
+                /* Live as read: every lease that ran out since changed the version. */
+                v[i].alive = e->leased;
+                int64_t last = e->leased ? now : e->lease_ms - timeout;
+                int64_t end = e->lease_ms + (int64_t)e->m.grace_ms;
+                v[i].age_ms = now > last ? (uint64_t)(now - last) : 0;
+                v[i].grace_left_ms = !e->leased && end > now ? (uint64_t)(end - now) : 0;
+        }
+        *out = v;
+        *n = r->n;
+        return 0;
+}
+
+/* One poll: the answer, or NULL with *RET < 0. */
+static redisReply *poll_once(struct redis_registry *r, int *ret)
+{
         struct sigpipe_guard g;
         char since[24];
-        int ret;
 
-again:
         snprintf(since, sizeof(since), "%" PRId64, r->synced ? r->version : (int64_t)-1);
         const char *args[] = {r->epoch, since};
         sigpipe_block(&g);
         /* A full read may wait behind a crowd's: giving up on it would only ask again. */
-        if (!r->synced)
+        bool full = !r->synced;
+        if (full)
                 set_cmd_timeout(r, FULL_READ_TIMEOUT_MS);
-        redisReply *rep = run_script(r, S_POLL, &ret, 2, args);
-        if (!r->synced)
+        redisReply *rep = run_script(r, S_POLL, ret, 2, args);
+        if (full)
                 set_cmd_timeout(r, 0);
         sigpipe_restore(&g);
+        return rep;
+}
+
+static int redis_sync(struct shoal_registry *base, const uint64_t *unless_gen,
+                      struct shoal_member **out, size_t *n)
+{
+        struct redis_registry *r = (struct redis_registry *)base;
+        int64_t version, now;
+        int ret;
+
+again:;
+        redisReply *rep = poll_once(r, &ret);
         if (!rep)
                 return ret;
-        int64_t version, now;
         ret = -EIO;
-        if (rep->type != REDIS_REPLY_ARRAY || rep->elements < POLL_HEAD ||
-            rep->element[4]->type != REDIS_REPLY_INTEGER || !reply_str(rep->element[3]) ||
-            (strcmp(rep->element[3]->str, "full") ? (rep->elements - POLL_HEAD) % 5 != 0
-                                                  : rep->elements != POLL_HEAD + 3) ||
-            !reply_str(rep->element[0]) || rep->element[0]->len >= (int)sizeof(r->epoch) ||
-            !reply_i64(rep->element[1], &version) || !reply_i64(rep->element[2], &now) ||
-            !reply_str(rep->element[3])) {
+        if (!poll_answer_ok(r, rep, &version, &now)) {
                 log_ratelimited(SHOAL_LOG_WARN, "group",
                                 "registry %s: a poll answer it cannot read", r->where);
                 goto out;
@@ -919,33 +958,14 @@ again:
                 r->epoch[rep->element[0]->len] = '\0';
                 r->version = version;
                 r->synced = true;
-                r->polls_changed++;
         }
-        r->polls++;
         if (unless_gen && *unless_gen == r->base.generation) {
                 *out = NULL;
                 *n = 0;
                 ret = 1;
-                goto out;
+        } else {
+                ret = mirror_list(r, now, out, n);
         }
-        struct shoal_member *v = malloc((r->n + 1) * sizeof(*v));
-        int64_t timeout = (int64_t)(r->base.timeout_ns / SHOAL_NS_PER_MS);
-        ret = -ENOMEM;
-        if (!v)
-                goto out;
-        for (size_t i = 0; i < r->n; i++) {
-                const struct mirror_ent *e = &r->ents[i];
-                v[i] = e->m;
-                /* Live as read: every lease that ran out since changed the version. */
-                v[i].alive = e->leased;
-                int64_t last = e->leased ? now : e->lease_ms - timeout;
-                int64_t end = e->lease_ms + (int64_t)e->m.grace_ms;
-                v[i].age_ms = now > last ? (uint64_t)(now - last) : 0;
-                v[i].grace_left_ms = !e->leased && end > now ? (uint64_t)(end - now) : 0;
-        }
-        *out = v;
-        *n = r->n;
-        ret = 0;
 out:
         freeReplyObject(rep);
         if (ret < 0)
