@@ -9,7 +9,7 @@
  *       thread, default heartbeat) for SECONDS and prints the server's CPU time, commands'
  *       time and bytes in and out per agent per second (from INFO of the server at HOST:PORT),
  *       and whether every agent's view holds every member
- *   bench_registry crowd URL GROUP N
+ *   bench_registry crowd URL GROUP HOST:PORT N
  *       starts N client agents at once and prints how long until each had joined (its view
  *       holds the members), the slowest, and how many failed to start
  *   bench_registry kill URL MEMBER_URL GROUP READERS
@@ -281,8 +281,13 @@ static void *crowd_one(void *p)
         return NULL;
 }
 
-static int crowd(const char *url, const char *group, unsigned n)
+static int crowd(const char *url, const char *group, const char *hostport, unsigned n)
 {
+        redisContext *c = direct(hostport);
+        if (!c)
+                return 1;
+        info_get(c);
+        double cpu0 = field("used_cpu_sys:") + field("used_cpu_user:");
         struct crowd_arg *a = calloc(n, sizeof(*a));
         pthread_t *t = calloc(n, sizeof(*t));
         double *joined = calloc(n, sizeof(*joined));
@@ -322,9 +327,12 @@ static int crowd(const char *url, const char *group, unsigned n)
                 worst = joined[i] > worst ? joined[i] : worst;
                 sum += joined[i];
         }
+        info_get(c);
+        double cpu = field("used_cpu_sys:") + field("used_cpu_user:") - cpu0;
+        redisFree(c);
         printf("crowd of %u clients: %u joined (%u in the background), %u failed to start, mean "
-               "%.2f s, slowest %.2f s\n",
-               n, done, background, failed, done ? sum / done : 0, worst);
+               "%.2f s, slowest %.2f s; the server's CPU meanwhile %.2f s\n",
+               n, done, background, failed, done ? sum / done : 0, worst, cpu);
         for (unsigned i = 0; i < n; i++)
                 shoal_group_stop(a[i].g);
         free(a);
@@ -390,8 +398,8 @@ int main(int argc, char **argv)
         if (argc == 8 && !strcmp(argv[1], "cost"))
                 return cost(argv[2], argv[3], argv[4], (unsigned)atoi(argv[5]),
                             (unsigned)atoi(argv[6]), (unsigned)atoi(argv[7]));
-        if (argc == 5 && !strcmp(argv[1], "crowd"))
-                return crowd(argv[2], argv[3], (unsigned)atoi(argv[4]));
+        if (argc == 6 && !strcmp(argv[1], "crowd"))
+                return crowd(argv[2], argv[3], argv[4], (unsigned)atoi(argv[5]));
         if (argc == 6 && !strcmp(argv[1], "kill"))
                 return kill_one(argv[2], argv[3], argv[4], (unsigned)atoi(argv[5]));
         fprintf(stderr, "usage: see bench/registry.c\n");

@@ -81,6 +81,6 @@ echo "== cost of $REAL_MEMBERS real members and $REAL_CLIENTS real clients, ${SE
   2>"$T/cost.err" || { cat "$T/cost.err"; exit 1; }
 grep -E '^cmdstat_(evalsha|hgetall)' "$T/cost.err" || true
 echo "== $CROWD clients at once"
-"$BENCH" crowd "$URL" big "$CROWD"
+"$BENCH" crowd "$URL" big "127.0.0.1:$RPORT" "$CROWD"
 echo "== a member killed -9, $READERS readers behind a ${DELAY}s delaying proxy"
 "$BENCH" kill "redis://127.0.0.1:$PPORT" "$URL" big "$READERS"
