@@ -248,6 +248,50 @@ static int cost(const char *url, const char *group, const char *hostport, unsign
         printf("before (one hash of every record): %.0f us and %.0f B out per process per "
                "second (HGETALL)\n",
                busec, bout);
+        /* Each kind of call back to back through the registry's own code, for its server time
+         * per call with less of the scheduler in it (the window above counts a script's wall
+         * time on a server that other processes preempt). */
+        double per_call[3];
+        struct shoal_registry *r;
+        char err[512];
+        if (shoal_registry_open(url, group, &r, err, sizeof(err)))
+                return 1;
+        struct shoal_member self, *l = NULL;
+        size_t nl = 0;
+        fake(&self, "benchself", 0, SHOAL_ROLE_PROVIDER);
+        uint64_t gen = 0;
+        shoal_registry_put(r, &self);
+        shoal_registry_list_since(r, &gen, &l, &nl);
+        free(l);
+        for (int k = 0; k < 3; k++) {
+                rep = redisCommand(c, "CONFIG RESETSTAT");
+                freeReplyObject(rep);
+                for (int i = 0; i < 2000; i++) {
+                        self.updated_ms = (int64_t)(shoal_wall_ns() / SHOAL_NS_PER_MS);
+                        if (k == 0 && shoal_registry_list_since(r, &gen, &l, &nl) == 0)
+                                free(l);
+                        if (k == 1)
+                                shoal_registry_put(r, &self);
+                        if (k == 2)
+                                shoal_registry_put_client(r, &self);
+                }
+                info_get(c);
+                rep = redisCommand(c, "INFO commandstats");
+                const char *p = rep && rep->type == REDIS_REPLY_STRING
+                                        ? strstr(rep->str, "cmdstat_evalsha:")
+                                        : NULL;
+                p = p ? strstr(p, "usec_per_call=") : NULL;
+                per_call[k] = p ? strtod(p + 14, NULL) : -1;
+                if (rep)
+                        freeReplyObject(rep);
+        }
+        shoal_registry_delete(r, self.id);
+        shoal_registry_delete_client(r, self.id);
+        shoal_registry_close(r);
+        printf("back to back: a poll %.1f us, a member's heartbeat %.1f us, a client's presence "
+               "%.1f us; so a member %.1f us and a client %.1f us of server time per second\n",
+               per_call[0], per_call[1], per_call[2], per_call[0] + per_call[1],
+               per_call[0] + 0.4 * per_call[2]);
         /* A member's view: every member; a client's: every member and itself. */
         size_t want = view_n(g[0]), bad = 0;
         for (unsigned i = 0; i < n; i++)
