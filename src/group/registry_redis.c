@@ -78,36 +78,13 @@ static int pct_decode(const char *s, size_t len, char *out, size_t size)
         return 0;
 }
 
-int shoal_registry_redis_url_parse(const char *rest, struct shoal_redis_url *u, char *err,
-                                   size_t errlen)
+/* The host and port of HP[0..HPLEN) ("host", "host:port", "[v6]", "[v6]:port") into U. */
+static int parse_hostport(const char *hp, size_t hplen, struct shoal_redis_url *u, char *err,
+                          size_t errlen)
 {
-        const char *at = strrchr(rest, '@');
-        const char *hp = at ? at + 1 : rest;
-        const char *slash = strchr(hp, '/');
-        size_t hplen = slash ? (size_t)(slash - hp) : strlen(hp);
         const char *portp = NULL;
         uint64_t v;
 
-        memset(u, 0, sizeof(*u));
-        if (strchr(rest, '?')) {
-                snprintf(err, errlen, "registry: redis URL options (?...) are not supported");
-                return -EINVAL;
-        }
-        if (at) {
-                const char *colon = memchr(rest, ':', (size_t)(at - rest));
-                if (!colon) {
-                        snprintf(err, errlen,
-                                 "registry: redis URL: write the password as "
-                                 "redis://:PASSWORD@host:port");
-                        return -EINVAL;
-                }
-                if (pct_decode(rest, (size_t)(colon - rest), u->user, sizeof(u->user)) < 0 ||
-                    pct_decode(colon + 1, (size_t)(at - colon - 1), u->pass, sizeof(u->pass)) < 0) {
-                        snprintf(err, errlen, "registry: redis URL: bad user or password");
-                        return -EINVAL;
-                }
-                u->has_pass = true;
-        }
         if (hplen > 0 && hp[0] == '[') {
                 const char *close = memchr(hp, ']', hplen);
                 if (!close || close == hp + 1 || (size_t)(close - hp - 1) >= sizeof(u->host))
@@ -141,15 +118,6 @@ int shoal_registry_redis_url_parse(const char *rest, struct shoal_redis_url *u, 
                         goto bad_port;
                 u->port = (int)v;
         }
-        u->db = 0;
-        if (slash && slash[1]) {
-                if (shoal_parse_u64(slash + 1, REDIS_DB_MAX, &v) < 0) {
-                        snprintf(err, errlen, "registry: redis URL: bad database number \"%.32s\"",
-                                 slash + 1);
-                        return -EINVAL;
-                }
-                u->db = (unsigned)v;
-        }
         return 0;
 
 bad_host:
@@ -160,6 +128,50 @@ bad_port:
         snprintf(err, errlen, "registry: redis URL: bad port in \"%.*s\"",
                  (int)SHOAL_MIN(hplen, 200), hp);
         return -EINVAL;
+}
+
+int shoal_registry_redis_url_parse(const char *rest, struct shoal_redis_url *u, char *err,
+                                   size_t errlen)
+{
+        const char *at = strrchr(rest, '@');
+        const char *hp = at ? at + 1 : rest;
+        const char *slash = strchr(hp, '/');
+        size_t hplen = slash ? (size_t)(slash - hp) : strlen(hp);
+        uint64_t v;
+
+        memset(u, 0, sizeof(*u));
+        if (strchr(rest, '?')) {
+                snprintf(err, errlen, "registry: redis URL options (?...) are not supported");
+                return -EINVAL;
+        }
+        if (at) {
+                const char *colon = memchr(rest, ':', (size_t)(at - rest));
+                if (!colon) {
+                        snprintf(err, errlen,
+                                 "registry: redis URL: write the password as "
+                                 "redis://:PASSWORD@host:port");
+                        return -EINVAL;
+                }
+                if (pct_decode(rest, (size_t)(colon - rest), u->user, sizeof(u->user)) < 0 ||
+                    pct_decode(colon + 1, (size_t)(at - colon - 1), u->pass, sizeof(u->pass)) < 0) {
+                        snprintf(err, errlen, "registry: redis URL: bad user or password");
+                        return -EINVAL;
+                }
+                u->has_pass = true;
+        }
+        int ret = parse_hostport(hp, hplen, u, err, errlen);
+        if (ret)
+                return ret;
+        u->db = 0;
+        if (slash && slash[1]) {
+                if (shoal_parse_u64(slash + 1, REDIS_DB_MAX, &v) < 0) {
+                        snprintf(err, errlen, "registry: redis URL: bad database number \"%.32s\"",
+                                 slash + 1);
+                        return -EINVAL;
+                }
+                u->db = (unsigned)v;
+        }
+        return 0;
 }
 
 /* hiredis writes with write(2): a server that closed the connection would raise SIGPIPE and kill
