@@ -34,7 +34,7 @@
 #include "common/util.h"
 #include "metrics/metrics.h"
 
-#define STALE_FACTOR          10
+#define STALE_FACTOR          SHOAL_STALE_FACTOR
 #define ERROR_LOG_INTERVAL_NS (30 * SHOAL_NS_PER_SEC)
 
 /* The previous placement is asked for moved blocks only this long after it changed: past it,
@@ -51,7 +51,8 @@ struct seen {
 };
 
 struct shoal_group {
-        struct shoal_registry *reg;
+        struct shoal_registry *reg; /* NULL until a join that could not reach it opens it */
+        char *meta_url;
         char group[SHOAL_GROUP_NAME_MAX + 1];
         uint64_t heartbeat_ns, timeout_ns, grace_ns;
         bool no_grace;
@@ -67,7 +68,14 @@ struct shoal_group {
         uint64_t error_logged_ns;
         struct shoal_member *prev; /* the placement before the last change of it */
         size_t n_prev;
-        int64_t prev_ns; /* monotonic time of that change */
+        int64_t prev_ns;    /* monotonic time of that change */
+        bool joined;        /* the record is written (else: joining in the background) */
+        bool join_given_up; /* the group refused this member (a volume mismatch) */
+        unsigned join_tries;
+        uint64_t join_next_ns;  /* monotonic time of the next try */
+        uint64_t listed_gen;    /* the registry's listing generation the view was built of */
+        unsigned same_listings; /* listings in a row that changed nothing */
+        uint64_t presence_ns;   /* monotonic time a client's presence was last renewed */
 
         pthread_mutex_t lock; /* guards what follows */
         pthread_cond_t cond;
@@ -367,6 +375,100 @@ static bool delete_stale(struct shoal_group *g, const struct shoal_member *m, co
         return true;
 }
 
+/* A listing sorted into what the view is built of. */
+struct sorted {
+        struct seen *seen;
+        struct shoal_member *serving, *away;
+        size_t n_seen, n_serving, n_away;
+};
+
+/* Folds record M into S by the beat counters this reader watched (backends without leases);
+ * deletes the record when it has been silent for long. */
+static void sort_by_beats(struct shoal_group *g, struct sorted *s, struct shoal_member *m,
+                          int64_t now, int64_t wnow)
+{
+        struct seen key, *old, *t = &s->seen[s->n_seen++];
+        shoal_strlcpy(key.id, m->id, sizeof(key.id));
+        old = g->n_seen ? bsearch(&key, g->seen, g->n_seen, sizeof(*g->seen), cmp_seen) : NULL;
+        *t = key;
+        t->beat = m->beat;
+        t->started_ms = m->started_ms;
+        if (old && old->beat == m->beat && old->started_ms == m->started_ms) {
+                t->changed_ns = old->changed_ns;
+                t->first_ns = old->first_ns;
+        } else if (old) {
+                t->changed_ns = now;
+                t->first_ns = old->first_ns;
+        } else {
+                t->changed_ns = first_sight_changed(now, wnow, m, g->timeout_ns);
+                t->first_ns = now;
+        }
+        if (delete_stale(g, m, t, now)) {
+                s->n_seen--;
+                return;
+        }
+        int64_t silent = now - t->changed_ns;
+        int64_t grace = (int64_t)(m->grace_ms * SHOAL_NS_PER_MS);
+        m->alive = silent < (int64_t)g->timeout_ns;
+        m->age_ms = (uint64_t)silent / SHOAL_NS_PER_MS;
+        if (m->alive && !m->leaving) {
+                s->serving[s->n_serving++] = *m;
+        } else if (silent < grace) {
+                /* Its place is kept: it owns nothing meanwhile, so the next member in each of
+                 * its blocks' order serves them. */
+                m->grace_left_ms = (uint64_t)(grace - silent) / SHOAL_NS_PER_MS;
+                s->away[s->n_away++] = *m;
+        }
+}
+
+/* Folds record M into S by its lease (the listing says alive and the grace left). */
+static void sort_by_lease(struct sorted *s, const struct shoal_member *m)
+{
+        if (m->alive && !m->leaving)
+                s->serving[s->n_serving++] = *m;
+        else if (m->alive || m->grace_left_ms > 0)
+                s->away[s->n_away++] = *m;
+}
+
+/* Publishes the view of S (S->serving sorted, this member in it). Returns 0 or -ENOMEM. */
+static int publish(struct shoal_group *g, struct sorted *s, int64_t now)
+{
+        pthread_mutex_lock(&g->lock);
+        struct shoal_group_view *old = g->view;
+        pthread_mutex_unlock(&g->lock);
+        /* (OLD is replaced only on this thread, so reading it outside the lock is safe.) */
+        track_prev(g, old, s->serving, s->n_serving, now);
+        struct shoal_group_view *v = view_alloc(s->n_serving, s->n_away, g->n_prev);
+        if (!v)
+                return -ENOMEM;
+        memcpy(v->members, s->serving, s->n_serving * sizeof(*s->serving));
+        v->n = s->n_serving;
+        if (s->n_away)
+                memcpy(v->away, s->away, s->n_away * sizeof(*s->away));
+        v->n_away = s->n_away;
+        if (g->n_prev)
+                memcpy(v->prev, g->prev, g->n_prev * sizeof(*g->prev));
+        v->n_prev = g->n_prev;
+        v->version = view_version(v->members, v->n);
+        shoal_group_view_index(v);
+
+        free(g->seen);
+        g->seen = s->seen;
+        s->seen = NULL;
+        g->n_seen = s->n_seen;
+
+        pthread_mutex_lock(&g->lock);
+        g->view = v;
+        pthread_mutex_unlock(&g->lock);
+        shoal_metric_gauge_set(SHOAL_M_group_members_alive, (int64_t)v->n);
+        shoal_metric_gauge_set(SHOAL_M_group_members_away, (int64_t)v->n_away);
+        if (old) {
+                log_changes(g, old, v);
+                shoal_group_view_put(old);
+        }
+        return 0;
+}
+
 /* Folds listing LIST (sorted here) into the tracker, deletes records silent for long, and
  * publishes a new view: the members that serve, and those away but within their grace period.
  * Returns 0 or -ENOMEM (the old view and tracker then stay). */
@@ -374,14 +476,15 @@ static int refresh(struct shoal_group *g, struct shoal_member *list, size_t n)
 {
         int64_t now = (int64_t)shoal_now_ns();
         int64_t wnow = wall_ms();
-        int64_t timeout = (int64_t)g->timeout_ns;
-        struct seen *seen = calloc(n + 1, sizeof(*seen));
-        struct shoal_member *serving = calloc(n + 1, sizeof(*serving));
-        struct shoal_member *away = calloc(n + 1, sizeof(*away));
-        size_t n_seen = 0, n_serving = 0, n_away = 0;
+        bool leases = g->reg && shoal_registry_has_leases(g->reg);
+        struct sorted s = {
+                .seen = calloc(n + 1, sizeof(*s.seen)),
+                .serving = calloc(n + 1, sizeof(*s.serving)),
+                .away = calloc(n + 1, sizeof(*s.away)),
+        };
         int ret = -ENOMEM;
 
-        if (!seen || !serving || !away)
+        if (!s.seen || !s.serving || !s.away)
                 goto out;
         if (n)
                 qsort(list, n, sizeof(*list), cmp_member);
@@ -393,81 +496,19 @@ static int refresh(struct shoal_group *g, struct shoal_member *list, size_t n)
                         adopt_weight(g, m);
                         continue;
                 }
-                struct seen key, *old, *s = &seen[n_seen++];
-                shoal_strlcpy(key.id, m->id, sizeof(key.id));
-                old = g->n_seen ? bsearch(&key, g->seen, g->n_seen, sizeof(*g->seen), cmp_seen)
-                                : NULL;
-                *s = key;
-                s->beat = m->beat;
-                s->started_ms = m->started_ms;
-                if (old && old->beat == m->beat && old->started_ms == m->started_ms) {
-                        s->changed_ns = old->changed_ns;
-                        s->first_ns = old->first_ns;
-                } else if (old) {
-                        s->changed_ns = now;
-                        s->first_ns = old->first_ns;
-                } else {
-                        s->changed_ns = first_sight_changed(now, wnow, m, g->timeout_ns);
-                        s->first_ns = now;
-                }
-                if (delete_stale(g, m, s, now)) {
-                        n_seen--;
-                        continue;
-                }
-                int64_t silent = now - s->changed_ns;
-                int64_t grace = (int64_t)(m->grace_ms * SHOAL_NS_PER_MS);
-                m->alive = silent < timeout;
-                m->age_ms = (uint64_t)silent / SHOAL_NS_PER_MS;
-                if (m->alive && !m->leaving) {
-                        serving[n_serving++] = *m;
-                } else if (silent < grace) {
-                        /* Its place is kept: it owns nothing meanwhile, so the next member in
-                         * each of its blocks' order serves them. */
-                        m->grace_left_ms = (uint64_t)(grace - silent) / SHOAL_NS_PER_MS;
-                        away[n_away++] = *m;
-                }
+                if (leases)
+                        sort_by_lease(&s, m);
+                else
+                        sort_by_beats(g, &s, m, now, wnow);
         }
-        serving[n_serving++] = g->self; /* always, listed or not (its write may not have landed) */
-        qsort(serving, n_serving, sizeof(*serving), cmp_member);
-
-        pthread_mutex_lock(&g->lock);
-        struct shoal_group_view *old = g->view;
-        pthread_mutex_unlock(&g->lock);
-        /* (OLD is replaced only on this thread, so reading it outside the lock is safe.) */
-        track_prev(g, old, serving, n_serving, now);
-        struct shoal_group_view *v = view_alloc(n_serving, n_away, g->n_prev);
-        if (!v)
-                goto out;
-        memcpy(v->members, serving, n_serving * sizeof(*serving));
-        v->n = n_serving;
-        if (n_away)
-                memcpy(v->away, away, n_away * sizeof(*away));
-        v->n_away = n_away;
-        if (g->n_prev)
-                memcpy(v->prev, g->prev, g->n_prev * sizeof(*g->prev));
-        v->n_prev = g->n_prev;
-        v->version = view_version(v->members, v->n);
-        shoal_group_view_index(v);
-
-        free(g->seen);
-        g->seen = seen;
-        seen = NULL;
-        g->n_seen = n_seen;
-
-        pthread_mutex_lock(&g->lock);
-        g->view = v;
-        pthread_mutex_unlock(&g->lock);
-        shoal_metric_gauge_set(SHOAL_M_group_members_alive, (int64_t)v->n);
-        shoal_metric_gauge_set(SHOAL_M_group_members_away, (int64_t)v->n_away);
-        if (old) {
-                log_changes(g, old, v);
-                shoal_group_view_put(old);
-        }
-        ret = 0;
+        /* always, listed or not (its write may not have landed) */
+        s.serving[s.n_serving++] = g->self;
+        qsort(s.serving, s.n_serving, sizeof(*s.serving), cmp_member);
+        ret = publish(g, &s, now);
 out:
-        free(seen);
-        free(serving);
-        free(away);
+        free(s.seen);
+        free(s.serving);
+        free(s.away);
         return ret;
 }
 
@@ -484,6 +525,58 @@ static void note_error(struct shoal_group *g, const char *what, int err)
                          what, g->group, strerror(-err), n);
                 g->error_logged_ns = now;
         }
+}
+
+/* Writes this process's record: a member's into the group, a client's presence apart. */
+static int put_self(struct shoal_group *g)
+{
+        return g->self.role == SHOAL_ROLE_CONSUMER ? shoal_registry_put_client(g->reg, &g->self)
+                                                   : shoal_registry_put(g->reg, &g->self);
+}
+
+static int join_once(struct shoal_group *g, struct shoal_member **list, size_t *n, char *err,
+                     size_t errlen);
+
+/* The next try of a join that could not reach the registry: a heartbeat and a random part of
+ * up to 16 more, growing with each try, so that a crowd started at once spreads out. */
+static void join_later(struct shoal_group *g)
+{
+        unsigned shift = SHOAL_MIN(g->join_tries, 4u);
+        g->join_tries++;
+        uint64_t span = g->heartbeat_ns << shift;
+        g->join_next_ns = shoal_now_ns() + g->heartbeat_ns / 2 + shoal_rand64() % span;
+}
+
+/* One background try at joining (the start could not reach the registry). */
+static void join_tick(struct shoal_group *g)
+{
+        struct shoal_member *list = NULL;
+        size_t n = 0;
+        char err[1024];
+
+        if (g->join_given_up || shoal_now_ns() < g->join_next_ns)
+                return;
+        int ret = join_once(g, &list, &n, err, sizeof(err));
+        if (ret == -EINVAL) {
+                log_error("group",
+                          "%s: this process stays out of the group (it reads from the "
+                          "store)",
+                          err);
+                g->join_given_up = true;
+                return;
+        }
+        if (ret < 0) {
+                log_ratelimited(SHOAL_LOG_WARN, "group", "%s (try %u; trying again)", err,
+                                g->join_tries + 1);
+                join_later(g);
+                return;
+        }
+        g->joined = true;
+        if (refresh(g, list, n) < 0)
+                note_error(g, "view update", -ENOMEM);
+        free(list);
+        log_info("group", "joined group \"%s\" as %s after %u tries, %zu live members", g->group,
+                 g->self.id, g->join_tries + 1, g->view->n);
 }
 
 static void tick(struct shoal_group *g)
@@ -504,13 +597,28 @@ static void tick(struct shoal_group *g)
         g->self.cache_capacity = g->usage_capacity;
         g->self.leaving = g->leaving;
         pthread_mutex_unlock(&g->lock);
+        if (!g->joined) {
+                join_tick(g);
+                return;
+        }
         g->self.beat++;
         g->self.updated_ms = wall_ms();
 
-        ret = shoal_registry_put(g->reg, &g->self);
-        if (ret < 0)
-                note_error(g, "heartbeat", ret);
-        ret = shoal_registry_list(g->reg, &list, &n);
+        /* A client's presence is renewed twice a timeout, not with every poll. */
+        uint64_t now = shoal_now_ns();
+        if (g->self.role != SHOAL_ROLE_CONSUMER || now - g->presence_ns >= g->timeout_ns / 2) {
+                ret = put_self(g);
+                if (ret < 0)
+                        note_error(g, "heartbeat", ret);
+                else
+                        g->presence_ns = now;
+        }
+        /* With leases a listing that changed nothing changes no view and is not even copied
+         * (unless members are away: their grace runs out on their own; and every minute or so
+         * all the same, for the previous placement's window). */
+        bool rebuild = g->view->n_away > 0 || ++g->same_listings >= 60;
+        uint64_t gen = rebuild ? UINT64_MAX : g->listed_gen;
+        ret = shoal_registry_list_since(g->reg, &gen, &list, &n);
         if (ret < 0) {
                 note_error(g, "list", ret);
                 return;
@@ -521,9 +629,13 @@ static void tick(struct shoal_group *g)
                          g->group, failures);
                 __atomic_store_n(&g->n_errors, 0, __ATOMIC_RELAXED);
         }
-        ret = refresh(g, list, n);
-        if (ret < 0)
-                note_error(g, "view update", ret);
+        if (ret == 0) {
+                g->same_listings = 0;
+                g->listed_gen = gen;
+                ret = refresh(g, list, n);
+                if (ret < 0)
+                        note_error(g, "view update", ret);
+        }
         free(list);
 }
 
@@ -553,11 +665,12 @@ static void *agent_main(void *arg)
                         shoal_fork_gate_exit(taken);
                 }
                 pthread_mutex_lock(&g->lock);
-                /* Keep the cadence, but after a slow registry call do not fire a burst. */
+                /* Keep the cadence; after a registry call slower than a heartbeat the next one
+                 * follows at once (one at a time, never a burst to catch up). */
                 next += g->heartbeat_ns;
                 now = shoal_now_ns();
                 if (next <= now)
-                        next = now + g->heartbeat_ns;
+                        next = now;
         }
         pthread_mutex_unlock(&g->lock);
         return NULL;
@@ -589,6 +702,7 @@ static const struct shoal_member *volume_conflict(const struct shoal_group *g,
 static void free_group(struct shoal_group *g)
 {
         shoal_registry_close(g->reg);
+        free(g->meta_url);
         shoal_group_view_put(g->view);
         free(g->seen);
         free(g->prev);
@@ -603,22 +717,17 @@ static int runtime_err(int rc)
         return rc == -EINVAL ? -EIO : rc;
 }
 
-int shoal_group_start(const struct shoal_group_config *cfg, struct shoal_group **out, char *err,
-                      size_t errlen)
+/* Allocates G for CFG: its id (drawn when empty), heartbeat, timeout and grace. Returns 0 or a
+ * negative errno with one line in ERR (G freed). */
+static int group_new(const struct shoal_group_config *cfg, struct shoal_group **out, char *err,
+                     size_t errlen)
 {
-        struct shoal_member *list = NULL;
-        struct shoal_group *g;
         pthread_condattr_t ca;
-        size_t n = 0;
         int ret;
 
-        *out = NULL;
-        if (!cfg || !cfg->meta_url || !cfg->group) {
-                snprintf(err, errlen, "group: meta URL and group name are required");
-                return -EINVAL;
-        }
-        g = calloc(1, sizeof(*g));
-        if (!g) {
+        struct shoal_group *g = calloc(1, sizeof(*g));
+        if (!g || !(g->meta_url = strdup(cfg->meta_url))) {
+                free(g);
                 snprintf(err, errlen, "group: out of memory");
                 return -ENOMEM;
         }
@@ -672,53 +781,138 @@ int shoal_group_start(const struct shoal_group_config *cfg, struct shoal_group *
                          "group timeout %" PRIu64 " ms is less than two heartbeats (%" PRIu64
                          " ms): members may flap",
                          ns_to_ms(g->timeout_ns), ns_to_ms(g->heartbeat_ns));
+        *out = g;
+        return 0;
 
-        ret = shoal_registry_open(cfg->meta_url, cfg->group, &g->reg, err, errlen);
-        if (ret)
-                goto out_free;
-        /* Where records expire by themselves (etcd): a silent record must outlive the timeout
-         * and this member's grace period, during which it keeps its place. */
-        g->reg->lease_ns = g->timeout_ns + g->grace_ns;
-        ret = shoal_registry_list(g->reg, &list, &n);
+out_free:
+        free_group(g);
+        return ret;
+}
+
+/* The [D1] refusal of C into ERR. */
+static void conflict_message(const struct shoal_group *g, const struct shoal_member *c, char *err,
+                             size_t errlen)
+{
+        char mine[sizeof(c->volume_url)], theirs[sizeof(c->volume_url)], host[sizeof(c->host)];
+        snprintf(err, errlen,
+                 "volume mismatch: this member has %s (block size %" PRIu32
+                 "), group \"%s\" has %s (block size %" PRIu32 ", member %s on %s)",
+                 shoal_group_printable(g->self.volume_url, sizeof(mine), mine, sizeof(mine)),
+                 g->self.block_size, g->group,
+                 shoal_group_printable(c->volume_url, sizeof(theirs), theirs, sizeof(theirs)),
+                 c->block_size, c->id,
+                 c->host[0] ? shoal_group_printable(c->host, sizeof(host), host, sizeof(host))
+                            : "?");
+}
+
+/* Clients kept in a companion group (no leases) leave their record behind when killed: the
+ * next client to join deletes those silent for long (a wrong guess costs one heartbeat). */
+static void sweep_clients(struct shoal_group *g)
+{
+        struct shoal_member *c = NULL;
+        size_t n = 0;
+        if (shoal_registry_has_leases(g->reg) || shoal_registry_list_clients(g->reg, &c, &n) < 0)
+                return;
+        int64_t limit = (int64_t)ns_to_ms(g->timeout_ns) * STALE_FACTOR, now = wall_ms();
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(c[i].id, g->self.id) && now - c[i].updated_ms > limit)
+                        shoal_registry_delete_client(g->reg, c[i].id);
+        free(c);
+}
+
+/* One try at joining: opens the registry (when not yet open), reads the group into *LIST, *N,
+ * refuses a volume mismatch, writes this process's record. Returns 0, or a negative errno with
+ * one line in ERR (-EINVAL: the configuration cannot work). */
+static int join_once(struct shoal_group *g, struct shoal_member **list, size_t *n, char *err,
+                     size_t errlen)
+{
+        int ret;
+
+        *list = NULL;
+        *n = 0;
+        if (!g->reg) {
+                ret = shoal_registry_open(g->meta_url, g->group, &g->reg, err, errlen);
+                if (ret)
+                        return ret;
+                /* Where records expire by themselves (etcd): a silent record must outlive the
+                 * timeout and this member's grace period, during which it keeps its place. */
+                g->reg->lease_ns = g->timeout_ns + g->grace_ns;
+                g->reg->timeout_ns = g->timeout_ns;
+        }
+        ret = shoal_registry_list(g->reg, list, n);
         if (ret < 0) {
                 snprintf(err, errlen, "group \"%s\": cannot read the members from the registry: %s",
                          g->group, strerror(-ret));
-                ret = runtime_err(ret);
-                goto out_free;
+                return runtime_err(ret);
         }
         /* A weight set for this member while it was away: from its first record on. */
-        for (size_t i = 0; i < n; i++)
-                if (!strcmp(list[i].id, g->self.id))
-                        adopt_weight(g, &list[i]);
-        const struct shoal_member *c = volume_conflict(g, list, n);
+        for (size_t i = 0; i < *n; i++)
+                if (!strcmp((*list)[i].id, g->self.id))
+                        adopt_weight(g, &(*list)[i]);
+        const struct shoal_member *c = volume_conflict(g, *list, *n);
         if (c) {
-                char mine[sizeof(c->volume_url)], theirs[sizeof(c->volume_url)];
-                char host[sizeof(c->host)];
-                snprintf(
-                        err, errlen,
-                        "volume mismatch: this member has %s (block size %" PRIu32
-                        "), group \"%s\" has %s (block size %" PRIu32 ", member %s on %s)",
-                        shoal_group_printable(g->self.volume_url, sizeof(mine), mine, sizeof(mine)),
-                        g->self.block_size, g->group,
-                        shoal_group_printable(c->volume_url, sizeof(theirs), theirs,
-                                              sizeof(theirs)),
-                        c->block_size, c->id,
-                        c->host[0]
-                                ? shoal_group_printable(c->host, sizeof(host), host, sizeof(host))
-                                : "?");
+                conflict_message(g, c, err, errlen);
                 ret = -EINVAL;
                 goto out_free;
         }
-
-        g->self.beat = 1;
+        g->self.beat++;
         g->self.started_ms = g->self.updated_ms = wall_ms();
-        g->usage_bytes = g->self.cache_bytes;
-        g->usage_capacity = g->self.cache_capacity;
-        ret = shoal_registry_put(g->reg, &g->self);
+        ret = put_self(g);
+        g->presence_ns = shoal_now_ns();
         if (ret < 0) {
                 snprintf(err, errlen, "group \"%s\": cannot register this member: %s", g->group,
                          ret == -EINVAL ? "invalid record" : strerror(-ret));
                 ret = runtime_err(ret);
+                goto out_free;
+        }
+        if (g->self.role == SHOAL_ROLE_CONSUMER)
+                sweep_clients(g);
+        return 0;
+
+out_free:
+        free(*list);
+        *list = NULL;
+        *n = 0;
+        return ret;
+}
+
+/* Whether a join that failed with RC is worth trying again in the background: a registry on
+ * the network that did not answer (a crowd, a restart); not a configuration, nor a local file. */
+static bool join_retryable(const struct shoal_group *g, int rc)
+{
+        if (!strncmp(g->meta_url, "sqlite3://", 10))
+                return false;
+        return rc == -ECONNREFUSED || rc == -ETIMEDOUT || rc == -EIO || rc == -ECONNRESET ||
+               rc == -EHOSTUNREACH || rc == -ENETUNREACH || rc == -EAGAIN || rc == -EBUSY;
+}
+
+int shoal_group_start(const struct shoal_group_config *cfg, struct shoal_group **out, char *err,
+                      size_t errlen)
+{
+        struct shoal_member *list = NULL;
+        struct shoal_group *g;
+        size_t n = 0;
+        int ret;
+
+        *out = NULL;
+        if (!cfg || !cfg->meta_url || !cfg->group) {
+                snprintf(err, errlen, "group: meta URL and group name are required");
+                return -EINVAL;
+        }
+        ret = group_new(cfg, &g, err, errlen);
+        if (ret)
+                return ret;
+        g->self.beat = 0;
+        ret = join_once(g, &list, &n, err, errlen);
+        if (ret == 0) {
+                g->joined = true;
+        } else if (join_retryable(g, ret)) {
+                /* A crowd started at once, or a registry restarting: read from the store
+                 * meanwhile (this process alone in its view) and join in the background. */
+                log_warn("group", "%s: joining in the background (reads go to the store meanwhile)",
+                         err);
+                join_later(g);
+        } else {
                 goto out_free;
         }
         ret = refresh(g, list, n);
@@ -737,17 +931,23 @@ int shoal_group_start(const struct shoal_group_config *cfg, struct shoal_group *
         }
         pthread_setname_np(g->thread, "shoal-group");
         free(list);
-        log_info("group",
-                 "joined group \"%s\" as %s (%s, weight %" PRIu32 "%s), heartbeat %" PRIu64
-                 " ms, timeout %" PRIu64 " ms, grace %" PRIu64 " ms, %zu live members",
-                 g->group, g->self.id, g->self.tcp_addr[0] ? g->self.tcp_addr : "no address",
-                 g->self.weight, g->self.role == SHOAL_ROLE_CONSUMER ? ", consumer" : "",
-                 ns_to_ms(g->heartbeat_ns), ns_to_ms(g->timeout_ns), ns_to_ms(g->grace_ns), live);
+        if (g->joined)
+                log_info("group",
+                         "joined group \"%s\" as %s (%s, weight %" PRIu32 "%s), heartbeat %" PRIu64
+                         " ms, timeout %" PRIu64 " ms, grace %" PRIu64 " ms, %zu live members",
+                         g->group, g->self.id,
+                         g->self.tcp_addr[0] ? g->self.tcp_addr : "no address", g->self.weight,
+                         g->self.role == SHOAL_ROLE_CONSUMER ? ", consumer" : "",
+                         ns_to_ms(g->heartbeat_ns), ns_to_ms(g->timeout_ns), ns_to_ms(g->grace_ns),
+                         live);
         *out = g;
         return 0;
 
 out_leave:
-        shoal_registry_delete(g->reg, g->self.id);
+        if (g->joined && g->self.role == SHOAL_ROLE_CONSUMER)
+                shoal_registry_delete_client(g->reg, g->self.id);
+        else if (g->joined)
+                shoal_registry_delete(g->reg, g->self.id);
 out_free:
         free(list);
         free_group(g);
@@ -766,7 +966,14 @@ void shoal_group_stop(struct shoal_group *g)
         shoal_metric_gauge_set(SHOAL_M_group_members_alive, 0);
         shoal_metric_gauge_set(SHOAL_M_group_members_away, 0);
         int ret;
-        if (g->grace_ns && g->self.role == SHOAL_ROLE_PROVIDER) {
+        if (!g->joined) {
+                log_info("group", "left group \"%s\" (it had not joined yet)", g->group);
+                free_group(g);
+                return;
+        }
+        if (g->self.role == SHOAL_ROLE_CONSUMER) {
+                ret = shoal_registry_delete_client(g->reg, g->self.id);
+        } else if (g->grace_ns) {
                 /* The record stays, saying goodbye: readers stop asking here at once, and the
                  * place is kept for the grace period (a restart with the same folder is back in
                  * it); then whoever notices deletes the record. */
@@ -820,129 +1027,4 @@ const char *shoal_group_self_id(const struct shoal_group *g)
 unsigned shoal_group_registry_failures(const struct shoal_group *g)
 {
         return __atomic_load_n(&g->n_errors, __ATOMIC_RELAXED);
-}
-
-int shoal_group_list_once(const char *meta_url, const char *group, uint64_t wait_ns,
-                          struct shoal_member **out, size_t *n, char *err, size_t errlen)
-{
-        uint64_t timeout_ns = shoal_config_pick(0, shoal_config_env()->group_timeout_ns,
-                                                SHOAL_GROUP_TIMEOUT_DEFAULT);
-        struct shoal_member *first = NULL, *second = NULL;
-        size_t n1 = 0, n2 = 0;
-        int ret;
-
-        struct shoal_registry *r;
-        ret = shoal_registry_open(meta_url, group, &r, err, errlen);
-        if (ret)
-                return ret;
-        ret = shoal_registry_list(r, &first, &n1);
-        if (ret < 0)
-                goto out_fail;
-        if (wait_ns > 0) {
-                shoal_sleep_ns(wait_ns);
-                ret = shoal_registry_list(r, &second, &n2);
-                if (ret < 0)
-                        goto out_fail;
-        } else {
-                second = first;
-                n2 = n1;
-                first = NULL;
-                n1 = 0;
-        }
-        if (n1)
-                qsort(first, n1, sizeof(*first), cmp_member);
-        if (n2)
-                qsort(second, n2, sizeof(*second), cmp_member);
-        int64_t wnow = wall_ms();
-        for (size_t i = 0; i < n2; i++) {
-                struct shoal_member *m = &second[i];
-                struct shoal_member *old =
-                        n1 ? bsearch(m, first, n1, sizeof(*first), cmp_member) : NULL;
-                bool moved = old && old->beat != m->beat;
-                uint64_t wall_age = m->updated_ms < wnow ? (uint64_t)(wnow - m->updated_ms) : 0;
-                /* Watched for WAIT without a move, the member has been silent at least that
-                 * long, whatever its clock says. */
-                uint64_t silent_ms = moved ? 0 : SHOAL_MAX(wall_age, wait_ns / SHOAL_NS_PER_MS);
-                m->alive = (moved || silent_ms < timeout_ns / SHOAL_NS_PER_MS) && !m->leaving;
-                m->age_ms = moved ? SHOAL_MIN(wall_age, wait_ns / SHOAL_NS_PER_MS) : silent_ms;
-                m->grace_left_ms =
-                        !m->alive && silent_ms < m->grace_ms ? m->grace_ms - silent_ms : 0;
-        }
-        free(first);
-        shoal_registry_close(r);
-        *out = second;
-        *n = n2;
-        return 0;
-
-out_fail:
-        snprintf(err, errlen, "group \"%s\": cannot list the members: %s", group, strerror(-ret));
-        free(first);
-        free(second);
-        shoal_registry_close(r);
-        return ret;
-}
-
-/* MEMBER as `shoal group` prints it: the id, or an address of one of its transports. */
-static bool member_is(const struct shoal_member *m, const char *member)
-{
-        return !strcmp(m->id, member) || (m->tcp_addr[0] && !strcmp(m->tcp_addr, member)) ||
-               (m->iorpc_addr[0] && !strcmp(m->iorpc_addr, member));
-}
-
-int shoal_group_set_weight(const char *meta_url, const char *group, const char *member,
-                           uint32_t weight, struct shoal_member *out, char *err, size_t errlen)
-{
-        struct shoal_registry *r;
-        struct shoal_member *list = NULL;
-        size_t n = 0;
-        char shown[SHOAL_ADDR_LEN + 8];
-
-        if (weight > SHOAL_WEIGHT_MAX) {
-                snprintf(err, errlen, "weight %" PRIu32 " is over %d", weight, SHOAL_WEIGHT_MAX);
-                return -EINVAL;
-        }
-        int ret = shoal_registry_open(meta_url, group, &r, err, errlen);
-        if (ret)
-                return ret;
-        ret = shoal_registry_list(r, &list, &n);
-        if (ret < 0) {
-                snprintf(err, errlen, "group \"%s\": cannot list the members: %s", group,
-                         strerror(-ret));
-                goto out;
-        }
-        const struct shoal_member *m = NULL;
-        for (size_t i = 0; i < n; i++) {
-                if (!member_is(&list[i], member))
-                        continue;
-                /* An address may have been reused by a later member: the one that beat last. */
-                if (!m || list[i].updated_ms > m->updated_ms)
-                        m = &list[i];
-        }
-        shoal_group_printable(member, strlen(member), shown, sizeof(shown));
-        if (!m) {
-                snprintf(err, errlen,
-                         "group \"%s\" has no member %s (give an id or an address as "
-                         "'shoal group' prints it)",
-                         group, shown);
-                ret = -ENOENT;
-                goto out;
-        }
-        if (m->role != SHOAL_ROLE_PROVIDER) {
-                snprintf(err, errlen, "member %s of group \"%s\" is a consumer: it owns nothing",
-                         m->id, group);
-                ret = -EINVAL;
-                goto out;
-        }
-        ret = shoal_registry_set_weight(r, m->id, weight);
-        if (ret < 0) {
-                snprintf(err, errlen, "group \"%s\": cannot set the weight of %s: %s", group, m->id,
-                         strerror(-ret));
-                goto out;
-        }
-        if (out)
-                *out = *m;
-out:
-        free(list);
-        shoal_registry_close(r);
-        return ret;
 }

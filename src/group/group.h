@@ -6,6 +6,10 @@
  * list; a member whose counter has not moved for the timeout (judged on the READER's monotonic
  * clock — wall time only decides whether a record seen for the first time is already stale) is
  * dropped from the view. Records silent for much longer are deleted by whoever notices.
+ * On Redis (issue 33) the registry keeps leases on its own clock and a group version with a
+ * change log instead: a heartbeat renews the lease, a process polls the version and reads only
+ * the records that changed, and an expired lease or an old record is dealt with inside a poll.
+ * Consumers are not members: they keep a presence apart and only read the members.
  *
  * Placement is weighted rendezvous hashing over the live providers of the view: each block is
  * owned by the member with the highest score -weight / ln(u), u = hash(member id, block id) in

@@ -20,6 +20,12 @@
 typedef int (*shoal_registry_visit_fn)(void *arg, const char *id, size_t id_len, const char *rec,
                                        size_t rec_len);
 
+struct shoal_lease_put {
+        bool changed;    /* a field of the view changed (join, address, weight, goodbye) */
+        int64_t ttl_ms;  /* lease left; <= 0: the record is written already expired */
+        int64_t keep_ms; /* the record is deleted this long from now, unless written again */
+};
+
 /* A backend. Every operation runs under the registry's lock, so backends need no locking of
  * their own. Operations return 0 or a negative errno. */
 struct shoal_registry_ops {
@@ -36,13 +42,45 @@ struct shoal_registry_ops {
         int (*list_weights)(struct shoal_registry *r, shoal_registry_visit_fn visit, void *arg);
         /* Frees the backend, including R itself. */
         void (*close)(struct shoal_registry *r);
+
+        /* Optional, together (Redis): a backend with leases and a versioned change log. put_lease
+         * replaces put: it stores the record, renews its lease (P->ttl_ms, none when <= 0) and
+         * the time of its deletion (P->keep_ms from now), and changes the group version when
+         * P->changed or the member was not leased. sync replaces list: it polls the version and
+         * reads only the changes (everything at the first call or after a gap) into a mirror,
+         * and gives back the mirror with alive, age_ms and grace_left_ms filled by the leases
+         * (nothing, returning 1, when UNLESS_GEN is given and the generation is still that).
+         * del and set_weight change the version too. */
+        int (*put_lease)(struct shoal_registry *r, const char *id, const char *record,
+                         const struct shoal_lease_put *p);
+        int (*sync)(struct shoal_registry *r, const uint64_t *unless_gen, struct shoal_member **out,
+                    size_t *n);
+        /* Optional: client presence kept apart from the members (RECORD NULL: renew only).
+         * Without them the front end keeps clients in a companion group of the same backend. */
+        int (*put_client)(struct shoal_registry *r, const char *id, const char *record);
+        int (*del_client)(struct shoal_registry *r, const char *id);
+        /* Calls VISIT for every live client's record. */
+        int (*list_clients)(struct shoal_registry *r, shoal_registry_visit_fn visit, void *arg);
 };
 
 /* The common head of every backend's registry; each backend embeds it first. */
 struct shoal_registry {
         const struct shoal_registry_ops *ops;
         pthread_mutex_t lock;
-        char group[SHOAL_GROUP_NAME_MAX + 1];
+        char group[SHOAL_GROUP_NAME_MAX + 8];
+        /* Leases (put_lease): how long a member's lease lasts past its last put (its record
+         * is deleted once silent for STALE_FACTOR of them, or its grace period); set by open
+         * from the environment or the default timeout, by the agent to its own timeout. */
+        uint64_t timeout_ns;
+        /* Bumped by every listing that may differ from the one before (sync: only when the
+         * mirror changed), for a reader to skip rebuilding what it built from the last one. */
+        uint64_t generation;
+        /* The view fields' hash of the last record put, and its id (changes of the version). */
+        uint64_t put_hash;
+        char put_id[SHOAL_MEMBER_ID_LEN + 1];
+        /* Clients where the backend keeps no presence of its own: a companion group. */
+        char *url;
+        struct shoal_registry *clients;
         /* How long a record outlives its writer's last put where the backend expires records
          * itself (etcd leases); 0: SHOAL_GROUP_TIMEOUT_DEFAULT. Set by the agent after open. */
         uint64_t lease_ns;
@@ -70,6 +108,19 @@ struct shoal_redis_url {
  * Returns 0, or -EINVAL with one line in ERR. Pure: connects to nothing. */
 int shoal_registry_redis_url_parse(const char *rest, struct shoal_redis_url *u, char *err,
                                    size_t errlen);
+
+/* Client presence (consumers, which are not members): put writes or renews the record of a
+ * client (M->role is a consumer), delete removes it, list reads the live ones (alive set on the
+ * backends with leases; judged by updated_ms elsewhere). Return 0 or a negative errno. */
+int shoal_registry_put_client(struct shoal_registry *r, const struct shoal_member *m);
+int shoal_registry_delete_client(struct shoal_registry *r, const char *id);
+int shoal_registry_list_clients(struct shoal_registry *r, struct shoal_member **out, size_t *n);
+/* As shoal_registry_list, but on a backend with leases returns 1 and no listing when nothing
+ * changed since the listing of generation *GEN; *GEN gets the generation of this one. */
+int shoal_registry_list_since(struct shoal_registry *r, uint64_t *gen, struct shoal_member **out,
+                              size_t *n);
+/* True when R's listings carry liveness from leases (alive, age_ms, grace_left_ms filled). */
+bool shoal_registry_has_leases(const struct shoal_registry *r);
 
 struct redisReply;
 /* Calls VISIT for every (field, value) pair of REP, the reply to HGETALL, skipping pairs that are
@@ -152,5 +203,7 @@ int shoal_etcd_parse_range(const char *body, size_t len, const char *prefix,
  * ever. */
 #define SHOAL_GROUP_GRACE_MAX_MS (24 * 3600 * 1000ULL)
 #define SHOAL_WEIGHT_MAX         1000000
+/* A record silent for this many timeouts (or its grace period and one) is deleted. */
+#define SHOAL_STALE_FACTOR 10
 
 #endif

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -73,23 +74,13 @@ static bool group_name_valid(const char *g)
         return true;
 }
 
-int shoal_registry_open(const char *url, const char *group, struct shoal_registry **out, char *err,
-                        size_t errlen)
+/* Opens the backend of URL for GROUP (already checked) and fills the common head. */
+static int registry_open_raw(const char *url, const char *group, struct shoal_registry **out,
+                             char *err, size_t errlen)
 {
         struct shoal_registry *r = NULL;
         int ret;
 
-        *out = NULL;
-        if (!url || !*url) {
-                snprintf(err, errlen, "registry: empty meta URL");
-                return -EINVAL;
-        }
-        if (!group || !group_name_valid(group)) {
-                snprintf(err, errlen,
-                         "registry: invalid group name (1..%d characters, no control characters)",
-                         SHOAL_GROUP_NAME_MAX);
-                return -EINVAL;
-        }
         if (!strncmp(url, "sqlite3://", 10)) {
                 ret = shoal_registry_sqlite_open(url + 10, group, &r, err, errlen);
         } else if (!strncmp(url, "redis://", 8)) {
@@ -107,8 +98,33 @@ int shoal_registry_open(const char *url, const char *group, struct shoal_registr
                 return ret;
         pthread_mutex_init(&r->lock, NULL);
         shoal_strlcpy(r->group, group, sizeof(r->group));
+        r->timeout_ns = shoal_config_env()->group_timeout_ns ? shoal_config_env()->group_timeout_ns
+                                                             : SHOAL_GROUP_TIMEOUT_DEFAULT;
+        r->url = strdup(url);
+        if (!r->url) {
+                shoal_registry_close(r);
+                snprintf(err, errlen, "registry: out of memory");
+                return -ENOMEM;
+        }
         *out = r;
         return 0;
+}
+
+int shoal_registry_open(const char *url, const char *group, struct shoal_registry **out, char *err,
+                        size_t errlen)
+{
+        *out = NULL;
+        if (!url || !*url) {
+                snprintf(err, errlen, "registry: empty meta URL");
+                return -EINVAL;
+        }
+        if (!group || !group_name_valid(group)) {
+                snprintf(err, errlen,
+                         "registry: invalid group name (1..%d characters, no control characters)",
+                         SHOAL_GROUP_NAME_MAX);
+                return -EINVAL;
+        }
+        return registry_open_raw(url, group, out, err, errlen);
 }
 
 int shoal_registry_url_check(const char *url, char *err, size_t errlen)
@@ -152,8 +168,55 @@ void shoal_registry_close(struct shoal_registry *r)
 {
         if (!r)
                 return;
+        shoal_registry_close(r->clients);
+        if (r->url) {
+                explicit_bzero(r->url, strlen(r->url)); /* it may hold a password */
+                free(r->url);
+        }
         pthread_mutex_destroy(&r->lock);
         r->ops->close(r);
+}
+
+bool shoal_registry_has_leases(const struct shoal_registry *r)
+{
+        return r->ops->sync != NULL;
+}
+
+/* What readers of the view depend on in a record (not its heartbeat, age or cache use). */
+static uint64_t view_fields_hash(const struct shoal_member *m)
+{
+        uint64_t nums[5] = {m->n_rdma, m->weight, (uint64_t)m->role, m->block_size,
+                            (uint64_t)m->leaving << 63 | m->grace_ms};
+        uint64_t h = shoal_group_hash64(nums, sizeof(nums), 0x7669657766696c64ULL);
+        const char *strs[] = {m->id,         m->tcp_addr,     m->iorpc_addr,
+                              m->volume_url, m->metrics_addr, m->host};
+        size_t lens[] = {sizeof(m->id),         sizeof(m->tcp_addr),     sizeof(m->iorpc_addr),
+                         sizeof(m->volume_url), sizeof(m->metrics_addr), sizeof(m->host)};
+        for (size_t i = 0; i < SHOAL_ARRAY_SIZE(strs); i++)
+                h = shoal_group_hash64(strs[i], strnlen(strs[i], lens[i]), h);
+        for (unsigned i = 0; i < SHOAL_RDMA_ADDRS; i++)
+                h = shoal_group_hash64(m->rdma_addr[i], strnlen(m->rdma_addr[i], SHOAL_ADDR_LEN),
+                                       h);
+        return h;
+}
+
+/* The lease of a put: what is left of R's timeout since M's updated_ms (the writer's own
+ * clock, so no clock of another host is compared), and when the record is deleted. */
+static void lease_of(struct shoal_registry *r, const struct shoal_member *m,
+                     struct shoal_lease_put *p)
+{
+        int64_t now = (int64_t)(shoal_wall_ns() / SHOAL_NS_PER_MS);
+        int64_t age = m->updated_ms < now ? now - m->updated_ms : 0;
+        int64_t grace = (int64_t)SHOAL_MIN(m->grace_ms, SHOAL_GROUP_GRACE_MAX_MS);
+        int64_t timeout = (int64_t)(r->timeout_ns / SHOAL_NS_PER_MS);
+        p->ttl_ms = timeout - age;
+        /* As readers without leases delete: silent for 10 timeouts, or its grace and one,
+         * counted from this put at the least. */
+        p->keep_ms = SHOAL_MAX(SHOAL_STALE_FACTOR * timeout, p->ttl_ms + grace);
+        uint64_t h = view_fields_hash(m);
+        p->changed = h != r->put_hash || strcmp(r->put_id, m->id) != 0;
+        r->put_hash = h;
+        shoal_strlcpy(r->put_id, m->id, sizeof(r->put_id));
 }
 
 int shoal_registry_put(struct shoal_registry *r, const struct shoal_member *m)
@@ -163,7 +226,78 @@ int shoal_registry_put(struct shoal_registry *r, const struct shoal_member *m)
         if (len < 0)
                 return len;
         pthread_mutex_lock(&r->lock);
-        int ret = r->ops->put(r, m->id, rec);
+        int ret;
+        if (r->ops->put_lease) {
+                struct shoal_lease_put p;
+                lease_of(r, m, &p);
+                ret = r->ops->put_lease(r, m->id, rec, &p);
+                if (ret < 0)
+                        r->put_id[0] = '\0'; /* say it again with the next put */
+        } else {
+                ret = r->ops->put(r, m->id, rec);
+        }
+        pthread_mutex_unlock(&r->lock);
+        return ret;
+}
+
+/* The companion group of R's clients (on a backend without presence of its own): the group's
+ * name and a control character, which no group name given by a user holds. Under R's lock. */
+static int clients_reg(struct shoal_registry *r, struct shoal_registry **out)
+{
+        if (!r->clients) {
+                char name[sizeof(r->group) + 4], err[512];
+                snprintf(name, sizeof(name), "%s\x01c", r->group);
+                int ret = registry_open_raw(r->url, name, &r->clients, err, sizeof(err));
+                if (ret) {
+                        log_ratelimited(SHOAL_LOG_WARN, "group", "%s", err);
+                        return ret;
+                }
+                r->clients->lease_ns = r->lease_ns;
+        }
+        *out = r->clients;
+        return 0;
+}
+
+int shoal_registry_put_client(struct shoal_registry *r, const struct shoal_member *m)
+{
+        char rec[SHOAL_RECORD_MAX];
+        int len = shoal_member_encode(m, rec, sizeof(rec));
+        if (len < 0)
+                return len;
+        struct shoal_registry *c;
+        pthread_mutex_lock(&r->lock);
+        int ret;
+        if (r->ops->put_client) {
+                /* The record once (and when it changes), then only the lease. */
+                uint64_t h = view_fields_hash(m);
+                bool changed = h != r->put_hash || strcmp(r->put_id, m->id) != 0;
+                ret = r->ops->put_client(r, m->id, changed ? rec : NULL);
+                r->put_hash = ret < 0 ? 0 : h;
+                shoal_strlcpy(r->put_id, ret < 0 ? "" : m->id, sizeof(r->put_id));
+        } else if (!(ret = clients_reg(r, &c))) {
+                pthread_mutex_lock(&c->lock);
+                ret = c->ops->put(c, m->id, rec);
+                pthread_mutex_unlock(&c->lock);
+        }
+        pthread_mutex_unlock(&r->lock);
+        return ret;
+}
+
+int shoal_registry_delete_client(struct shoal_registry *r, const char *id)
+{
+        if (!id || !shoal_member_id_valid(id, strlen(id)))
+                return -EINVAL;
+        struct shoal_registry *c;
+        pthread_mutex_lock(&r->lock);
+        int ret;
+        if (r->ops->del_client)
+                ret = r->ops->del_client(r, id);
+        else if (!(ret = clients_reg(r, &c))) {
+                pthread_mutex_lock(&c->lock);
+                ret = c->ops->del(c, id);
+                pthread_mutex_unlock(&c->lock);
+        }
+        r->put_id[0] = '\0';
         pthread_mutex_unlock(&r->lock);
         return ret;
 }
@@ -250,14 +384,62 @@ int shoal_registry_set_weight(struct shoal_registry *r, const char *id, int64_t 
         return ret;
 }
 
+int shoal_registry_list_clients(struct shoal_registry *r, struct shoal_member **out, size_t *n)
+{
+        struct list_acc acc = {.group = r->group};
+        struct shoal_registry *c;
+        int ret;
+
+        pthread_mutex_lock(&r->lock);
+        if (r->ops->list_clients) {
+                ret = r->ops->list_clients(r, list_visit, &acc);
+                for (size_t i = 0; i < acc.n; i++)
+                        acc.v[i].alive = true; /* only live ones are listed */
+        } else if (!(ret = clients_reg(r, &c))) {
+                pthread_mutex_lock(&c->lock);
+                ret = c->ops->list(c, list_visit, &acc);
+                pthread_mutex_unlock(&c->lock);
+        }
+        pthread_mutex_unlock(&r->lock);
+        if (ret < 0) {
+                free(acc.v);
+                return ret;
+        }
+        *out = acc.v;
+        *n = acc.n;
+        return 0;
+}
+
+int shoal_registry_list_since(struct shoal_registry *r, uint64_t *gen, struct shoal_member **out,
+                              size_t *n)
+{
+        int ret;
+        if (!r->ops->sync) {
+                ret = shoal_registry_list(r, out, n);
+        } else {
+                pthread_mutex_lock(&r->lock);
+                ret = r->ops->sync(r, gen, out, n);
+                pthread_mutex_unlock(&r->lock);
+        }
+        *gen = r->generation;
+        return ret;
+}
+
 int shoal_registry_list(struct shoal_registry *r, struct shoal_member **out, size_t *n)
 {
         struct list_acc acc = {.group = r->group};
+        int ret;
 
         pthread_mutex_lock(&r->lock);
-        int ret = r->ops->list(r, list_visit, &acc);
+        if (r->ops->sync) {
+                ret = r->ops->sync(r, NULL, out, n);
+                pthread_mutex_unlock(&r->lock);
+                return ret;
+        }
+        ret = r->ops->list(r, list_visit, &acc);
         if (!ret && acc.n && r->ops->list_weights)
                 ret = r->ops->list_weights(r, weight_visit, &acc);
+        r->generation++;
         pthread_mutex_unlock(&r->lock);
         if (ret < 0) {
                 free(acc.v);

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <hiredis/hiredis.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,23 @@ struct redis_registry {
         char key[SHOAL_GROUP_NAME_MAX + 32];
         char wkey[SHOAL_GROUP_NAME_MAX + 32];
         char where[300]; /* host:port/db, for messages (never the password) */
+        /* leases and the change log (see below) */
+        char keys[10][SHOAL_GROUP_NAME_MAX + 40];
+        char sha[7][41];
+        bool scripts_loaded;
+        char epoch[64];
+        int64_t version;
+        bool synced;
+        struct mirror_ent *ents;
+        size_t n, cap;
+        long long records;  /* the members hash's length when it was last read */
+        int cmd_timeout_ms; /* 0: REDIS_TIMEOUT_MS */
+};
+
+struct mirror_ent {
+        struct shoal_member m; /* weight override applied */
+        bool leased;           /* its lease ran when it was read (a poll says when it runs out) */
+        int64_t lease_ms;      /* when it runs out (the server's clock), as of that read */
 };
 
 static int pct_decode(const char *s, size_t len, char *out, size_t size)
@@ -60,36 +78,13 @@ static int pct_decode(const char *s, size_t len, char *out, size_t size)
         return 0;
 }
 
-int shoal_registry_redis_url_parse(const char *rest, struct shoal_redis_url *u, char *err,
-                                   size_t errlen)
+/* The host and port of HP[0..HPLEN) ("host", "host:port", "[v6]", "[v6]:port") into U. */
+static int parse_hostport(const char *hp, size_t hplen, struct shoal_redis_url *u, char *err,
+                          size_t errlen)
 {
-        const char *at = strrchr(rest, '@');
-        const char *hp = at ? at + 1 : rest;
-        const char *slash = strchr(hp, '/');
-        size_t hplen = slash ? (size_t)(slash - hp) : strlen(hp);
         const char *portp = NULL;
         uint64_t v;
 
-        memset(u, 0, sizeof(*u));
-        if (strchr(rest, '?')) {
-                snprintf(err, errlen, "registry: redis URL options (?...) are not supported");
-                return -EINVAL;
-        }
-        if (at) {
-                const char *colon = memchr(rest, ':', (size_t)(at - rest));
-                if (!colon) {
-                        snprintf(err, errlen,
-                                 "registry: redis URL: write the password as "
-                                 "redis://:PASSWORD@host:port");
-                        return -EINVAL;
-                }
-                if (pct_decode(rest, (size_t)(colon - rest), u->user, sizeof(u->user)) < 0 ||
-                    pct_decode(colon + 1, (size_t)(at - colon - 1), u->pass, sizeof(u->pass)) < 0) {
-                        snprintf(err, errlen, "registry: redis URL: bad user or password");
-                        return -EINVAL;
-                }
-                u->has_pass = true;
-        }
         if (hplen > 0 && hp[0] == '[') {
                 const char *close = memchr(hp, ']', hplen);
                 if (!close || close == hp + 1 || (size_t)(close - hp - 1) >= sizeof(u->host))
@@ -123,15 +118,6 @@ int shoal_registry_redis_url_parse(const char *rest, struct shoal_redis_url *u, 
                         goto bad_port;
                 u->port = (int)v;
         }
-        u->db = 0;
-        if (slash && slash[1]) {
-                if (shoal_parse_u64(slash + 1, REDIS_DB_MAX, &v) < 0) {
-                        snprintf(err, errlen, "registry: redis URL: bad database number \"%.32s\"",
-                                 slash + 1);
-                        return -EINVAL;
-                }
-                u->db = (unsigned)v;
-        }
         return 0;
 
 bad_host:
@@ -142,6 +128,50 @@ bad_port:
         snprintf(err, errlen, "registry: redis URL: bad port in \"%.*s\"",
                  (int)SHOAL_MIN(hplen, 200), hp);
         return -EINVAL;
+}
+
+int shoal_registry_redis_url_parse(const char *rest, struct shoal_redis_url *u, char *err,
+                                   size_t errlen)
+{
+        const char *at = strrchr(rest, '@');
+        const char *hp = at ? at + 1 : rest;
+        const char *slash = strchr(hp, '/');
+        size_t hplen = slash ? (size_t)(slash - hp) : strlen(hp);
+        uint64_t v;
+
+        memset(u, 0, sizeof(*u));
+        if (strchr(rest, '?')) {
+                snprintf(err, errlen, "registry: redis URL options (?...) are not supported");
+                return -EINVAL;
+        }
+        if (at) {
+                const char *colon = memchr(rest, ':', (size_t)(at - rest));
+                if (!colon) {
+                        snprintf(err, errlen,
+                                 "registry: redis URL: write the password as "
+                                 "redis://:PASSWORD@host:port");
+                        return -EINVAL;
+                }
+                if (pct_decode(rest, (size_t)(colon - rest), u->user, sizeof(u->user)) < 0 ||
+                    pct_decode(colon + 1, (size_t)(at - colon - 1), u->pass, sizeof(u->pass)) < 0) {
+                        snprintf(err, errlen, "registry: redis URL: bad user or password");
+                        return -EINVAL;
+                }
+                u->has_pass = true;
+        }
+        int ret = parse_hostport(hp, hplen, u, err, errlen);
+        if (ret)
+                return ret;
+        u->db = 0;
+        if (slash && slash[1]) {
+                if (shoal_parse_u64(slash + 1, REDIS_DB_MAX, &v) < 0) {
+                        snprintf(err, errlen, "registry: redis URL: bad database number \"%.32s\"",
+                                 slash + 1);
+                        return -EINVAL;
+                }
+                u->db = (unsigned)v;
+        }
+        return 0;
 }
 
 /* hiredis writes with write(2): a server that closed the connection would raise SIGPIPE and kill
@@ -183,6 +213,7 @@ static void drop_conn(struct redis_registry *r)
                 redisFree(r->c);
                 r->c = NULL;
         }
+        r->scripts_loaded = false; /* the next server may not have them */
 }
 
 /* Runs a command on a fresh connection during its set-up; fills ERR on failure. */
@@ -228,7 +259,9 @@ static int connect_redis(struct redis_registry *r, char *err, size_t errlen)
                 ret = strstr(r->c->errstr, "timed out") ? -ETIMEDOUT : -ECONNREFUSED;
                 goto out_drop;
         }
-        if (redisSetTimeout(r->c, tv) != REDIS_OK) {
+        struct timeval ctv = {.tv_sec = r->cmd_timeout_ms / 1000,
+                              .tv_usec = (r->cmd_timeout_ms % 1000) * 1000};
+        if (redisSetTimeout(r->c, r->cmd_timeout_ms ? ctv : tv) != REDIS_OK) {
                 snprintf(err, errlen, "%s: cannot set the command timeout", r->where);
                 ret = -EIO;
                 goto out_drop;
@@ -256,9 +289,25 @@ out_drop:
         return ret;
 }
 
-/* Runs one command, (re)connecting as needed. Returns the reply (never an error reply: those
- * are logged and turned into NULL with *RET set) or NULL with *RET < 0. */
-static redisReply *command(struct redis_registry *r, int *ret, const char *fmt, ...)
+/* Sends one command (FMT with AP, or ARGC ARGV/LENS when FMT is NULL). */
+static redisReply *send_cmd(struct redis_registry *r, const char *fmt, va_list *ap, int argc,
+                            const char **argv, const size_t *lens)
+{
+        if (!fmt)
+                return redisCommandArgv(r->c, argc, argv, lens);
+        va_list cp;
+        va_copy(cp, *ap);
+        redisReply *rep = redisvCommand(r->c, fmt, cp);
+        va_end(cp);
+        return rep;
+}
+
+/* Runs one command, (re)connecting as needed. Returns the reply (an error reply only when
+ * KEEP_ERRORS, else those are logged and turned into NULL with *RET set) or NULL with *RET <
+ * 0. */
+static redisReply *command_core(struct redis_registry *r, int *ret, bool keep_errors,
+                                const char *fmt, va_list *ap, int argc, const char **argv,
+                                const size_t *lens)
 {
         char err[512];
         redisReply *rep = NULL;
@@ -273,11 +322,8 @@ static redisReply *command(struct redis_registry *r, int *ret, const char *fmt, 
                         }
                         fresh = true;
                 }
-                va_list ap;
-                va_start(ap, fmt);
-                rep = redisvCommand(r->c, fmt, ap);
+                rep = send_cmd(r, fmt, ap, argc, argv, lens);
                 int saved_errno = errno;
-                va_end(ap);
                 if (rep)
                         break;
                 /* The context is unusable after an I/O error or timeout. A timeout means a
@@ -295,7 +341,7 @@ static redisReply *command(struct redis_registry *r, int *ret, const char *fmt, 
         }
         if (!rep)
                 return NULL;
-        if (rep->type == REDIS_REPLY_ERROR) {
+        if (rep->type == REDIS_REPLY_ERROR && !keep_errors) {
                 log_ratelimited(SHOAL_LOG_WARN, "group", "registry %s: %.*s", r->where,
                                 (int)SHOAL_MIN(rep->len, 200), rep->str ? rep->str : "");
                 freeReplyObject(rep);
@@ -303,6 +349,15 @@ static redisReply *command(struct redis_registry *r, int *ret, const char *fmt, 
                 return NULL;
         }
         *ret = 0;
+        return rep;
+}
+
+static redisReply *command(struct redis_registry *r, int *ret, const char *fmt, ...)
+{
+        va_list ap;
+        va_start(ap, fmt);
+        redisReply *rep = command_core(r, ret, false, fmt, &ap, 0, NULL, NULL);
+        va_end(ap);
         return rep;
 }
 
@@ -314,20 +369,6 @@ static int redis_put(struct shoal_registry *base, const char *id, const char *re
 
         sigpipe_block(&g);
         redisReply *rep = command(r, &ret, "HSET %s %s %s", r->key, id, record);
-        if (rep)
-                freeReplyObject(rep);
-        sigpipe_restore(&g);
-        return ret;
-}
-
-static int redis_del(struct shoal_registry *base, const char *id)
-{
-        struct redis_registry *r = (struct redis_registry *)base;
-        struct sigpipe_guard g;
-        int ret;
-
-        sigpipe_block(&g);
-        redisReply *rep = command(r, &ret, "HDEL %s %s", r->key, id);
         if (rep)
                 freeReplyObject(rep);
         sigpipe_restore(&g);
@@ -349,21 +390,6 @@ int shoal_registry_redis_visit(const struct redisReply *rep, shoal_registry_visi
                         return ret;
         }
         return 0;
-}
-
-static int redis_set_weight(struct shoal_registry *base, const char *id, const char *weight)
-{
-        struct redis_registry *r = (struct redis_registry *)base;
-        struct sigpipe_guard g;
-        int ret;
-
-        sigpipe_block(&g);
-        redisReply *rep = weight ? command(r, &ret, "HSET %s %s %s", r->wkey, id, weight)
-                                 : command(r, &ret, "HDEL %s %s", r->wkey, id);
-        if (rep)
-                freeReplyObject(rep);
-        sigpipe_restore(&g);
-        return ret;
 }
 
 static int list_hash(struct redis_registry *r, const char *key, shoal_registry_visit_fn visit,
@@ -403,12 +429,569 @@ out_restore:
         return ret;
 }
 
+/* ---- leases and the versioned change log ----
+ *
+ * Beside the records: "shoal:<g>:leases" (sorted set: member id -> the server's clock in ms at
+ * which its lease runs out), "shoal:<g>:ends" (id -> when its place ends: the lease and its
+ * grace period), "shoal:<g>:version" (a counter), "shoal:<g>:log" (a list of the ids each version
+ * changed, the last LOG_CAP), "shoal:<g>:epoch" (a token of the counter's life: a counter that was
+ * lost and started again cannot be mistaken for the old one) and the clients' presence,
+ * "shoal:<g>:clients" (id -> record) with "shoal:<g>:client-leases". Every write is one Lua
+ * script, so the version, the log and the data change together. Whoever polls expires the leases
+ * and places that ran out, on the server's clock, inside its poll (atomic: nobody races anybody);
+ * a heartbeat renews a lease and changes no version; a join, a leave, an expiry or a weight does.
+ * A reader polls with the version it holds and gets back nothing (same version), the records of
+ * the ids changed since (in the log), or everything (at the start, after a gap or a new epoch). */
+
+#define LOG_CAP     "2048"
+#define POLL_HEAD   5 /* the elements of a poll's answer before the records */
+#define SCAN_MS     "100"
+#define SCRIPT_KEYS 10
+
+/* KEYS: version log epoch members leases ends weights clients client-leases scanned; ARGV[1]:
+ * LOG_CAP. */
+#define LUA_PRELUDE                                                                                \
+        "if redis.replicate_commands then redis.replicate_commands() end\n"                        \
+        "local t = redis.call('TIME')\n"                                                           \
+        "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                  \
+        "local function bump(id)\n"                                                                \
+        "  local v = redis.call('INCR', KEYS[1])\n"                                                \
+        "  if v == 1 or redis.call('EXISTS', KEYS[3]) == 0 then\n"                                 \
+        "    redis.call('DEL', KEYS[2])\n"                                                         \
+        "    redis.call('SET', KEYS[3], t[1] .. '.' .. t[2])\n"                                    \
+        "  end\n"                                                                                  \
+        "  redis.call('RPUSH', KEYS[2], id)\n"                                                     \
+        "  local cap = tonumber(ARGV[1])\n"                                                        \
+        "  if redis.call('LLEN', KEYS[2]) > cap then redis.call('LTRIM', KEYS[2], -cap, -1) end\n" \
+        "end\n"
+
+enum {
+        S_PUT,
+        S_DEL,
+        S_WEIGHT,
+        S_POLL,
+        S_CLIENT,
+        S_CLIENT_DEL,
+        S_CLIENTS,
+        S_N
+};
+
+static const char *const scripts[S_N] = {
+        /* S_PUT: ARGV id record changed ttl_ms keep_ms */
+        [S_PUT] = LUA_PRELUDE
+        "local id, ttl, keep = ARGV[2], tonumber(ARGV[5]), tonumber(ARGV[6])\n"
+        "redis.call('HSET', KEYS[4], id, ARGV[3])\n"
+        "local was = tonumber(redis.call('ZSCORE', KEYS[5], id) or '-1') > now\n"
+        "redis.call('ZADD', KEYS[5], now + ttl, id)\n"
+        "redis.call('ZADD', KEYS[6], now + keep, id)\n"
+        "if ARGV[4] == '1' or was ~= (ttl > 0) then bump(id) end\n"
+        "return 1\n",
+        /* S_DEL: ARGV id */
+        [S_DEL] = LUA_PRELUDE
+        "local id = ARGV[2]\n"
+        "local n = redis.call('HDEL', KEYS[4], id) + redis.call('ZREM', KEYS[5], id) +\n"
+        "  redis.call('ZREM', KEYS[6], id)\n"
+        "if n > 0 then bump(id) end\n"
+        "return n\n",
+        /* S_WEIGHT: ARGV id weight ('' clears it) */
+        [S_WEIGHT] = LUA_PRELUDE "if ARGV[3] == '' then redis.call('HDEL', KEYS[7], ARGV[2])\n"
+                                 "else redis.call('HSET', KEYS[7], ARGV[2], ARGV[3]) end\n"
+                                 "bump(ARGV[2])\n"
+                                 "return 1\n",
+        /* S_POLL: ARGV epoch since -> {epoch, version, now, 'same'|'delta'|'full', records,
+         * then for a delta (id, record, lease, end, weight)... and for a full read the records,
+         * the leases with their scores and the weights} */
+        [S_POLL] = LUA_PRELUDE
+        "local st = redis.call('MGET', KEYS[1], KEYS[3], KEYS[10])\n"
+        /* The leases and places that ran out: looked for at most every SCAN_MS (by whoever
+         * polls first), not by every poll. */
+        "if not st[3] or now - tonumber(st[3]) >= " SCAN_MS " then\n"
+        "  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. (st[3] or '-inf'), "
+        "now)) do\n"
+        "    bump(id)\n"
+        "  end\n"
+        "  redis.call('SET', KEYS[10], now)\n"
+        "  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 100)) "
+        "do\n"
+        "    redis.call('ZREM', KEYS[6], id)\n"
+        "    redis.call('ZREM', KEYS[5], id)\n"
+        "    redis.call('HDEL', KEYS[4], id)\n"
+        "    redis.call('HDEL', KEYS[7], id)\n"
+        "    bump(id)\n"
+        "  end\n"
+        "  st = redis.call('MGET', KEYS[1], KEYS[3])\n"
+        "end\n"
+        "local epoch = st[2] or ''\n"
+        "local v = tonumber(st[1] or '0')\n"
+        "local since = tonumber(ARGV[3]) or -1\n"
+        "local head = {epoch, tostring(v), tostring(now), 'same', redis.call('HLEN', KEYS[4])}\n"
+        "if epoch == ARGV[2] and since == v then return head end\n"
+        "local len = redis.call('LLEN', KEYS[2])\n"
+        "local ids\n"
+        "if epoch == ARGV[2] and since >= 0 and since < v and v - since <= len then\n"
+        "  head[4] = 'delta'\n"
+        "  ids = redis.call('LRANGE', KEYS[2], len - (v - since), -1)\n"
+        "else\n"
+        "  head[4] = 'full'\n"
+        "  head[6] = redis.call('HGETALL', KEYS[4])\n"
+        "  head[7] = redis.call('ZRANGE', KEYS[5], 0, -1, 'WITHSCORES')\n"
+        "  head[8] = redis.call('HGETALL', KEYS[7])\n"
+        "  return head\n"
+        "end\n"
+        "local seen = {}\n"
+        "for _, id in ipairs(ids) do\n"
+        "  if not seen[id] then\n"
+        "    seen[id] = true\n"
+        "    head[#head + 1] = id\n"
+        "    head[#head + 1] = redis.call('HGET', KEYS[4], id)\n"
+        "    head[#head + 1] = redis.call('ZSCORE', KEYS[5], id)\n"
+        "    head[#head + 1] = redis.call('ZSCORE', KEYS[6], id)\n"
+        "    head[#head + 1] = redis.call('HGET', KEYS[7], id)\n"
+        "  end\n"
+        "end\n"
+        "return head\n",
+        /* S_CLIENT: ARGV id record ('' renews only) ttl_ms */
+        [S_CLIENT] = LUA_PRELUDE
+        "if ARGV[3] ~= '' then redis.call('HSET', KEYS[8], ARGV[2], ARGV[3]) end\n"
+        "redis.call('ZADD', KEYS[9], now + tonumber(ARGV[4]), ARGV[2])\n"
+        "return 1\n",
+        /* S_CLIENT_DEL: ARGV id */
+        [S_CLIENT_DEL] = LUA_PRELUDE "redis.call('ZREM', KEYS[9], ARGV[2])\n"
+                                     "return redis.call('HDEL', KEYS[8], ARGV[2])\n",
+        /* S_CLIENTS: -> {id, record, ...} of the live clients */
+        [S_CLIENTS] = LUA_PRELUDE
+        "for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', now)) do\n"
+        "  redis.call('ZREM', KEYS[9], id)\n"
+        "  redis.call('HDEL', KEYS[8], id)\n"
+        "end\n"
+        "local out = {}\n"
+        "local all = redis.call('HGETALL', KEYS[8])\n"
+        "for i = 1, #all, 2 do\n"
+        "  if redis.call('ZSCORE', KEYS[9], all[i]) then\n"
+        "    out[#out + 1] = all[i]\n"
+        "    out[#out + 1] = all[i + 1]\n"
+        "  end\n"
+        "end\n"
+        "return out\n",
+};
+
+/* Loads the scripts on the current connection (their SHA1s are the same on every server). */
+static int load_scripts(struct redis_registry *r)
+{
+        for (int i = 0; i < S_N; i++) {
+                int ret;
+                redisReply *rep = command(r, &ret, "SCRIPT LOAD %s", scripts[i]);
+                if (!rep)
+                        return ret;
+                if (rep->type != REDIS_REPLY_STRING || rep->len != 40) {
+                        freeReplyObject(rep);
+                        return -EPROTO;
+                }
+                memcpy(r->sha[i], rep->str, 40);
+                r->sha[i][40] = '\0';
+                freeReplyObject(rep);
+        }
+        r->scripts_loaded = true;
+        return 0;
+}
+
+/* Runs script S with the group's keys and NARGS more arguments (after LOG_CAP). Returns the
+ * reply, or NULL with *RET < 0. */
+static redisReply *run_script(struct redis_registry *r, int s, int *ret, int nargs,
+                              const char *const *args)
+{
+        const char *argv[3 + SCRIPT_KEYS + 8];
+        size_t lens[SHOAL_ARRAY_SIZE(argv)];
+        int argc = 0;
+
+        for (int attempt = 0; attempt < 2; attempt++) {
+                if (!r->scripts_loaded || !r->c) {
+                        if (!r->c) {
+                                /* (connects) */
+                                redisReply *p = command(r, ret, "PING");
+                                if (!p)
+                                        return NULL;
+                                freeReplyObject(p);
+                        }
+                        if ((*ret = load_scripts(r)) < 0)
+                                return NULL;
+                }
+                argc = 0;
+                argv[argc++] = "EVALSHA";
+                argv[argc++] = r->sha[s];
+                argv[argc++] = "10";
+                for (int k = 0; k < SCRIPT_KEYS; k++)
+                        argv[argc++] = r->keys[k];
+                argv[argc++] = LOG_CAP;
+                for (int i = 0; i < nargs && i < 7; i++)
+                        argv[argc++] = args[i];
+                for (int i = 0; i < argc; i++)
+                        lens[i] = strlen(argv[i]);
+                redisReply *rep = command_core(r, ret, true, NULL, NULL, argc, argv, lens);
+                if (!rep)
+                        return NULL;
+                if (rep->type != REDIS_REPLY_ERROR)
+                        return rep;
+                bool noscript = rep->str && !strncmp(rep->str, "NOSCRIPT", 8);
+                log_ratelimited(SHOAL_LOG_WARN, "group", "registry %s: %.*s", r->where,
+                                (int)SHOAL_MIN(rep->len, 200), rep->str ? rep->str : "");
+                freeReplyObject(rep);
+                *ret = -EIO;
+                if (!noscript)
+                        return NULL;
+                r->scripts_loaded = false; /* flushed, or another server: load them again */
+        }
+        return NULL;
+}
+
+static int script_simple(struct redis_registry *r, int s, int nargs, const char *const *args)
+{
+        struct sigpipe_guard g;
+        int ret;
+
+        sigpipe_block(&g);
+        redisReply *rep = run_script(r, s, &ret, nargs, args);
+        if (rep)
+                freeReplyObject(rep);
+        sigpipe_restore(&g);
+        return ret;
+}
+
+static int redis_put_lease(struct shoal_registry *base, const char *id, const char *record,
+                           const struct shoal_lease_put *p)
+{
+        struct redis_registry *r = (struct redis_registry *)base;
+        char ttl[24], end[24];
+        snprintf(ttl, sizeof(ttl), "%" PRId64, p->ttl_ms);
+        snprintf(end, sizeof(end), "%" PRId64, p->keep_ms);
+        const char *args[] = {id, record, p->changed ? "1" : "0", ttl, end};
+        return script_simple(r, S_PUT, 5, args);
+}
+
+static int redis_del(struct shoal_registry *base, const char *id)
+{
+        const char *args[] = {id};
+        return script_simple((struct redis_registry *)base, S_DEL, 1, args);
+}
+
+static int redis_set_weight(struct shoal_registry *base, const char *id, const char *weight)
+{
+        const char *args[] = {id, weight ? weight : ""};
+        return script_simple((struct redis_registry *)base, S_WEIGHT, 2, args);
+}
+
+static int redis_put_client(struct shoal_registry *base, const char *id, const char *record)
+{
+        char ttl[24];
+        snprintf(ttl, sizeof(ttl), "%" PRIu64, (uint64_t)(base->timeout_ns / SHOAL_NS_PER_MS));
+        const char *args[] = {id, record ? record : "", ttl};
+        return script_simple((struct redis_registry *)base, S_CLIENT, 3, args);
+}
+
+static int redis_del_client(struct shoal_registry *base, const char *id)
+{
+        const char *args[] = {id};
+        return script_simple((struct redis_registry *)base, S_CLIENT_DEL, 1, args);
+}
+
+static int redis_list_clients(struct shoal_registry *base, shoal_registry_visit_fn visit, void *arg)
+{
+        struct redis_registry *r = (struct redis_registry *)base;
+        struct sigpipe_guard g;
+        int ret;
+
+        sigpipe_block(&g);
+        redisReply *rep = run_script(r, S_CLIENTS, &ret, 0, NULL);
+        if (rep) {
+                ret = shoal_registry_redis_visit(rep, visit, arg);
+                if (ret == -EPROTO)
+                        ret = -EIO;
+                freeReplyObject(rep);
+        }
+        sigpipe_restore(&g);
+        return ret;
+}
+
+#define FULL_READ_TIMEOUT_MS 10000
+
+/* The command timeout from now on (0: REDIS_TIMEOUT_MS), on the connection too. */
+static void set_cmd_timeout(struct redis_registry *r, int ms)
+{
+        r->cmd_timeout_ms = ms;
+        int t = ms ? ms : REDIS_TIMEOUT_MS;
+        struct timeval tv = {.tv_sec = t / 1000, .tv_usec = (t % 1000) * 1000};
+        if (r->c)
+                redisSetTimeout(r->c, tv);
+}
+
+/* ---- the mirror: what this reader knows of the group, kept sorted by id ---- */
+
+static int cmp_ent(const void *a, const void *b)
+{
+        return strcmp(((const struct mirror_ent *)a)->m.id, ((const struct mirror_ent *)b)->m.id);
+}
+
+static bool reply_str(const redisReply *e)
+{
+        return e && e->type == REDIS_REPLY_STRING && e->str;
+}
+
+static bool reply_i64(const redisReply *e, int64_t *out)
+{
+        char buf[32];
+        if (!reply_str(e) || e->len == 0 || (size_t)e->len >= sizeof(buf))
+                return false;
+        memcpy(buf, e->str, (size_t)e->len);
+        buf[e->len] = '\0';
+        char *end;
+        errno = 0;
+        double d = strtod(buf, &end); /* a sorted set's score may read "1.7e+12" */
+        if (*end || errno || d < -9e18 || d > 9e18)
+                return false;
+        *out = (int64_t)d;
+        return true;
+}
+
+/* Folds one (id, record, lease, end, weight) tuple into ENT; false when the id is gone (no
+ * record, or one that does not decode: skipped as list does). */
+static bool ent_fill(struct redis_registry *r, struct mirror_ent *ent, redisReply **t, int64_t now)
+{
+        if (!reply_str(t[0]) || !reply_str(t[1]))
+                return false;
+        if (shoal_member_decode(t[1]->str, (size_t)t[1]->len, &ent->m) < 0 ||
+            strlen(ent->m.id) != (size_t)t[0]->len || memcmp(ent->m.id, t[0]->str, t[0]->len)) {
+                char key[SHOAL_MEMBER_ID_LEN + 8];
+                log_ratelimited(
+                        SHOAL_LOG_WARN, "group",
+                        "registry: skipping a malformed record in group \"%s\" (key %s)",
+                        r->base.group,
+                        shoal_group_printable(t[0]->str, (size_t)t[0]->len, key, sizeof(key)));
+                return false;
+        }
+        if (!t[2] || !reply_i64(t[2], &ent->lease_ms))
+                ent->lease_ms = INT64_MIN / 2; /* written without a lease: dead */
+        ent->leased = ent->lease_ms > now;
+        int64_t w;
+        if (ent->m.role == SHOAL_ROLE_PROVIDER && t[4] && reply_i64(t[4], &w) && w >= 0 &&
+            w <= SHOAL_WEIGHT_MAX) {
+                ent->m.weight = (uint32_t)w;
+                ent->m.weight_set = true;
+        }
+        return true;
+}
+
+static int mirror_reserve(struct redis_registry *r, size_t n)
+{
+        if (n <= r->cap)
+                return 0;
+        size_t cap = SHOAL_MAX(n, r->cap * 2);
+        struct mirror_ent *v = realloc(r->ents, cap * sizeof(*v));
+        if (!v)
+                return -ENOMEM;
+        r->ents = v;
+        r->cap = cap;
+        return 0;
+}
+
+/* The mirror entry of the id in E, or NULL. */
+static struct mirror_ent *mirror_find(struct redis_registry *r, const redisReply *e)
+{
+        struct mirror_ent key;
+        if (!reply_str(e) || (size_t)e->len > SHOAL_MEMBER_ID_LEN || !r->n)
+                return NULL;
+        memcpy(key.m.id, e->str, (size_t)e->len);
+        key.m.id[e->len] = '\0';
+        return bsearch(&key, r->ents, r->n, sizeof(key), cmp_ent);
+}
+
+/* Builds the mirror from a full read: REP's records, leases and weights (three arrays). */
+static int mirror_full(struct redis_registry *r, const redisReply *rep, int64_t now)
+{
+        const redisReply *recs = rep->element[POLL_HEAD], *leases = rep->element[POLL_HEAD + 1],
+                         *weights = rep->element[POLL_HEAD + 2];
+        if (recs->type != REDIS_REPLY_ARRAY || leases->type != REDIS_REPLY_ARRAY ||
+            weights->type != REDIS_REPLY_ARRAY)
+                return -EIO;
+        if (mirror_reserve(r, recs->elements / 2 + 1) < 0)
+                return -ENOMEM;
+        r->n = 0;
+        for (size_t i = 0; i + 1 < recs->elements; i += 2) {
+                redisReply *t[5] = {recs->element[i], recs->element[i + 1], NULL, NULL, NULL};
+                memset(&r->ents[r->n], 0, sizeof(r->ents[r->n]));
+                if (ent_fill(r, &r->ents[r->n], t, now))
+                        r->n++;
+        }
+        if (r->n)
+                qsort(r->ents, r->n, sizeof(*r->ents), cmp_ent);
+        for (size_t i = 0; i + 1 < leases->elements; i += 2) {
+                struct mirror_ent *e = mirror_find(r, leases->element[i]);
+                if (e && reply_i64(leases->element[i + 1], &e->lease_ms))
+                        e->leased = e->lease_ms > now;
+        }
+        for (size_t i = 0; i + 1 < weights->elements; i += 2) {
+                struct mirror_ent *e = mirror_find(r, weights->element[i]);
+                int64_t w;
+                if (e && e->m.role == SHOAL_ROLE_PROVIDER &&
+                    reply_i64(weights->element[i + 1], &w) && w >= 0 && w <= SHOAL_WEIGHT_MAX) {
+                        e->m.weight = (uint32_t)w;
+                        e->m.weight_set = true;
+                }
+        }
+        return 0;
+}
+
+/* Applies a poll's answer REP (its tuples from element POLL_HEAD on) to the mirror. */
+static int mirror_apply(struct redis_registry *r, const redisReply *rep, bool full, int64_t now)
+{
+        if (full)
+                return mirror_full(r, rep, now);
+        size_t nt = (rep->elements - POLL_HEAD) / 5;
+        if (mirror_reserve(r, (full ? 0 : r->n) + nt) < 0)
+                return -ENOMEM;
+        if (full)
+                r->n = 0;
+        for (size_t i = 0; i < nt; i++) {
+                redisReply **t = rep->element + POLL_HEAD + 5 * i;
+                struct mirror_ent ent = {0};
+                bool present = ent_fill(r, &ent, t, now);
+                struct mirror_ent *at = NULL;
+                if (!full && reply_str(t[0]) && (size_t)t[0]->len <= SHOAL_MEMBER_ID_LEN) {
+                        struct mirror_ent key;
+                        memcpy(key.m.id, t[0]->str, (size_t)t[0]->len);
+                        key.m.id[t[0]->len] = '\0';
+                        at = r->n ? bsearch(&key, r->ents, r->n, sizeof(key), cmp_ent) : NULL;
+                }
+                if (at && present) {
+                        *at = ent;
+                } else if (at) {
+                        size_t k = (size_t)(at - r->ents);
+                        memmove(at, at + 1, (r->n - k - 1) * sizeof(*at));
+                        r->n--;
+                } else if (present) {
+                        r->ents[r->n++] = ent;
+                        if (!full)
+                                qsort(r->ents, r->n, sizeof(*r->ents), cmp_ent);
+                }
+        }
+        if (full && r->n)
+                qsort(r->ents, r->n, sizeof(*r->ents), cmp_ent);
+        return 0;
+}
+
+/* Whether REP reads as a poll's answer; fills *VERSION and *NOW. */
+static bool poll_answer_ok(const struct redis_registry *r, const redisReply *rep, int64_t *version,
+                           int64_t *now)
+{
+        if (rep->type != REDIS_REPLY_ARRAY || rep->elements < POLL_HEAD ||
+            rep->element[4]->type != REDIS_REPLY_INTEGER || !reply_str(rep->element[3]) ||
+            !reply_str(rep->element[0]) || rep->element[0]->len >= (int)sizeof(r->epoch) ||
+            !reply_i64(rep->element[1], version) || !reply_i64(rep->element[2], now))
+                return false;
+        if (!strcmp(rep->element[3]->str, "full"))
+                return rep->elements == POLL_HEAD + 3;
+        return (rep->elements - POLL_HEAD) % 5 == 0;
+}
+
+/* The mirror as a listing (malloc'd into *OUT, *N), liveness as of NOW on the server. */
+static int mirror_list(const struct redis_registry *r, int64_t now, struct shoal_member **out,
+                       size_t *n)
+{
+        struct shoal_member *v = malloc((r->n + 1) * sizeof(*v));
+        int64_t timeout = (int64_t)(r->base.timeout_ns / SHOAL_NS_PER_MS);
+        if (!v)
+                return -ENOMEM;
+        for (size_t i = 0; i < r->n; i++) {
+                const struct mirror_ent *e = &r->ents[i];
+                v[i] = e->m;
+                /* Live as read: every lease that ran out since changed the version. */
+                v[i].alive = e->leased;
+                int64_t last = e->leased ? now : e->lease_ms - timeout;
+                int64_t end = e->lease_ms + (int64_t)e->m.grace_ms;
+                v[i].age_ms = now > last ? (uint64_t)(now - last) : 0;
+                v[i].grace_left_ms = !e->leased && end > now ? (uint64_t)(end - now) : 0;
+        }
+        *out = v;
+        *n = r->n;
+        return 0;
+}
+
+/* One poll: the answer, or NULL with *RET < 0. */
+static redisReply *poll_once(struct redis_registry *r, int *ret)
+{
+        struct sigpipe_guard g;
+        char since[24];
+
+        snprintf(since, sizeof(since), "%" PRId64, r->synced ? r->version : (int64_t)-1);
+        const char *args[] = {r->epoch, since};
+        sigpipe_block(&g);
+        /* A full read may wait behind a crowd's: giving up on it would only ask again. */
+        bool full = !r->synced;
+        if (full)
+                set_cmd_timeout(r, FULL_READ_TIMEOUT_MS);
+        redisReply *rep = run_script(r, S_POLL, ret, 2, args);
+        if (full)
+                set_cmd_timeout(r, 0);
+        sigpipe_restore(&g);
+        return rep;
+}
+
+static int redis_sync(struct shoal_registry *base, const uint64_t *unless_gen,
+                      struct shoal_member **out, size_t *n)
+{
+        struct redis_registry *r = (struct redis_registry *)base;
+        int64_t version, now;
+        int ret;
+
+again:;
+        redisReply *rep = poll_once(r, &ret);
+        if (!rep)
+                return ret;
+        ret = -EIO;
+        if (!poll_answer_ok(r, rep, &version, &now)) {
+                log_ratelimited(SHOAL_LOG_WARN, "group",
+                                "registry %s: a poll answer it cannot read", r->where);
+                goto out;
+        }
+        const char *mode = rep->element[3]->str;
+        long long records = rep->element[4]->integer;
+        if (!strcmp(mode, "same") && records != r->records) {
+                /* Written behind the log's back (a stranger, a lost key): read everything. */
+                freeReplyObject(rep);
+                r->synced = false;
+                goto again;
+        }
+        r->records = records;
+        if (strcmp(mode, "same")) {
+                ret = mirror_apply(r, rep, !strcmp(mode, "full"), now);
+                if (ret < 0)
+                        goto out;
+                r->base.generation++;
+                memcpy(r->epoch, rep->element[0]->str, (size_t)rep->element[0]->len);
+                r->epoch[rep->element[0]->len] = '\0';
+                r->version = version;
+                r->synced = true;
+        }
+        if (unless_gen && *unless_gen == r->base.generation) {
+                *out = NULL;
+                *n = 0;
+                ret = 1;
+        } else {
+                ret = mirror_list(r, now, out, n);
+        }
+out:
+        freeReplyObject(rep);
+        if (ret < 0)
+                r->synced = false; /* read everything again next time */
+        return ret;
+}
+
 static void redis_close(struct shoal_registry *base)
 {
         struct redis_registry *r = (struct redis_registry *)base;
 
         drop_conn(r);
         explicit_bzero(r->u.pass, sizeof(r->u.pass));
+        free(r->ents);
         free(r);
 }
 
@@ -420,6 +1003,11 @@ static const struct shoal_registry_ops redis_ops = {
         .set_weight = redis_set_weight,
         .list_weights = redis_list_weights,
         .close = redis_close,
+        .put_lease = redis_put_lease,
+        .sync = redis_sync,
+        .put_client = redis_put_client,
+        .del_client = redis_del_client,
+        .list_clients = redis_list_clients,
 };
 
 int shoal_registry_redis_open(const char *rest, const char *group, struct shoal_registry **out,
@@ -440,6 +1028,11 @@ int shoal_registry_redis_open(const char *rest, const char *group, struct shoal_
         snprintf(r->where, sizeof(r->where), "redis://%s:%d/%u", r->u.host, r->u.port, r->u.db);
         snprintf(r->key, sizeof(r->key), "shoal:%s:members", group);
         snprintf(r->wkey, sizeof(r->wkey), "shoal:%s:weights", group);
+        static const char *const names[SCRIPT_KEYS] = {
+                "version", "log",     "epoch",   "members",       "leases",
+                "ends",    "weights", "clients", "client-leases", "scanned"};
+        for (int k = 0; k < SCRIPT_KEYS; k++)
+                snprintf(r->keys[k], sizeof(r->keys[k]), "shoal:%s:%s", group, names[k]);
         /* Connect now, so that a wrong address or password is reported at start, not as a
          * stream of heartbeat warnings. */
         struct sigpipe_guard g;

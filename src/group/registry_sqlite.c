@@ -12,6 +12,7 @@
 #include "group/group_internal.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <limits.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -238,8 +239,35 @@ static const struct shoal_registry_ops sqlite_ops = {
         .close = sqlite_close,
 };
 
-int shoal_registry_sqlite_open(const char *rest, const char *group, struct shoal_registry **out,
-                               char *err, size_t errlen)
+/* The statements every operation runs, prepared once. Returns SQLite's code. */
+static int prepare_all(struct sqlite_registry *s)
+{
+        static const struct {
+                const char *sql;
+                size_t off;
+        } st[] = {
+                {"INSERT OR REPLACE INTO shoal_members (grp, id, record) VALUES (?1, ?2, ?3)",
+                 offsetof(struct sqlite_registry, put)},
+                {"DELETE FROM shoal_members WHERE grp = ?1 AND id = ?2",
+                 offsetof(struct sqlite_registry, del)},
+                {"SELECT id, record FROM shoal_members WHERE grp = ?1",
+                 offsetof(struct sqlite_registry, list)},
+                {"INSERT OR REPLACE INTO shoal_weights (grp, id, weight) VALUES (?1, ?2, ?3)",
+                 offsetof(struct sqlite_registry, wput)},
+                {"DELETE FROM shoal_weights WHERE grp = ?1 AND id = ?2",
+                 offsetof(struct sqlite_registry, wdel)},
+                {"SELECT id, weight FROM shoal_weights WHERE grp = ?1",
+                 offsetof(struct sqlite_registry, wlist)},
+        };
+        int rc = SQLITE_OK;
+        for (size_t i = 0; i < SHOAL_ARRAY_SIZE(st) && rc == SQLITE_OK; i++)
+                rc = sqlite3_prepare_v3(s->db, st[i].sql, -1, SQLITE_PREPARE_PERSISTENT,
+                                        (sqlite3_stmt **)((char *)s + st[i].off), NULL);
+        return rc;
+}
+
+/* WAL, the durability and the schema of a fresh connection. Returns 0 or -EIO with ERR. */
+static int setup_db(struct sqlite_registry *s, char *err, size_t errlen)
 {
         static const char *const schema =
                 "CREATE TABLE IF NOT EXISTS shoal_members ("
@@ -249,8 +277,38 @@ int shoal_registry_sqlite_open(const char *rest, const char *group, struct shoal
                 "CREATE TABLE IF NOT EXISTS shoal_weights ("
                 "grp TEXT NOT NULL, id TEXT NOT NULL, weight TEXT NOT NULL, "
                 "PRIMARY KEY (grp, id)) WITHOUT ROWID";
-        struct sqlite_registry *s;
         char mode[16] = "";
+
+        sqlite3_busy_timeout(s->db, SQLITE_BUSY_MS);
+        int rc = exec_retry(s->db, "PRAGMA journal_mode=WAL", mode, sizeof(mode));
+        if (rc != SQLITE_OK) {
+                snprintf(err, errlen, "registry: %s: cannot set WAL mode: %s", s->path,
+                         sqlite3_errmsg(s->db));
+                return -EIO;
+        }
+        /* Some filesystems (network mounts) cannot do WAL; the rollback journal with the busy
+         * timeout is slower but still correct. */
+        if (strcmp(mode, "wal") != 0)
+                log_warn("group", "registry %s: journal mode is \"%s\", not WAL", s->path, mode);
+        /* Records are soft state rewritten every heartbeat: losing the last ones in a power cut
+         * is harmless, an fsync per heartbeat is not free. */
+        rc = exec_retry(s->db, "PRAGMA synchronous=NORMAL", NULL, 0);
+        if (rc == SQLITE_OK)
+                rc = exec_retry(s->db, schema, NULL, 0);
+        if (rc == SQLITE_OK)
+                rc = exec_retry(s->db, weights_schema, NULL, 0);
+        if (rc != SQLITE_OK) {
+                snprintf(err, errlen, "registry: %s: cannot create the schema: %s", s->path,
+                         sqlite3_errmsg(s->db));
+                return -EIO;
+        }
+        return 0;
+}
+
+int shoal_registry_sqlite_open(const char *rest, const char *group, struct shoal_registry **out,
+                               char *err, size_t errlen)
+{
+        struct sqlite_registry *s;
         int rc, ret;
 
         *out = NULL;
@@ -288,55 +346,9 @@ int shoal_registry_sqlite_open(const char *rest, const char *group, struct shoal
                          s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
                 goto out_close;
         }
-        sqlite3_busy_timeout(s->db, SQLITE_BUSY_MS);
-        rc = exec_retry(s->db, "PRAGMA journal_mode=WAL", mode, sizeof(mode));
-        if (rc != SQLITE_OK) {
-                snprintf(err, errlen, "registry: %s: cannot set WAL mode: %s", s->path,
-                         sqlite3_errmsg(s->db));
+        if (setup_db(s, err, errlen) < 0)
                 goto out_close;
-        }
-        /* Some filesystems (network mounts) cannot do WAL; the rollback journal with the busy
-         * timeout is slower but still correct. */
-        if (strcmp(mode, "wal") != 0)
-                log_warn("group", "registry %s: journal mode is \"%s\", not WAL", s->path, mode);
-        /* Records are soft state rewritten every heartbeat: losing the last ones in a power cut
-         * is harmless, an fsync per heartbeat is not free. */
-        rc = exec_retry(s->db, "PRAGMA synchronous=NORMAL", NULL, 0);
-        if (rc == SQLITE_OK)
-                rc = exec_retry(s->db, schema, NULL, 0);
-        if (rc == SQLITE_OK)
-                rc = exec_retry(s->db, weights_schema, NULL, 0);
-        if (rc != SQLITE_OK) {
-                snprintf(err, errlen, "registry: %s: cannot create the schema: %s", s->path,
-                         sqlite3_errmsg(s->db));
-                goto out_close;
-        }
-        rc = sqlite3_prepare_v3(s->db,
-                                "INSERT OR REPLACE INTO shoal_members (grp, id, record) "
-                                "VALUES (?1, ?2, ?3)",
-                                -1, SQLITE_PREPARE_PERSISTENT, &s->put, NULL);
-        if (rc == SQLITE_OK)
-                rc = sqlite3_prepare_v3(s->db,
-                                        "DELETE FROM shoal_members WHERE grp = ?1 AND id = ?2", -1,
-                                        SQLITE_PREPARE_PERSISTENT, &s->del, NULL);
-        if (rc == SQLITE_OK)
-                rc = sqlite3_prepare_v3(s->db,
-                                        "SELECT id, record FROM shoal_members WHERE grp = ?1", -1,
-                                        SQLITE_PREPARE_PERSISTENT, &s->list, NULL);
-        if (rc == SQLITE_OK)
-                rc = sqlite3_prepare_v3(s->db,
-                                        "INSERT OR REPLACE INTO shoal_weights (grp, id, weight) "
-                                        "VALUES (?1, ?2, ?3)",
-                                        -1, SQLITE_PREPARE_PERSISTENT, &s->wput, NULL);
-        if (rc == SQLITE_OK)
-                rc = sqlite3_prepare_v3(s->db,
-                                        "DELETE FROM shoal_weights WHERE grp = ?1 AND id = ?2", -1,
-                                        SQLITE_PREPARE_PERSISTENT, &s->wdel, NULL);
-        if (rc == SQLITE_OK)
-                rc = sqlite3_prepare_v3(s->db,
-                                        "SELECT id, weight FROM shoal_weights WHERE grp = ?1", -1,
-                                        SQLITE_PREPARE_PERSISTENT, &s->wlist, NULL);
-        if (rc != SQLITE_OK) {
+        if (prepare_all(s) != SQLITE_OK) {
                 snprintf(err, errlen, "registry: %s: %s", s->path, sqlite3_errmsg(s->db));
                 goto out_finalize;
         }

@@ -197,7 +197,10 @@ static void agent_config(struct shoal_group_config *cfg, const char *url, const 
 static struct shoal_registry *reg_open(const char *url, const char *group, char *err, size_t errlen)
 {
         struct shoal_registry *r;
-        return shoal_registry_open(url, group, &r, err, errlen) ? NULL : r;
+        if (shoal_registry_open(url, group, &r, err, errlen))
+                return NULL;
+        r->timeout_ns = TIMEOUT_NS; /* the leases of the records this test writes itself */
+        return r;
 }
 
 /* The agent CFG starts, or NULL with ERR saying why. */
@@ -522,14 +525,18 @@ static void check_agents(const char *url)
         }
         shoal_group_view_put(vb);
 
-        /* Cache use travels with the heartbeat. */
+        /* Cache use travels with the heartbeat into the registry (where `shoal group` reads
+         * it; a view with leases changes only with the group's version). */
         shoal_group_set_usage(a, 12345, 67890);
         bool seen = WAIT_UNTIL(({
-                                       struct shoal_group_view *w = shoal_group_view_get(b);
-                                       const struct shoal_member *ma = find(w->members, w->n, ida);
-                                       bool ok = ma && ma->cache_bytes == 12345 &&
-                                                 ma->cache_capacity == 67890;
-                                       shoal_group_view_put(w);
+                                       struct shoal_member *l = NULL;
+                                       size_t nl = 0;
+                                       bool ok = shoal_group_list_once(url, "agents", 0, &l, &nl,
+                                                                       err, sizeof(err)) == 0;
+                                       const struct shoal_member *ma = ok ? find(l, nl, ida) : NULL;
+                                       ok = ma && ma->cache_bytes == 12345 &&
+                                            ma->cache_capacity == 67890;
+                                       free(l);
                                        ok;
                                }),
                                2000);
@@ -656,6 +663,7 @@ static void check_stale_deleted(const char *url)
         struct shoal_member old;
         fill_member(&old, "old", 0);
         old.updated_ms = now_ms() - 3600 * 1000;
+        r->timeout_ns = 200 * MS; /* a writer with the agent's timeout (the lease's) */
         assert_int_equal(shoal_registry_put(r, &old), 0);
 
         agent_config(&cfg, url, "stale", "file:///data", 4194304);
@@ -702,6 +710,56 @@ static void check_list_once(const char *url)
 }
 
 /* ---- SQLite ---- */
+
+/* [issue 33] A client (a consumer) is not a member: its agent writes a presence apart, which
+ * `shoal group` lists, and is in nobody's view but its own. */
+static void check_clients(const char *url, const char *group)
+{
+        char err[512] = "";
+        struct shoal_group *a = start_agent(url, group);
+        struct shoal_group_config cfg;
+        agent_config(&cfg, url, group, "file:///data", 4194304);
+        cfg.self.role = SHOAL_ROLE_CONSUMER;
+        cfg.self.tcp_addr[0] = '\0';
+        cfg.self.weight = 0;
+        struct shoal_group *c = group_start(&cfg, err, sizeof(err));
+        if (!c)
+                fail_msg("start: %s", err);
+        char idc[SHOAL_MEMBER_ID_LEN + 1];
+        shoal_strlcpy(idc, shoal_group_self_id(c), sizeof(idc));
+        /* the client sees the member; the member never sees the client */
+        assert_true(WAIT_UNTIL(view_has(c, shoal_group_self_id(a)), 2000));
+        shoal_sleep_ns(3 * HEARTBEAT_NS);
+        assert_false(view_has(a, idc));
+        struct shoal_registry *r = reg_open(url, group, err, sizeof(err));
+        assert_non_null(r);
+        assert_false(record_exists(r, idc));
+        struct shoal_member *v = NULL;
+        size_t n = 0;
+        assert_int_equal(shoal_group_list_once(url, group, 0, &v, &n, err, sizeof(err)), 0);
+        const struct shoal_member *lc = find(v, n, idc);
+        assert_non_null(lc);
+        assert_int_equal(lc->role, SHOAL_ROLE_CONSUMER);
+        assert_true(lc->alive);
+        assert_non_null(find(v, n, shoal_group_self_id(a)));
+        free(v);
+        /* a stop takes its presence away */
+        shoal_group_stop(c);
+        assert_int_equal(shoal_registry_list_clients(r, &v, &n), 0);
+        assert_null(find(v, n, idc));
+        free(v);
+        char ida[SHOAL_MEMBER_ID_LEN + 1];
+        shoal_strlcpy(ida, shoal_group_self_id(a), sizeof(ida));
+        shoal_group_stop(a);
+        assert_int_equal(shoal_registry_delete(r, ida), 0);
+        shoal_registry_close(r);
+}
+
+static void test_sqlite_clients(void **state)
+{
+        (void)state;
+        check_clients(new_sqlite_url(), "clients");
+}
 
 static void test_sqlite_roundtrip(void **state)
 {
@@ -1313,6 +1371,158 @@ static void test_redis_set_weight(void **state)
         check_set_weight(redis_url);
 }
 
+static void test_redis_clients(void **state)
+{
+        need_redis();
+        check_clients(redis_url, "clients");
+}
+
+/* An integer (or a number held as a string) that a command on C answers; -1 for none. */
+static long long redis_num(redisContext *c, const char *cmd, const char *arg)
+{
+        redisReply *rep = redisCommand(c, cmd, arg);
+        long long v = -1;
+        if (rep && rep->type == REDIS_REPLY_INTEGER)
+                v = rep->integer;
+        else if (rep && rep->type == REDIS_REPLY_STRING)
+                v = strtoll(rep->str, NULL, 10);
+        if (rep)
+                freeReplyObject(rep);
+        return v;
+}
+
+/* Calls of COMMAND (lower case) since the last CONFIG RESETSTAT, scripts' included. */
+static long long redis_calls(redisContext *c, const char *command)
+{
+        redisReply *rep = redisCommand(c, "INFO commandstats");
+        long long v = 0;
+        char key[64];
+        snprintf(key, sizeof(key), "cmdstat_%s:calls=", command);
+        if (rep && rep->type == REDIS_REPLY_STRING) {
+                const char *p = strstr(rep->str, key);
+                if (p)
+                        v = strtoll(p + strlen(key), NULL, 10);
+        }
+        if (rep)
+                freeReplyObject(rep);
+        return v;
+}
+
+/* [issue 33] The group's version changes with a join, a weight, an expiry and a leave, never
+ * with a heartbeat or a client; a poll that finds it unchanged reads no record; a change is
+ * read as the records of the ids it changed, never the whole group. */
+static void test_redis_versions(void **state)
+{
+        char err[512] = "";
+        need_redis();
+        redisContext *c = redis_direct();
+        struct shoal_group *a = start_agent(redis_url, "ver");
+        struct shoal_group *b = start_agent(redis_url, "ver");
+        char ida[SHOAL_MEMBER_ID_LEN + 1];
+        shoal_strlcpy(ida, shoal_group_self_id(a), sizeof(ida));
+        assert_true(WAIT_UNTIL(view_size(a) == 2 && view_size(b) == 2, 2000));
+        /* (each agent's first poll after the group's first version reads everything: the
+         * version counter's epoch is new to the one that joined first) */
+        shoal_sleep_ns(3 * HEARTBEAT_NS);
+        long long v0 = redis_num(c, "GET %s", "shoal:ver:version");
+        assert_true(v0 >= 2);
+        freeReplyObject(redisCommand(c, "CONFIG RESETSTAT"));
+        shoal_sleep_ns(6 * HEARTBEAT_NS);
+        /* heartbeats: no version, no record read */
+        assert_int_equal(redis_num(c, "GET %s", "shoal:ver:version"), v0);
+        assert_true(redis_calls(c, "evalsha") >= 8);
+        assert_int_equal(redis_calls(c, "hgetall"), 0);
+        assert_int_equal(redis_calls(c, "hget"), 0);
+        /* a client's join changes nothing of the members' version */
+        struct shoal_group_config cfg;
+        agent_config(&cfg, redis_url, "ver", "file:///data", 4194304);
+        cfg.self.role = SHOAL_ROLE_CONSUMER;
+        struct shoal_group *cl = group_start(&cfg, err, sizeof(err));
+        assert_non_null(cl);
+        assert_true(WAIT_UNTIL(view_size(cl) == 3, 2000)); /* a, b and itself */
+        assert_int_equal(redis_num(c, "GET %s", "shoal:ver:version"), v0);
+        assert_int_equal(redis_num(c, "HEXISTS shoal:ver:members %s", shoal_group_self_id(cl)), 0);
+        assert_int_equal(redis_num(c, "HEXISTS shoal:ver:clients %s", shoal_group_self_id(cl)), 1);
+        /* a weight: one version more, logged under the id, read as that record alone */
+        freeReplyObject(redisCommand(c, "CONFIG RESETSTAT"));
+        assert_int_equal(shoal_group_set_weight(redis_url, "ver", ida, 5, NULL, err, sizeof(err)),
+                         0);
+        bool seen = WAIT_UNTIL(({
+                                       struct shoal_group_view *w = shoal_group_view_get(b);
+                                       const struct shoal_member *m = find(w->members, w->n, ida);
+                                       bool ok = m && m->weight == 5;
+                                       shoal_group_view_put(w);
+                                       ok;
+                               }),
+                               2000);
+        assert_true(seen);
+        long long v1 = redis_num(c, "GET %s", "shoal:ver:version");
+        assert_true(v1 > v0);
+        redisReply *rep = redisCommand(c, "LRANGE shoal:ver:log -1 -1");
+        assert_true(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 1);
+        freeReplyObject(rep);
+        /* (the one full read is set_weight's own handle: its first listing) */
+        assert_true(redis_calls(c, "hgetall") <= 2);
+        assert_true(redis_calls(c, "hget") >= 1);
+        /* a member whose lease runs out: a version more, with nobody deleting its record */
+        struct shoal_registry *r = reg_open(redis_url, "ver", err, sizeof(err));
+        assert_non_null(r);
+        struct shoal_member x;
+        fill_member(&x, "expiring", 0);
+        x.updated_ms = now_ms();
+        x.grace_ms = 0;
+        assert_int_equal(shoal_registry_put(r, &x), 0);
+        assert_true(WAIT_UNTIL(view_has(a, "expiring"), 1000));
+        long long v2 = redis_num(c, "GET %s", "shoal:ver:version");
+        assert_true(WAIT_UNTIL(!view_has(a, "expiring") && !view_has(cl, "expiring"), 2000));
+        assert_true(redis_num(c, "GET %s", "shoal:ver:version") > v2);
+        assert_int_equal(redis_num(c, "HEXISTS shoal:ver:members %s", "expiring"), 1);
+        shoal_group_stop(cl);
+        char idb[SHOAL_MEMBER_ID_LEN + 1];
+        shoal_strlcpy(idb, shoal_group_self_id(b), sizeof(idb));
+        shoal_group_stop(a);
+        shoal_group_stop(b);
+        shoal_registry_delete(r, ida);
+        shoal_registry_delete(r, idb);
+        shoal_registry_delete(r, "expiring");
+        shoal_registry_set_weight(r, ida, -1);
+        shoal_registry_close(r);
+        redisFree(c);
+}
+
+/* [issue 33] A start that cannot reach the registry does not fail: the process is alone in its
+ * view (it reads from the store) and joins in the background once the registry answers. */
+static void test_redis_background_join(void **state)
+{
+        char err[512] = "";
+        need_redis();
+        redis_stop();
+        struct shoal_group_config cfg;
+        agent_config(&cfg, redis_url, "late", "file:///data", 4194304);
+        struct shoal_group *g = group_start(&cfg, err, sizeof(err));
+        if (!g)
+                fail_msg("start: %s", err);
+        assert_int_equal(view_size(g), 1);
+        assert_int_equal(redis_start(), 0);
+        struct shoal_group *h = start_agent(redis_url, "late");
+        assert_true(WAIT_UNTIL(view_size(g) == 2 && view_size(h) == 2, 10000));
+        struct shoal_registry *r = reg_open(redis_url, "late", err, sizeof(err));
+        assert_non_null(r);
+        assert_true(record_exists(r, shoal_group_self_id(g)));
+        /* a configuration that cannot work still fails at once */
+        agent_config(&cfg, redis_url, "late", "file:///other", 4194304);
+        struct shoal_group *refused;
+        assert_int_equal(shoal_group_start(&cfg, &refused, err, sizeof(err)), -EINVAL);
+        char idg[SHOAL_MEMBER_ID_LEN + 1], idh[SHOAL_MEMBER_ID_LEN + 1];
+        shoal_strlcpy(idg, shoal_group_self_id(g), sizeof(idg));
+        shoal_strlcpy(idh, shoal_group_self_id(h), sizeof(idh));
+        shoal_group_stop(g);
+        shoal_group_stop(h);
+        shoal_registry_delete(r, idg);
+        shoal_registry_delete(r, idh);
+        shoal_registry_close(r);
+}
+
 static int global_setup(void)
 {
         snprintf(tmpdir, sizeof(tmpdir), "/tmp/shoal-test-registry-XXXXXX");
@@ -1340,6 +1550,7 @@ int main(void)
                 cmocka_unit_test(test_sqlite_list_once),
                 cmocka_unit_test(test_sqlite_grace),
                 cmocka_unit_test(test_sqlite_set_weight),
+                cmocka_unit_test(test_sqlite_clients),
                 cmocka_unit_test(test_env_overrides_heartbeat),
         };
         const struct CMUnitTest redis[] = {
@@ -1354,6 +1565,9 @@ int main(void)
                 cmocka_unit_test(test_redis_outage),
                 cmocka_unit_test(test_redis_grace),
                 cmocka_unit_test(test_redis_set_weight),
+                cmocka_unit_test(test_redis_clients),
+                cmocka_unit_test(test_redis_versions),
+                cmocka_unit_test(test_redis_background_join),
         };
         int failed;
 
