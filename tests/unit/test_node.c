@@ -134,18 +134,24 @@ static void test_bad_settings_are_einval(void **state)
         expect(&cfg, -EINVAL, "upload part size");
 }
 
-/* [D1]: a volume that differs from the live group's is the user's to fix. */
+/* [D1]: a volume that differs from the live group's is the user's to fix. (The group is its
+ * sharing members: a consumer writes no member record, so the first node serves.) */
 static void test_volume_mismatch_is_einval(void **state)
 {
         (void)state;
         struct shoal_node_config cfg = base();
         cfg.cache_group = "d1";
+        cfg.serve = true;
+        cfg.group_ip = "127.0.0.1";
         struct shoal_node *a;
         char err[1024];
         if (shoal_node_start(&cfg, &a, err, sizeof(err)))
                 fail_msg("start: %s", err);
         cfg.storage = other_storage;
-        expect(&cfg, -EINVAL, "volume mismatch");
+        expect(&cfg, -EINVAL, "volume mismatch"); /* a second member */
+        cfg.serve = false;
+        cfg.group_ip = NULL;
+        expect(&cfg, -EINVAL, "volume mismatch"); /* a consumer */
         shoal_node_stop(a);
 }
 
