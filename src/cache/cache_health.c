@@ -105,7 +105,7 @@ int cache_pick_dir_locked(struct shoal_cache *c, const struct shoal_block_id *id
         for (unsigned i = 0; i < c->ndirs; i++) {
                 if (!cache_dir_usable_locked(c, &c->dirs[i], now))
                         continue;
-                uint64_t score = cache_mix64(h ^ cache_mix64(i + 1));
+                uint64_t score = shoal_mix64(h ^ shoal_mix64(i + 1));
                 if (best < 0 || score > best_score) {
                         best = (int)i;
                         best_score = score;

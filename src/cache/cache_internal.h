@@ -101,16 +101,6 @@ struct shoal_cache {
         uint64_t tick;
 };
 
-static inline uint64_t cache_mix64(uint64_t x)
-{
-        x ^= x >> 30;
-        x *= 0xbf58476d1ce4e5b9ULL;
-        x ^= x >> 27;
-        x *= 0x94d049bb133111ebULL;
-        x ^= x >> 31;
-        return x;
-}
-
 /* The dir that holds the fs_* fields of dir DI's filesystem. */
 static inline struct cache_dir *cache_fs_of(struct shoal_cache *c, unsigned di)
 {

@@ -95,7 +95,7 @@ int cache_block_open_file(struct cache_dir *d, const struct shoal_block_id *id, 
 
 pthread_mutex_t *cache_path_lock(struct shoal_cache *c, const struct shoal_block_id *id)
 {
-        return &c->path_locks[cache_mix64(shoal_block_id_hash64(id)) % CACHE_PATH_LOCKS];
+        return &c->path_locks[shoal_mix64(shoal_block_id_hash64(id)) % CACHE_PATH_LOCKS];
 }
 
 void cache_block_unlink(struct shoal_cache *c, unsigned di, const struct shoal_block_id *id)

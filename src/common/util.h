@@ -21,6 +21,19 @@
 #define SHOAL_NS_PER_SEC 1000000000ULL
 
 /* TS in nanoseconds (TS not before the clock's epoch). */
+/* Stafford's variant 13 of MurmurHash3's finaliser (splitmix64's): every input bit affects every
+ * output bit. Placement's rendezvous scores and the cache's spreading of blocks over folders and
+ * locks both use it. */
+static inline uint64_t shoal_mix64(uint64_t x)
+{
+        x ^= x >> 30;
+        x *= 0xbf58476d1ce4e5b9ULL;
+        x ^= x >> 27;
+        x *= 0x94d049bb133111ebULL;
+        x ^= x >> 31;
+        return x;
+}
+
 static inline uint64_t shoal_timespec_ns(const struct timespec *ts)
 {
         return (uint64_t)ts->tv_sec * SHOAL_NS_PER_SEC + (uint64_t)ts->tv_nsec;

@@ -17,6 +17,7 @@
  * (ties, equal u, go to the smaller id in both). A view built by hand, without an index, is
  * placed the same way from its members. */
 #include "group/group_internal.h"
+#include "common/util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -36,17 +37,6 @@ static inline uint64_t mum(uint64_t a, uint64_t b)
         return (uint64_t)r ^ (uint64_t)(r >> 64);
 }
 
-/* Stafford's variant 13 of the MurmurHash3 finaliser: every input bit affects every output bit. */
-static inline uint64_t fmix(uint64_t x)
-{
-        x ^= x >> 30;
-        x *= 0xbf58476d1ce4e5b9ULL;
-        x ^= x >> 27;
-        x *= 0x94d049bb133111ebULL;
-        x ^= x >> 31;
-        return x;
-}
-
 static inline uint64_t read64(const unsigned char *p)
 {
         uint64_t v;
@@ -57,14 +47,14 @@ static inline uint64_t read64(const unsigned char *p)
 uint64_t shoal_group_hash64(const void *data, size_t len, uint64_t seed)
 {
         const unsigned char *p = data;
-        uint64_t h = seed ^ fmix(len + P0);
+        uint64_t h = seed ^ shoal_mix64(len + P0);
         unsigned char tail[16] = {0};
 
         for (; len >= 16; p += 16, len -= 16)
                 h = mum(read64(p) ^ P1, read64(p + 8) ^ h);
         memcpy(tail, p, len);
         h = mum(read64(tail) ^ P2, read64(tail + 8) ^ h ^ P3);
-        return fmix(h ^ P0);
+        return shoal_mix64(h ^ P0);
 }
 
 static inline uint64_t block_hash(const struct shoal_block_id *id)
@@ -80,7 +70,7 @@ static inline uint64_t member_hash(const char *member_id)
 /* The 52 bits of u for (member, block). */
 static inline uint64_t u_bits(uint64_t mh, uint64_t bh)
 {
-        return fmix(mum(bh ^ P1, mh ^ P2)) >> 12;
+        return shoal_mix64(mum(bh ^ P1, mh ^ P2)) >> 12;
 }
 
 static double score(uint64_t mh, uint32_t weight, uint64_t bh)
