@@ -47,6 +47,7 @@ static const struct var vars[] = {
         {"SHOAL_IORPC_SCALE_PERIOD", K_DURATION, F(iorpc_scale_period_ns), 0},
         {"IORPC_RDMA_RETRY_DURATION", K_DURATION, F(rdma_retry_ns), 0},
         {"SHOAL_RDMA_HEARTBEAT", K_DURATION, F(rdma_heartbeat_ns), 0},
+        {"SHOAL_RDMA_CHANNEL_WAIT", K_DURATION, F(rdma_channel_wait_ns), 0},
         {"SHOAL_IORPC_GROW_QPS", K_COUNT, F(iorpc_grow_qps), 100000000},
         {"SHOAL_IORPC_GROW_MIBPS", K_COUNT, F(iorpc_grow_mibps), 1048576},
         {"SHOAL_RDMA_GROW_QPS", K_COUNT, F(rdma_grow_qps), 100000000},

@@ -24,6 +24,7 @@
 #define SHOAL_IORPC_SCALE_PERIOD_DEFAULT_NS SHOAL_NS_PER_SEC         /* SHOAL_IORPC_SCALE_PERIOD */
 #define SHOAL_RDMA_RETRY_DEFAULT_NS         (300 * SHOAL_NS_PER_SEC) /* IORPC_RDMA_RETRY_DURATION */
 #define SHOAL_RDMA_HEARTBEAT_DEFAULT_NS     SHOAL_NS_PER_SEC         /* SHOAL_RDMA_HEARTBEAT */
+#define SHOAL_RDMA_CHANNEL_WAIT_DEFAULT_NS  (3 * SHOAL_NS_PER_SEC)   /* SHOAL_RDMA_CHANNEL_WAIT */
 #define SHOAL_STORE_DEADLINE_DEFAULT_NS     (60 * SHOAL_NS_PER_SEC)  /* SHOAL_STORE_DEADLINE */
 #define SHOAL_STORE_ATTEMPTS_DEFAULT        5                        /* SHOAL_STORE_ATTEMPTS */
 
@@ -37,6 +38,7 @@ struct shoal_env {
         uint64_t iorpc_scale_period_ns; /* SHOAL_IORPC_SCALE_PERIOD */
         uint64_t rdma_retry_ns;         /* IORPC_RDMA_RETRY_DURATION */
         uint64_t rdma_heartbeat_ns;     /* SHOAL_RDMA_HEARTBEAT */
+        uint64_t rdma_channel_wait_ns;  /* SHOAL_RDMA_CHANNEL_WAIT */
         uint64_t store_deadline_ns;     /* SHOAL_STORE_DEADLINE */
         /* counts; 0 = not set */
         unsigned store_attempts;   /* SHOAL_STORE_ATTEMPTS, 1..1000 */

@@ -782,7 +782,9 @@ static void link_config(struct shoal_rdma_client *cl)
                 .hb_ns = shoal_config_pick(0, env->rdma_heartbeat_ns,
                                            SHOAL_RDMA_HEARTBEAT_DEFAULT_NS),
                 .connect_ns = CONNECT_NS,
-                .wait_ns = WAIT_NS,
+                /* the longest wait for a channel before TCP takes the request */
+                .wait_ns = shoal_config_pick(0, env->rdma_channel_wait_ns,
+                                             SHOAL_RDMA_CHANNEL_WAIT_DEFAULT_NS),
                 .max_chans = SHOAL_RDMA_CHANS_MAX,
                 /* the seeds' thresholds [R5]; the same knob as TCP shortens the periods */
                 .grow_ns = period,

@@ -22,7 +22,6 @@
 #define NSLOTS           64 /* receives and send buffers per channel */
 #define MAX_REGIONS      256
 #define CONNECT_NS       (3 * SHOAL_NS_PER_SEC)
-#define WAIT_NS          (3 * SHOAL_NS_PER_SEC) /* longest wait for a channel before TCP takes it */
 #define DRAIN_NS         (2 * SHOAL_NS_PER_SEC)
 #define PARK_NS          (10 * SHOAL_NS_PER_SEC)
 #define TICK_NS          (100 * SHOAL_NS_PER_MS)

@@ -5,10 +5,12 @@
 #   it gives one source address (rdma_peer flood from 127.0.0.1, until the member refused one of
 #   the workers' connections): the member refuses their connections (rdma_rejected), each worker
 #   tries again within milliseconds (its "try N again" line) instead of failing the member for
-#   IORPC_RDMA_RETRY_DURATION: every worker connects over RDMA, none fails the member, every
-#   worker reads its object byte-exact over RDMA (the count is printed) but for a request that
-#   waited the 3 s a request may wait for a channel (logged; a loaded machine may need it). Before,
-#   the first refusal sent the worker's reads to TCP for 5 minutes.
+#   IORPC_RDMA_RETRY_DURATION: every worker connects over RDMA, none fails the member, and every
+#   worker reads its whole object byte-exact over RDMA. (The workers may wait 60 s for a channel,
+#   SHOAL_RDMA_CHANNEL_WAIT, within a 90 s request deadline, instead of 3 s before a request goes
+#   over TCP: a loaded machine can take seconds to run 32 handshakes, and the retry is checked
+#   here, not the machine's speed.)
+#   Before, the first refusal sent the worker's reads to TCP for 5 minutes.
 # - --rdma-preauth-per-source raises the per-source cap: a flood of 40 from 127.0.0.2 holds 32
 #   authenticating connections at a member started with 32, 8 at one without.
 # - refusals leak nothing (item 4): after 2,000 refusals and more the member has the open fds it
@@ -46,7 +48,7 @@ start_bg flood -- "$PEER" flood "$RA" 127.0.0.1 "$W" 120 "$T/flood.stats"
 wait_for grep -q "connected $W" "$T/flood.stats" || fail "the flood did not hold $W: $(cat "$T/flood.stats" 2>/dev/null)"
 for i in $(seq 0 $((W - 1))); do
   (
-    "$SHOAL" cat "$S" "d/o$i" --meta "$META" --cache-group g --no-sharing --cache-size 0 "${BS[@]}" \
+    SHOAL_RDMA_CHANNEL_WAIT=60s SHOAL_REMOTE_TIMEOUT=90s "$SHOAL" cat "$S" "d/o$i" --meta "$META" --cache-group g --no-sharing --cache-size 0 "${BS[@]}" \
       --rdma-network lo --log-level debug --log-file "$T/w$i.log" --summary \
       >"$T/w$i.out" 2>"$T/w$i.sum" || fail "worker $i failed"
     cmp -s "$T/w$i.out" "$STORE/d/o$i" || fail "worker $i: wrong bytes"
@@ -70,20 +72,14 @@ for i in $(seq 0 $((W - 1))); do
   grep -q "refused .*try [0-9]* again in" "$T/w$i.log" && retried=$((retried + 1))
   [ "$(summary_field "tcp bytes" "$T/w$i.sum")" -eq 0 ] || fail "worker $i read over the TCP pool: $(cat "$T/w$i.sum")"
   rb=$(summary_field "rdma bytes" "$T/w$i.sum")
-  if [ "$rb" -eq "$size" ]; then
-    all=$((all + 1))
-    continue
-  fi
-  # Only a request that waited its 3 s for the channel may go over IORPC on TCP (a machine this
-  # loaded can take that long to run 32 handshakes); nothing else may.
-  grep -q "waited too long for a channel" "$T/w$i.log" ||
-    fail "worker $i read $((size - rb)) bytes over TCP without waiting: $(cat "$T/w$i.sum")"
+  [ "$rb" -eq "$size" ] || fail "worker $i read $((size - rb)) of $size bytes other than over RDMA: $(cat "$T/w$i.sum")"
+  all=$((all + 1))
 done
 rej=$(metric "$MA" rdma_rejected)
-echo "  member refused $rej connections (flood: $(tr '\n' ' ' <"$T/flood.stats")); $retried of $W workers were refused and retried; $all read everything over RDMA (the rest waited 3 s for a channel once)"
+echo "  member refused $rej connections (flood: $(tr '\n' ' ' <"$T/flood.stats")); $retried of $W workers were refused and retried; $all read everything over RDMA"
 [ "$retried" -ge 1 ] || fail "no worker was refused: the test did not test the retry"
 [ "$rej" -ge "$retried" ] || fail "rdma_rejected $rej below the $retried workers refused"
-[ "$all" -ge 1 ] || fail "no worker read everything over RDMA"
+[ "$all" -eq "$W" ] || fail "$all of $W workers read everything over RDMA"
 stop_proc a
 
 echo "== --rdma-preauth-per-source 32: one address may have 32 authenticating"
