@@ -129,8 +129,8 @@ int shoal_cmd_cat(int argc, char **argv)
                 return rc == 1 ? 0 : 2;
         if (shoal_cli_setup_log(&cli))
                 return 2;
-        const char *key;
-        uint64_t off, len;
+        const char *key = NULL;
+        uint64_t off = 0, len = 0;
         rc = parse_range(&cli, &key, &off, &len);
         if (rc)
                 return rc;
