@@ -183,6 +183,19 @@ def test_iorpc_connections_to_a_restarted_member_close(harness, tmp_path):
         wait_until("a's new ready line", lambda: _iorpc_port(harness, "a") not in (0, old))
         # Closed by the member, nobody reading them: gone within a few grow periods.
         wait_until("connections to the old port closed", lambda: not _client_sockets(old))
+        # The client learns a's new address from its view, a heartbeat or so after a's record
+        # changed (longer on a busy machine): read small new objects until one went over IORPC
+        # to the new port, then check the next read strictly.
+        probes = [0]
+
+        def reads_over_iorpc():
+            probes[0] += 1
+            k = "after/probe%d.bin" % probes[0]
+            with open(os.path.join(root, k), "wb") as f:
+                f.write(b"p" * 4096)
+            assert c.read(k) == b"p" * 4096
+            return bool(_client_sockets(_iorpc_port(harness, "a")))
+        wait_until("a read over IORPC to a's new port", reads_over_iorpc, interval=0.5)
         # A new object: no block of it is in this process's memory.
         data = random.Random(7).randbytes(3 * BLOCK + 5)
         with open(os.path.join(root, "after/restart.bin"), "wb") as f:
