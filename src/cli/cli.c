@@ -251,7 +251,7 @@ static bool opt_takes_arg(int id)
         return opts[id].setting ? !shoal_setting_is_switch(opts[id].setting) : opts[id].takes_arg;
 }
 
-void shoal_cli_usage(enum shoal_cmd cmd, const char *name, FILE *out)
+static void cli_usage(enum shoal_cmd cmd, const char *name, FILE *out)
 {
         for (size_t i = 0; i < SHOAL_ARRAY_SIZE(cmd_help); i++) {
                 if (cmd_help[i].cmd != cmd)
@@ -369,7 +369,7 @@ int shoal_cli_parse(struct shoal_cli *cli, enum shoal_cmd cmd, const char *name,
                         return shoal_cli_fail(cli, "unknown flag %s (see 'shoal %s --help')", a,
                                               name);
                 if (id == OPT_HELP) {
-                        shoal_cli_usage(cmd, name, stdout);
+                        cli_usage(cmd, name, stdout);
                         return 1;
                 }
                 if (opt_takes_arg(id)) {

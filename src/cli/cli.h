@@ -99,7 +99,6 @@ struct shoal_cli {
  * when --help was printed (exit 0), or 2 after printing one error line (exit 2). */
 int shoal_cli_parse(struct shoal_cli *cli, enum shoal_cmd cmd, const char *name, int argc,
                     char **argv);
-void shoal_cli_usage(enum shoal_cmd cmd, const char *name, FILE *out);
 
 /* Prints "shoal NAME: MSG" to stderr; returns 2. */
 int shoal_cli_fail(const struct shoal_cli *cli, const char *fmt, ...)

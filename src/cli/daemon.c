@@ -137,7 +137,7 @@ static void daemon_fail(int code, const char *msg)
         ready_fd = -1;
 }
 
-bool shoal_daemon_active(void)
+static bool daemon_active(void)
 {
         return ready_fd >= 0;
 }
@@ -206,7 +206,7 @@ int shoal_daemon_report(const char *cmd, const char *err, int code)
 {
         char line[1200];
         snprintf(line, sizeof(line), "shoal %s: %s", cmd, err);
-        if (shoal_daemon_active()) {
+        if (daemon_active()) {
                 log_error(cmd, "%s", err); /* the log says why too */
                 daemon_fail(code, line);
         } else

@@ -23,7 +23,6 @@ int shoal_daemon_start(const char *cmd, const char *log_path);
 /* The child is ready: the parent exits 0, and the child lets go of the caller's stdio (see
  * above). A no-op in the foreground. */
 void shoal_daemon_ready(void);
-bool shoal_daemon_active(void);
 
 /* Blocks SIGINT, SIGTERM and SIGHUP in the calling thread and writes that set into SET
  * (unless NULL). Call

@@ -394,6 +394,8 @@ uint64_t shoal_itable_ino_of(struct shoal_itable *t, const char *path)
         return ino;
 }
 
+static void dirlist_get(struct shoal_dirlist *l);
+
 struct shoal_dirlist *shoal_itable_dirlist_get(struct shoal_itable *t, uint64_t ino)
 {
         struct shoal_dirlist *l = NULL;
@@ -401,7 +403,7 @@ struct shoal_dirlist *shoal_itable_dirlist_get(struct shoal_itable *t, uint64_t 
         struct inode *e = find_ino(t, ino);
         if (e && e->list && t->now_ns() < e->list->expiry_ns) {
                 l = e->list;
-                shoal_dirlist_get(l);
+                dirlist_get(l);
         }
         pthread_mutex_unlock(&t->mu);
         return l;
@@ -415,7 +417,7 @@ void shoal_itable_dirlist_set(struct shoal_itable *t, uint64_t ino, struct shoal
         if (e && e->attr.is_dir) {
                 if (e->list)
                         shoal_dirlist_put(e->list);
-                shoal_dirlist_get(l);
+                dirlist_get(l);
                 e->list = l;
         }
         pthread_mutex_unlock(&t->mu);
@@ -481,7 +483,7 @@ void shoal_dirlist_seal(struct shoal_dirlist *l)
         l->n = w;
 }
 
-void shoal_dirlist_get(struct shoal_dirlist *l)
+static void dirlist_get(struct shoal_dirlist *l)
 {
         __atomic_add_fetch(&l->refs, 1, __ATOMIC_RELAXED);
 }

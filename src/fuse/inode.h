@@ -114,7 +114,6 @@ struct shoal_dirlist *shoal_dirlist_new(void);
 int shoal_dirlist_add(struct shoal_dirlist *l, const char *name, size_t name_len, bool is_dir,
                       uint64_t size, int64_t mtime_ns, const char *version);
 void shoal_dirlist_seal(struct shoal_dirlist *l);
-void shoal_dirlist_get(struct shoal_dirlist *l);
 void shoal_dirlist_put(struct shoal_dirlist *l);
 /* The child NAME of a sealed list, or NULL. */
 const struct shoal_dirent *shoal_dirlist_find(const struct shoal_dirlist *l, const char *name);

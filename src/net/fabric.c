@@ -109,6 +109,21 @@ static void set_env(void)
         setenv("FI_MR_CACHE_MAX_COUNT", "0", 1);
 }
 
+/* True when CAP_IPC_LOCK is in the process's effective set (/proc/self/status). */
+static bool fab_cap_ipc_lock(void)
+{
+        FILE *f = fopen("/proc/self/status", "r");
+        if (!f)
+                return false;
+        char line[256];
+        unsigned long long cap = 0;
+        bool found = false;
+        while (!found && fgets(line, sizeof(line), f))
+                found = sscanf(line, "CapEff: %llx", &cap) == 1;
+        fclose(f);
+        return found && (cap >> 14 & 1); /* CAP_IPC_LOCK */
+}
+
 int shoal_fab_raise_limits(struct shoal_fab_limits *out)
 {
         struct rlimit fd, ml;
@@ -138,22 +153,8 @@ int shoal_fab_raise_limits(struct shoal_fab_limits *out)
         }
         out->nofile = fd.rlim_cur == RLIM_INFINITY ? SIZE_MAX : (size_t)fd.rlim_cur;
         out->memlock = ml.rlim_cur == RLIM_INFINITY ? SIZE_MAX : (size_t)ml.rlim_cur;
-        out->cap_ipc_lock = shoal_fab_cap_ipc_lock();
+        out->cap_ipc_lock = fab_cap_ipc_lock();
         return rc;
-}
-
-bool shoal_fab_cap_ipc_lock(void)
-{
-        FILE *f = fopen("/proc/self/status", "r");
-        if (!f)
-                return false;
-        char line[256];
-        unsigned long long cap = 0;
-        bool found = false;
-        while (!found && fgets(line, sizeof(line), f))
-                found = sscanf(line, "CapEff: %llx", &cap) == 1;
-        fclose(f);
-        return found && (cap >> 14 & 1); /* CAP_IPC_LOCK */
 }
 
 unsigned shoal_fab_conn_budget(const struct shoal_fab_limits *l, size_t reserve)
@@ -798,7 +799,7 @@ uint64_t shoal_fab_rma_addr(const struct shoal_fab *f, const void *base, const v
         return (uint64_t)((const char *)ptr - (const char *)base);
 }
 
-int shoal_fab_cq_err(struct fid_cq *cq, const char *place, void **ctx)
+static int fab_cq_err(struct fid_cq *cq, const char *place, void **ctx)
 {
         struct fi_cq_err_entry e;
         memset(&e, 0, sizeof(e));
@@ -815,22 +816,6 @@ int shoal_fab_cq_err(struct fid_cq *cq, const char *place, void **ctx)
                 log_ratelimited(SHOAL_LOG_WARN, "rdma", "completion error at %s: %s (%d), %s",
                                 place, fi_strerror(e.err), e.err, pe ? pe : "");
         }
-        return e.err ? e.err : FI_EOTHER;
-}
-
-int shoal_fab_eq_err(struct fid_eq *eq, char *msg, size_t msglen)
-{
-        struct fi_eq_err_entry e;
-        memset(&e, 0, sizeof(e));
-        ssize_t n = fi_eq_readerr(eq, &e, 0);
-        if (n != (ssize_t)sizeof(e)) {
-                snprintf(msg, msglen, "fi_eq_readerr: %s", fi_strerror((int)-n));
-                return FI_EOTHER;
-        }
-        char buf[128] = "";
-        const char *pe = fi_eq_strerror(eq, e.prov_errno, e.err_data, buf, sizeof(buf));
-        snprintf(msg, msglen, "%s (%d)%s%s", fi_strerror(e.err), e.err, pe && *pe ? ", " : "",
-                 pe ? pe : "");
         return e.err ? e.err : FI_EOTHER;
 }
 
@@ -963,7 +948,7 @@ ssize_t shoal_fab_cq_next(struct fid_cq *cq, const char *place, struct fi_cq_msg
         if (n == -FI_EAGAIN)
                 return 0;
         if (n == -FI_EAVAIL) {
-                *err = shoal_fab_cq_err(cq, place, err_ctx);
+                *err = fab_cq_err(cq, place, err_ctx);
                 return -FI_EAVAIL;
         }
         if (n < 0)

@@ -70,8 +70,6 @@ struct shoal_fab_limits {
  * RLIMIT_MEMLOCK to the hard limit, and reports the limits now in force in *OUT. Returns 0, or
  * a negative errno when a limit could not be raised (*OUT is still filled). */
 int shoal_fab_raise_limits(struct shoal_fab_limits *out);
-/* True when CAP_IPC_LOCK is in the process's effective set (/proc/self/status). */
-bool shoal_fab_cap_ipc_lock(void);
 /* How many connections of SHOAL_FAB_FDS_PER_CONN fds the open-files limit allows after keeping
  * RESERVE fds for the rest: the cap a listener should derive its connection limit from. */
 unsigned shoal_fab_conn_budget(const struct shoal_fab_limits *l, size_t reserve);
@@ -185,11 +183,6 @@ uint64_t shoal_fab_rma_addr(const struct shoal_fab *f, const void *base, const v
 
 /* Logs "rdma: CALL at PLACE failed: fi_strerror(-RC) (RC)" at warning level (rate-limited). */
 void shoal_fab_log_err(const char *place, const char *call, int rc);
-/* Reads and logs one CQ error entry; returns its error code (positive, e.g. FI_ECANCELED) and
- * the op's context in *CTX. */
-int shoal_fab_cq_err(struct fid_cq *cq, const char *place, void **ctx);
-/* Reads one EQ error entry; returns its error code (positive) and writes a line into MSG. */
-int shoal_fab_eq_err(struct fid_eq *eq, char *msg, size_t msglen);
 
 /* "ip:port" of a sockaddr_in. */
 void shoal_fab_addr_str(const void *sa, char *out, size_t outlen);

@@ -110,8 +110,3 @@ void shoal_pipes_put(struct shoal_pipes *ps, struct shoal_pipe *p)
         ps->free = p;
         pthread_mutex_unlock(&ps->mu);
 }
-
-unsigned shoal_pipes_max(const struct shoal_pipes *ps)
-{
-        return ps->max;
-}

@@ -28,7 +28,5 @@ void shoal_pipes_destroy(struct shoal_pipes *ps);
 struct shoal_pipe *shoal_pipes_get(struct shoal_pipes *ps, size_t want);
 /* Gives P back; a pipe that still holds bytes (an answer cut short) is closed instead. */
 void shoal_pipes_put(struct shoal_pipes *ps, struct shoal_pipe *p);
-/* The pool's bound: the fds it may hold are twice this. */
-unsigned shoal_pipes_max(const struct shoal_pipes *ps);
 
 #endif

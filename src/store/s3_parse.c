@@ -127,8 +127,8 @@ bad:
 /* Finds the element <TAG>...</TAG> (or <TAG/>) in [P, END) and returns its text range. S3
  * writes these elements without attributes; markup inside text is always escaped, so a literal
  * "<TAG>" is a tag. */
-bool shoal_s3_xml_find(const char *p, const char *end, const char *tag, const char **text,
-                       size_t *len, const char **after)
+static bool s3_xml_find(const char *p, const char *end, const char *tag, const char **text,
+                        size_t *len, const char **after)
 {
         char open[64], close[64], empty[64];
         snprintf(open, sizeof(open), "<%s>", tag);
@@ -161,7 +161,7 @@ char *shoal_s3_xml_get(const char *p, const char *end, const char *tag)
 {
         const char *t;
         size_t l;
-        if (!shoal_s3_xml_find(p, end, tag, &t, &l, NULL))
+        if (!s3_xml_find(p, end, tag, &t, &l, NULL))
                 return NULL;
         return shoal_s3_xml_text(t, l);
 }
@@ -407,16 +407,16 @@ int shoal_s3_list_page(const char *prefix, size_t prefix_len, const char *body, 
          * it has been taken, so that a page is parsed in one pass. */
         const char *ct = NULL, *pt = NULL, *ca = body, *pa = body;
         size_t cl = 0, pl = 0;
-        bool hc = shoal_s3_xml_find(body, end, "Contents", &ct, &cl, &ca);
-        bool hp = shoal_s3_xml_find(body, end, "CommonPrefixes", &pt, &pl, &pa);
+        bool hc = s3_xml_find(body, end, "Contents", &ct, &cl, &ca);
+        bool hp = s3_xml_find(body, end, "CommonPrefixes", &pt, &pl, &pa);
         while (hc || hp) {
                 bool is_prefix = hp && (!hc || pt < ct);
                 const char *t = is_prefix ? pt : ct;
                 size_t tl = is_prefix ? pl : cl;
                 if (is_prefix)
-                        hp = shoal_s3_xml_find(pa, end, "CommonPrefixes", &pt, &pl, &pa);
+                        hp = s3_xml_find(pa, end, "CommonPrefixes", &pt, &pl, &pa);
                 else
-                        hc = shoal_s3_xml_find(ca, end, "Contents", &ct, &cl, &ca);
+                        hc = s3_xml_find(ca, end, "Contents", &ct, &cl, &ca);
                 if (n == cap) {
                         cap = cap ? cap * 2 : 256;
                         struct list_item *ni = realloc(items, cap * sizeof(*ni));

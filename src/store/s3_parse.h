@@ -48,10 +48,6 @@ size_t shoal_s3_on_body(char *data, size_t size, size_t n, void *arg);
  * NUL-terminated string, never longer than the source. NULL on a malformed reference or out of
  * memory. */
 char *shoal_s3_xml_text(const char *s, size_t len);
-/* Finds the element <TAG>...</TAG> (or <TAG/>) in [P, END): its text range in *TEXT and *LEN,
- * and where the element ends in *AFTER (may be NULL). False when there is none. */
-bool shoal_s3_xml_find(const char *p, const char *end, const char *tag, const char **text,
-                       size_t *len, const char **after);
 /* The decoded text of <TAG> in [P, END) (malloc'd), or NULL (absent or malformed). */
 char *shoal_s3_xml_get(const char *p, const char *end, const char *tag);
 /* Decodes an encoding-type=url value in place ('+' is a space). Returns 0 or -EPROTO. */

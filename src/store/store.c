@@ -42,22 +42,8 @@ static void env_overrides(struct shoal_store_config *cfg)
         cfg->copy_max = shoal_config_pick(cfg->copy_max, (uint64_t)env->s3_copy_max_mib << 20, 0);
 }
 
-/* A retryable error that outlasted the attempts or the deadline is the end of the road: the
- * caller gets -EIO, never an -EAGAIN or -ETIMEDOUT that it might take for "try again" (a FUSE
- * read would spin on it), and the cause goes to the log. */
-int shoal_store_give_up(int rc, const char *what, const char *key, unsigned attempts,
-                        uint64_t start)
-{
-        if (!rc || !shoal_store_err_retryable(rc))
-                return rc;
-        log_ratelimited(SHOAL_LOG_WARN, "store", "%s %s failed after %u attempt%s in %llu ms: %s",
-                        what, key, attempts, attempts == 1 ? "" : "s",
-                        (unsigned long long)((shoal_now_ns() - start) / SHOAL_NS_PER_MS),
-                        strerror(-rc));
-        return -EIO;
-}
-
-bool shoal_store_err_retryable(int err)
+/* True for errors worth another attempt. */
+static bool store_err_retryable(int err)
 {
         switch (err) {
         case -EAGAIN:
@@ -71,6 +57,21 @@ bool shoal_store_err_retryable(int err)
         default:
                 return false;
         }
+}
+
+/* A retryable error that outlasted the attempts or the deadline is the end of the road: the
+ * caller gets -EIO, never an -EAGAIN or -ETIMEDOUT that it might take for "try again" (a FUSE
+ * read would spin on it), and the cause goes to the log. */
+int shoal_store_give_up(int rc, const char *what, const char *key, unsigned attempts,
+                        uint64_t start)
+{
+        if (!rc || !store_err_retryable(rc))
+                return rc;
+        log_ratelimited(SHOAL_LOG_WARN, "store", "%s %s failed after %u attempt%s in %llu ms: %s",
+                        what, key, attempts, attempts == 1 ? "" : "s",
+                        (unsigned long long)((shoal_now_ns() - start) / SHOAL_NS_PER_MS),
+                        strerror(-rc));
+        return -EIO;
 }
 
 int shoal_store_open(const struct shoal_store_config *cfg, struct shoal_store **out, char *err,
@@ -173,7 +174,7 @@ static uint64_t backoff_ns(const struct shoal_store *st, unsigned n)
 static bool retry_after(const struct shoal_store *st, int err, unsigned attempt, uint64_t deadline,
                         uint64_t *d)
 {
-        if (!shoal_store_err_retryable(err) || attempt >= st->cfg.max_attempts)
+        if (!store_err_retryable(err) || attempt >= st->cfg.max_attempts)
                 return false;
         *d = backoff_ns(st, attempt);
         return !deadline || shoal_now_ns() + *d < deadline;

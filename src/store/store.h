@@ -160,9 +160,6 @@ int shoal_store_list(struct shoal_store *st, const char *prefix, const char *del
 int shoal_store_list_objects(struct shoal_store *st, const char *prefix, size_t max,
                              struct shoal_object **out, size_t *n);
 
-/* True for errors worth another attempt. */
-bool shoal_store_err_retryable(int err);
-
 /* Monotonic deadline (shoal_now_ns() scale) of the generic call (stat, read, list) running on
  * this thread, retries included; 0 outside one. Backends bound each request by it, so one hung
  * request cannot outlive the caller's deadline. */
