@@ -242,6 +242,24 @@ def tree(tmp_path):
 
 # ---- s3rver -------------------------------------------------------------------------------------
 
+def s3rver_ready(what, port, bucket):
+    """Points the AWS credentials at an s3rver on PORT and waits until it lists BUCKET; returns
+    its endpoint."""
+    endpoint = "http://127.0.0.1:%d" % port
+    os.environ.update(AWS_ACCESS_KEY_ID="S3RVER", AWS_SECRET_ACCESS_KEY="S3RVER",
+                      AWS_REGION="us-east-1")
+
+    def ready():
+        try:
+            with urllib.request.urlopen("%s/%s?list-type=2&max-keys=1" % (endpoint, bucket),
+                                        timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+    wait_until(what, ready)
+    return endpoint
+
+
 @pytest.fixture
 def s3rver(harness):
     """A real S3 server with one bucket; yields (endpoint, bucket, put(dir))."""
@@ -257,18 +275,7 @@ def s3rver(harness):
     harness.start("s3rver", ["node", "--openssl-legacy-provider", js, "-d", data, "-a",
                              "127.0.0.1", "-p", str(port), "--configure-bucket", bucket,
                              "--silent"], check_exit=False)
-    endpoint = "http://127.0.0.1:%d" % port
-    os.environ.update(AWS_ACCESS_KEY_ID="S3RVER", AWS_SECRET_ACCESS_KEY="S3RVER",
-                      AWS_REGION="us-east-1")
-
-    def ready():
-        try:
-            with urllib.request.urlopen("%s/%s?list-type=2&max-keys=1" % (endpoint, bucket),
-                                        timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
-    wait_until("s3rver", ready)
+    endpoint = s3rver_ready("s3rver", port, bucket)
 
     def put(directory):
         subprocess.run([sys.executable, os.path.join(SRC, "tests", "integration", "s3fault.py"),

@@ -9,7 +9,6 @@ import os
 import random
 import shutil
 import subprocess
-import urllib.request
 
 import pytest
 
@@ -17,7 +16,7 @@ import pytest
 os.environ["SHOAL_S3_COPY_MAX_MIB"] = "5"
 
 import shoal  # noqa: E402
-from conftest import SRC, free_port, wait_until  # noqa: E402
+from conftest import SRC, free_port, s3rver_ready  # noqa: E402
 
 FORK = "@20minutes/s3rver@5.0.0"
 MIB = 1 << 20
@@ -46,18 +45,7 @@ def s3rver_fork(harness):
                 "new S3rver({port: %d, address: '127.0.0.1', directory: %r, silent: true,\n"
                 "  configureBuckets: [{name: %r}]}).run();\n" % (mod, port, data, bucket))
     harness.start("s3rver-fork", ["node", "--openssl-legacy-provider", script], check_exit=False)
-    endpoint = "http://127.0.0.1:%d" % port
-    os.environ.update(AWS_ACCESS_KEY_ID="S3RVER", AWS_SECRET_ACCESS_KEY="S3RVER",
-                      AWS_REGION="us-east-1")
-
-    def ready():
-        try:
-            with urllib.request.urlopen("%s/%s?list-type=2&max-keys=1" % (endpoint, bucket),
-                                        timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
-    wait_until("s3rver fork", ready)
+    endpoint = s3rver_ready("s3rver fork", port, bucket)
     yield endpoint, bucket
 
 
