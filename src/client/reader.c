@@ -356,6 +356,11 @@ static int read_member(struct shoal_reader *r, struct shoal_group_view *v,
         int rc = shoal_remote_read(r->cfg.remote, m, r->cfg.vol, obj, index, off, len,
                                    mb->buf + off, v->version);
         shoal_spread_end(r->spread, m->id);
+        if (rc == -EXDEV) {
+                /* A refusal like any NOT_OWNER, and a hint that our view is behind. */
+                shoal_group_refresh_soon(__atomic_load_n(&r->cfg.group, __ATOMIC_ACQUIRE));
+                return -EREMOTEIO;
+        }
         if (rc && rc != -ESTALE && rc != -ENOENT) {
                 log_ratelimited(SHOAL_LOG_WARN, "reader", "read from member %s (%s) failed: %s",
                                 m->id, m->tcp_addr, strerror(-rc));

@@ -80,8 +80,9 @@ struct shoal_group {
         pthread_mutex_t lock; /* guards what follows */
         pthread_cond_t cond;
         bool stopping;
-        bool leaving; /* shoal_group_goodbye was called */
-        bool wake;    /* beat now, not at the next heartbeat */
+        bool leaving;      /* shoal_group_goodbye was called */
+        bool wake;         /* beat now, not at the next heartbeat */
+        uint64_t early_ns; /* monotonic time of the last shoal_group_refresh_soon that woke it */
         uint64_t usage_bytes, usage_capacity;
         struct shoal_group_view *view;
 };
@@ -1009,6 +1010,26 @@ uint64_t shoal_group_goodbye(struct shoal_group *g)
         log_info("group", "saying goodbye to group \"%s\"", g->group);
         /* Every reader lists within a heartbeat of the write. */
         return SHOAL_MIN(g->heartbeat_ns + g->heartbeat_ns / 2, LINGER_MAX_NS);
+}
+
+void shoal_group_refresh_soon(struct shoal_group *g)
+{
+        if (!g)
+                return;
+        uint64_t now = shoal_now_ns();
+        pthread_mutex_lock(&g->lock);
+        bool go = !g->wake && (!g->early_ns || now - g->early_ns >= SHOAL_GROUP_EARLY_MIN_NS);
+        if (go) {
+                g->early_ns = now;
+                g->wake = true;
+                pthread_cond_signal(&g->cond);
+        }
+        pthread_mutex_unlock(&g->lock);
+        if (go) {
+                shoal_metric_inc(SHOAL_M_group_view_early_refreshes);
+                log_debug("group", "a member read under another view: listing group \"%s\" now",
+                          g->group);
+        }
 }
 
 void shoal_group_set_usage(struct shoal_group *g, uint64_t bytes, uint64_t capacity)

@@ -141,6 +141,11 @@ int shoal_group_start(const struct shoal_group_config *cfg, struct shoal_group *
  * answers the ones in flight. Returns the time a reader needs to notice (a heartbeat and a half,
  * at most 3 s). */
 uint64_t shoal_group_goodbye(struct shoal_group *g);
+/* A member answered that it read a request under another view than ours (issue 33): list the
+ * registry now rather than at the next heartbeat, at most once every SHOAL_GROUP_EARLY_MIN_NS
+ * (a member whose own view is the one behind cannot make us poll in a loop). Any thread. */
+#define SHOAL_GROUP_EARLY_MIN_NS (250 * SHOAL_NS_PER_MS)
+void shoal_group_refresh_soon(struct shoal_group *g);
 /* Leaves and stops the agent: the record stays, saying "leaving", for the grace period (then
  * any reader deletes it); without a grace period it is deleted now. */
 void shoal_group_stop(struct shoal_group *g);

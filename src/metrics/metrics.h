@@ -153,6 +153,10 @@
           "Second copies held in memory: blocks filled from their owner for spread reads")         \
         X(group_peer_fills, COUNTER,                                                               \
           "Blocks this member filled from their owner as the next member in their order")          \
+        X(group_view_differs_answers, COUNTER,                                                     \
+          "Reads refused as not this member's, asked under another view than this member's")       \
+        X(group_view_early_refreshes, COUNTER,                                                     \
+          "View refreshes made at once, not at the next heartbeat: a member saw another view")     \
         /* o: object store */                                                                      \
         X(object_get_requests, COUNTER, "Object store GETs (ranged reads)")                        \
         X(object_get_bytes, COUNTER, "Bytes read from the object store")                           \

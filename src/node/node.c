@@ -576,6 +576,10 @@ int shoal_node_read_from_owner(struct shoal_node *n, const struct shoal_object *
         if (owner >= 0)
                 rc = shoal_remote_read(n->remote, &v->members[owner], &n->vol, obj, index, 0, len,
                                        buf, v->version);
+        if (rc == -EXDEV) { /* not the owner under its view: ours is likely behind */
+                shoal_group_refresh_soon(n->group);
+                rc = -EREMOTEIO;
+        }
         shoal_group_view_put(v);
         return rc;
 }

@@ -328,6 +328,38 @@ static bool may_fill(struct shoal_engine *e, const struct shoal_block_id *id)
         return rank == 0 || (rank == 1 && !shoal_reader_filling(e->cfg.reader, id));
 }
 
+/* Whether a READ made under view version VV was made under another view than this member's
+ * (none of the two special versions: 0, no view; SHOAL_VIEW_COPY_ONLY). Views are hashes, so
+ * this says "different", not "older": the requester lists its registry and finds out. */
+static bool view_differs(struct shoal_engine *e, uint64_t vv, uint64_t *mine)
+{
+        struct shoal_group *g = atomic_load(&e->group);
+        if (!g || vv == 0 || vv == SHOAL_VIEW_COPY_ONLY)
+                return false;
+        struct shoal_group_view *v = shoal_group_view_get(g);
+        *mine = v->version;
+        shoal_group_view_put(v);
+        return *mine != vv;
+}
+
+/* A READ this member neither has nor fills: a miss, or not its block (saying so when the
+ * requester's view differs from this member's: it refreshes at once). */
+static void refuse_miss(struct shoal_req *r)
+{
+        uint64_t mine = 0;
+        if (!(r->flags & SHOAL_WF_FILL)) {
+                r->status = SHOAL_ST_MISS;
+        } else if (view_differs(r->e, r->view_version, &mine)) {
+                shoal_metric_inc(SHOAL_M_group_view_differs_answers);
+                req_refuse(r, SHOAL_ST_NOT_OWNER,
+                           SHOAL_WIRE_VIEW_DIFFERS " (member %016llx, request %016llx)",
+                           (unsigned long long)mine, (unsigned long long)r->view_version);
+        } else {
+                r->status = SHOAL_ST_NOT_OWNER;
+        }
+        req_finish(r);
+}
+
 /* ---- fill, put and corrupt work ------------------------------------------------------------ */
 
 /* Fill worker: the object's size from the store (a stat shared by all who ask, remembered for the
@@ -603,8 +635,7 @@ static void disk_work(struct shoal_work *w)
          * store, so that a member with a stale view does not download blocks another member
          * owns. */
         if (!(r->flags & SHOAL_WF_FILL) || !may_fill(e, &id)) {
-                r->status = (r->flags & SHOAL_WF_FILL) ? SHOAL_ST_NOT_OWNER : SHOAL_ST_MISS;
-                req_finish(r);
+                refuse_miss(r);
                 return;
         }
         r->work.fn = fill_work;
@@ -711,6 +742,7 @@ struct shoal_req *shoal_engine_req_read(struct shoal_engine *e, enum shoal_req_v
         r->index = rd.block_index;
         r->off = rd.offset;
         r->len = rd.length;
+        r->view_version = rd.view_version;
         return r;
 }
 

@@ -67,6 +67,7 @@ struct shoal_req {
         uint16_t flags;
         struct shoal_object obj;
         uint32_t index, off, len;
+        uint64_t view_version; /* READ: the requester's group view version (0: none) */
         uint64_t t_start;
         /* result */
         uint32_t status; /* SHOAL_ST_OK, an ERROR status, or SHOAL_ST__MAX: no payload */

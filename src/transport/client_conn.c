@@ -294,6 +294,16 @@ int shoal_rpc_status_errno(uint32_t st)
         }
 }
 
+int shoal_rpc_error_errno(uint32_t status, const uint8_t *body, size_t body_len)
+{
+        char why[sizeof(SHOAL_WIRE_VIEW_DIFFERS)];
+        if (status == SHOAL_ST_NOT_OWNER &&
+            shoal_wire_error_decode(body, body_len, why, sizeof(why)) == 0 &&
+            !strcmp(why, SHOAL_WIRE_VIEW_DIFFERS))
+                return -EXDEV;
+        return shoal_rpc_status_errno(status);
+}
+
 int shoal_rpc_check_answer_id(const struct shoal_block_id *want, uint32_t off, uint32_t len,
                               const struct shoal_wire_hdr *h,
                               const struct shoal_wire_read_resp *resp)

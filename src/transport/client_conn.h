@@ -51,6 +51,9 @@ int shoal_rpc_encode_read(uint8_t *b, size_t cap, const struct shoal_volume *vol
                           uint32_t len, uint64_t view_version);
 /* The negative errno a caller sees for an error answer with STATUS. */
 int shoal_rpc_status_errno(uint32_t status);
+/* The same for an ERROR answer's STATUS and BODY: -EXDEV for a NOT_OWNER whose reason says the
+ * views differ (SHOAL_WIRE_VIEW_DIFFERS), else shoal_rpc_status_errno. */
+int shoal_rpc_error_errno(uint32_t status, const uint8_t *body, size_t body_len);
 /* Checks the READ_RESP body RESP and header H against the request, then every chunk CRC of the
  * payload in DST. Returns 0, -EPROTO (an answer that does not fit the request) or -EBADMSG. */
 int shoal_rpc_check_answer(const struct shoal_volume *vol, const struct shoal_object *obj,

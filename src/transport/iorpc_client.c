@@ -461,7 +461,8 @@ static int rx_read_resp(struct iconn *ic, const struct shoal_wire_hdr *h, const 
         return rc;
 }
 
-static int rx_error(struct iconn *ic, const struct shoal_wire_hdr *h, const struct waiter *me)
+static int rx_error(struct iconn *ic, const struct shoal_wire_hdr *h, const uint8_t *body,
+                    const struct waiter *me)
 {
         pthread_mutex_lock(&ic->mu);
         struct waiter *w = waiter_find(ic, h->id);
@@ -471,7 +472,7 @@ static int rx_error(struct iconn *ic, const struct shoal_wire_hdr *h, const stru
         pthread_mutex_unlock(&ic->mu);
         if (!w)
                 return rx_orphan(ic, h, ab);
-        waiter_finish(w, shoal_rpc_status_errno(h->status), w != me);
+        waiter_finish(w, shoal_rpc_error_errno(h->status, body, h->body_len), w != me);
         return 0;
 }
 
@@ -497,7 +498,7 @@ static int rx_frame(struct iconn *ic, const struct waiter *me)
         case SHOAL_MSG_READ_RESP:
                 return rx_read_resp(ic, &h, hdr + SHOAL_WIRE_HDR_LEN, me);
         case SHOAL_MSG_ERROR:
-                return rx_error(ic, &h, me);
+                return rx_error(ic, &h, hdr + SHOAL_WIRE_HDR_LEN, me);
         default:
                 log_ratelimited(SHOAL_LOG_WARN, "iorpc", "message type %u from %s: resetting",
                                 h.type, ic->peer->addr);

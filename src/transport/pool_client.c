@@ -214,7 +214,7 @@ static int read_once(struct shoal_pool *p, int fd, const struct shoal_volume *vo
                 return -EPROTO; /* an answer to something we did not ask: out of sync */
         if (h.type == SHOAL_MSG_ERROR) {
                 *remote_status = h.status;
-                return shoal_rpc_status_errno(h.status);
+                return shoal_rpc_error_errno(h.status, b, h.body_len);
         }
         struct shoal_wire_read_resp resp;
         if (h.type != SHOAL_MSG_READ_RESP ||

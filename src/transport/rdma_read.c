@@ -152,7 +152,7 @@ int shoal_rdma_read(struct shoal_rdma_client *cl, const char *member_id, const c
         if (rc)
                 goto out_free;
         if (r->q.h.type == SHOAL_MSG_ERROR) {
-                rc = shoal_rpc_status_errno(r->q.h.status);
+                rc = shoal_rpc_error_errno(r->q.h.status, r->q.resp, r->q.h.body_len);
                 goto out_free;
         }
         struct shoal_wire_read_resp resp;

@@ -245,5 +245,10 @@ int shoal_wire_info_decode(const uint8_t *body, size_t len, struct shoal_wire_in
  * NUL-terminated, truncated to REASONLEN - 1 bytes (REASONLEN 0: -EMSGSIZE). */
 int shoal_wire_error_encode(uint8_t *out, size_t outlen, const char *reason);
 int shoal_wire_error_decode(const uint8_t *body, size_t len, char *reason, size_t reasonlen);
+/* The reason text of a NOT_OWNER answer to a READ made under another group view than the
+ * member's begins with this (issue 33): the requester's view is likely behind, and it refreshes
+ * it at once instead of at its next heartbeat. A text, not a new status or flag, so that a
+ * requester that does not know it reads the answer as the NOT_OWNER it always was. */
+#define SHOAL_WIRE_VIEW_DIFFERS "view differs"
 
 #endif
