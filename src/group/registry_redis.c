@@ -454,13 +454,18 @@ out_restore:
         "if redis.replicate_commands then redis.replicate_commands() end\n"                        \
         "local t = redis.call('TIME')\n"                                                           \
         "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                  \
+        "local function version_ok(s) return s == false or string.match(s, '^%d+$') ~= nil end\n"  \
         "local function bump(id)\n"                                                                \
+        "  if not version_ok(redis.call('GET', KEYS[1])) then redis.call('DEL', KEYS[1]) end\n"    \
         "  local v = redis.call('INCR', KEYS[1])\n"                                                \
         "  if v == 1 or redis.call('EXISTS', KEYS[3]) == 0 then\n"                                 \
         "    redis.call('DEL', KEYS[2])\n"                                                         \
         "    redis.call('SET', KEYS[3], t[1] .. '.' .. t[2])\n"                                    \
         "  end\n"                                                                                  \
-        "  redis.call('RPUSH', KEYS[2], id)\n"                                                     \
+        "  if type(redis.pcall('RPUSH', KEYS[2], id)) ~= 'number' then\n"                          \
+        "    redis.call('DEL', KEYS[2])\n"                                                         \
+        "    redis.call('RPUSH', KEYS[2], id)\n"                                                   \
+        "  end\n"                                                                                  \
         "  local cap = tonumber(ARGV[1])\n"                                                        \
         "  if redis.call('LLEN', KEYS[2]) > cap then redis.call('LTRIM', KEYS[2], -cap, -1) end\n" \
         "end\n"
@@ -505,8 +510,11 @@ static const char *const scripts[S_N] = {
         "local st = redis.call('MGET', KEYS[1], KEYS[3], KEYS[10])\n"
         /* The leases and places that ran out: looked for at most every SCAN_MS (by whoever
          * polls first), not by every poll. */
-        "if not st[3] or now - tonumber(st[3]) >= " SCAN_MS " then\n"
-        "  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. (st[3] or '-inf'), "
+        "local scanned = tonumber(st[3] or '')\n"
+        "if scanned and scanned > now then scanned = nil end\n" /* a mark ahead: look at all */
+        "if not scanned or now - scanned >= " SCAN_MS " then\n"
+        "  local from = scanned and ('(' .. string.format('%d', scanned)) or '-inf'\n"
+        "  for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], from, "
         "now)) do\n"
         "    bump(id)\n"
         "  end\n"
@@ -521,12 +529,18 @@ static const char *const scripts[S_N] = {
         "  end\n"
         "  st = redis.call('MGET', KEYS[1], KEYS[3])\n"
         "end\n"
+        /* A version that is no counter (a stranger's): a new epoch, so everyone reads all. */
+        "if not version_ok(st[1]) then\n"
+        "  redis.call('DEL', KEYS[1], KEYS[3])\n"
+        "  st = {false, false}\n"
+        "end\n"
         "local epoch = st[2] or ''\n"
         "local v = tonumber(st[1] or '0')\n"
         "local since = tonumber(ARGV[3]) or -1\n"
         "local head = {epoch, tostring(v), tostring(now), 'same', redis.call('HLEN', KEYS[4])}\n"
         "if epoch == ARGV[2] and since == v then return head end\n"
-        "local len = redis.call('LLEN', KEYS[2])\n"
+        "local len = redis.pcall('LLEN', KEYS[2])\n"
+        "if type(len) ~= 'number' then redis.call('DEL', KEYS[2]); len = 0 end\n"
         "local ids\n"
         "if epoch == ARGV[2] and since >= 0 and since < v and v - since <= len then\n"
         "  head[4] = 'delta'\n"

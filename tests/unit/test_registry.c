@@ -1491,6 +1491,92 @@ static void test_redis_versions(void **state)
         redisFree(c);
 }
 
+/* Every listing of R holds exactly the member "good" (and nothing crashed on the way). */
+static void assert_only_good(struct shoal_registry *r, const struct shoal_member *good)
+{
+        struct shoal_member *v = NULL;
+        size_t n = 0;
+        assert_int_equal(shoal_registry_list(r, &v, &n), 0);
+        assert_int_equal(n, 1);
+        assert_member_equal(good, &v[0]);
+        free(v);
+}
+
+static void redis_do(redisContext *c, const char *cmd, const char *arg)
+{
+        redisReply *rep = arg ? redisCommand(c, cmd, arg) : redisCommand(c, cmd);
+        assert_non_null(rep);
+        freeReplyObject(rep);
+}
+
+/* [issue 33] Whoever can write to the registry may forge the change log and the version: a
+ * reader re-reads the records the log names from the records themselves (never from the log),
+ * so ids with no record, ids too long for a member, binary junk, a record under another id than
+ * its key, a version that jumps ahead, runs back or is not a number, a lost epoch and a log of
+ * the wrong type cost at most a full read, never a member that is not there, a failed listing
+ * or a crash. */
+static void test_redis_lying_log(void **state)
+{
+        char err[256] = "";
+        need_redis();
+        struct shoal_registry *r = reg_open(redis_url, "lie", err, sizeof(err));
+        assert_non_null(r);
+        struct shoal_member good;
+        fill_member(&good, "good", 2);
+        assert_int_equal(shoal_registry_put(r, &good), 0);
+        assert_only_good(r, &good); /* synced: the next listings read deltas */
+        redisContext *c = redis_direct();
+        char longid[300];
+        memset(longid, 'x', sizeof(longid) - 1);
+        longid[sizeof(longid) - 1] = '\0';
+        static const char junk[] = "\x01\xff\0id";
+        redis_do(c, "RPUSH shoal:lie:log %s", longid);
+        redis_do(c, "RPUSH shoal:lie:log ghost", NULL);
+        redisReply *rep = redisCommand(c, "RPUSH shoal:lie:log %b", junk, sizeof(junk) - 1);
+        freeReplyObject(rep);
+        redis_do(c, "HSET shoal:lie:members liar m1|mismatch|h|t|i|0|||||1|0|v|4|0|0|0|0|0", NULL);
+        redis_do(c, "ZADD shoal:lie:leases 99999999999999 liar", NULL);
+        redis_do(c, "RPUSH shoal:lie:log liar", NULL);
+        redis_do(c, "RPUSH shoal:lie:log good", NULL);
+        redis_do(c, "INCRBY shoal:lie:version 5", NULL);
+        assert_only_good(r, &good); /* a delta of forged ids */
+        redis_do(c, "INCRBY shoal:lie:version 100000", NULL);
+        assert_only_good(r, &good); /* a gap past the log: a full read */
+        redis_do(c, "SET shoal:lie:version 1", NULL);
+        assert_only_good(r, &good); /* backwards */
+        redis_do(c, "SET shoal:lie:version notanumber", NULL);
+        assert_only_good(r, &good);
+        redis_do(c, "SET shoal:lie:scanned soon", NULL);
+        assert_only_good(r, &good); /* the expiry scan's mark */
+        redis_do(c, "SET shoal:lie:scanned 99999999999999999", NULL);
+        assert_only_good(r, &good); /* a mark ahead of the clock */
+        redis_do(c, "DEL shoal:lie:epoch", NULL);
+        assert_only_good(r, &good); /* a new epoch: a full read */
+        /* A log of another type: dropped, and read in full. */
+        redis_do(c, "DEL shoal:lie:log", NULL);
+        redis_do(c, "SET shoal:lie:log scalar", NULL);
+        redis_do(c, "INCR shoal:lie:version", NULL);
+        assert_only_good(r, &good);
+        struct shoal_member *v = NULL;
+        size_t n = 0;
+        /* and the honest writer's next change still reaches the reader, even through a log
+         * that was made a scalar again */
+        redis_do(c, "DEL shoal:lie:log", NULL);
+        redis_do(c, "SET shoal:lie:log scalar", NULL);
+        struct shoal_member second;
+        fill_member(&second, "second", 4);
+        assert_int_equal(shoal_registry_put(r, &second), 0);
+        assert_int_equal(shoal_registry_list(r, &v, &n), 0);
+        assert_int_equal(n, 2);
+        free(v);
+        shoal_registry_delete(r, "good");
+        shoal_registry_delete(r, "second");
+        shoal_registry_delete(r, "liar");
+        redis_do(c, "DEL shoal:lie:members", NULL);
+        redisFree(c);
+        shoal_registry_close(r);
+}
+
 /* [issue 33] A start that cannot reach the registry does not fail: the process is alone in its
  * view (it reads from the store) and joins in the background once the registry answers. */
 static void test_redis_background_join(void **state)
@@ -1568,6 +1654,7 @@ int main(void)
                 cmocka_unit_test(test_redis_set_weight),
                 cmocka_unit_test(test_redis_clients),
                 cmocka_unit_test(test_redis_versions),
+                cmocka_unit_test(test_redis_lying_log),
                 cmocka_unit_test(test_redis_background_join),
         };
         int failed;
