@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -18,8 +17,6 @@ struct shoal_bufpool {
         unsigned count;
         unsigned nfree;
         unsigned *free_idx; /* stack of free buffer indexes */
-        pthread_t prefault;
-        bool prefaulting; /* the prefault thread was started (joined by destroy) */
 };
 
 struct shoal_bufpool *shoal_bufpool_create(size_t size, unsigned count)
@@ -60,40 +57,10 @@ out_free:
         return NULL;
 }
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-
-static void *prefault_main(void *arg)
-{
-        struct shoal_bufpool *p = arg;
-        /* In slices of 16 MiB, so that a destroy never waits long behind one call. */
-        for (size_t off = 0; off < p->map_len; off += 16u << 20) {
-                size_t n = p->map_len - off < (16u << 20) ? p->map_len - off : 16u << 20;
-                if (madvise(p->base + off, n, MADV_POPULATE_WRITE))
-                        break; /* an old kernel: buffers fault in on first use */
-        }
-        return NULL;
-}
-
-int shoal_bufpool_prefault(struct shoal_bufpool *p)
-{
-        pthread_mutex_lock(&p->mu);
-        int rc = 0;
-        if (!p->prefaulting) {
-                rc = -pthread_create(&p->prefault, NULL, prefault_main, p);
-                p->prefaulting = !rc;
-        }
-        pthread_mutex_unlock(&p->mu);
-        return rc;
-}
-
 void shoal_bufpool_destroy(struct shoal_bufpool *p)
 {
         if (!p)
                 return;
-        if (p->prefaulting)
-                pthread_join(p->prefault, NULL);
         munmap(p->base, p->map_len);
         free(p->free_idx);
         pthread_mutex_destroy(&p->mu);

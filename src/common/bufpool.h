@@ -1,7 +1,6 @@
 /* A pool of equal, 4096-aligned buffers carved from one mapping [L4]. Buffers are faulted in on
- * first use (with transparent huge pages where the kernel gives them), or all at once in the
- * background by shoal_bufpool_prefault, and then reused for ever: the data path never allocates
- * or frees data memory. Thread-safe. */
+ * first use (with transparent huge pages where the kernel gives them), and then reused for ever:
+ * the data path never allocates or frees data memory. Thread-safe. */
 #ifndef SHOAL_COMMON_BUFPOOL_H
 #define SHOAL_COMMON_BUFPOOL_H
 
@@ -13,13 +12,6 @@ struct shoal_bufpool;
 /* Creates a pool of COUNT buffers of SIZE bytes (SIZE rounded up to 4096). NULL on failure. */
 struct shoal_bufpool *shoal_bufpool_create(size_t size, unsigned count);
 void shoal_bufpool_destroy(struct shoal_bufpool *p);
-
-/* Faults every buffer in now, on a background thread (MADV_POPULATE_WRITE: page tables filled as
- * for a write, contents untouched, so buffers already in use are safe), so that a long-lived
- * process pays the first touch of its pool once, at start, instead of on its first reads (on
- * the VMs we measured, first touches cost 0.3-0.8 s per 300 MiB). Returns 0, or -errno when no
- * thread could be started (the pool works as before). Destroy waits for the thread. */
-int shoal_bufpool_prefault(struct shoal_bufpool *p);
 
 /* Takes a free buffer, waiting up to TIMEOUT_NS (0: do not wait). NULL when none came free. */
 void *shoal_bufpool_get(struct shoal_bufpool *p, uint64_t timeout_ns);

@@ -941,8 +941,12 @@ int shoal_fab_post_write(struct fid_ep *ep, const char *peer, const void *buf, s
         return (int)rc;
 }
 
-ssize_t shoal_fab_cq_next(struct fid_cq *cq, const char *place, struct fi_cq_msg_entry *e,
-                          size_t count, void **err_ctx, int *err)
+/* Reads up to COUNT completions of CQ into E. Returns their number, 0 when none is queued,
+ * -FI_EAVAIL after reading one error entry (logged unless FI_ECANCELED, with PLACE): its op
+ * context in *ERR_CTX (NULL when unknown) and its positive error code in *ERR; or another
+ * negative error (logged). */
+static ssize_t cq_next(struct fid_cq *cq, const char *place, struct fi_cq_msg_entry *e,
+                       size_t count, void **err_ctx, int *err)
 {
         ssize_t n = fi_cq_read(cq, e, count);
         if (n == -FI_EAGAIN)
@@ -963,7 +967,7 @@ bool shoal_fab_cq_drain(struct fid_cq *cq, const char *place, int budget, shoal_
         for (int got = 0; got < budget;) {
                 void *ctx = NULL;
                 int err = 0;
-                ssize_t n = shoal_fab_cq_next(cq, place, e, sizeof(e) / sizeof(e[0]), &ctx, &err);
+                ssize_t n = cq_next(cq, place, e, sizeof(e) / sizeof(e[0]), &ctx, &err);
                 if (n == -FI_EAVAIL) {
                         if (ctx)
                                 done(ctx, 0, err, now);

@@ -263,13 +263,6 @@ int shoal_fab_post_send(struct fid_ep *ep, const char *peer, const void *buf, si
 int shoal_fab_post_write(struct fid_ep *ep, const char *peer, const void *buf, size_t len,
                          void *desc, uint64_t raddr, uint64_t rkey, struct shoal_fab_op *op);
 
-/* Reads up to COUNT completions of CQ into E. Returns their number, 0 when none is queued,
- * -FI_EAVAIL after reading one error entry (logged unless FI_ECANCELED, with PLACE): its op
- * context in *ERR_CTX (NULL when unknown) and its positive error code in *ERR; or another
- * negative error (logged). */
-ssize_t shoal_fab_cq_next(struct fid_cq *cq, const char *place, struct fi_cq_msg_entry *e,
-                          size_t count, void **err_ctx, int *err);
-
 /* What a completion of an op is handed to: its length (0 on error) and its positive error code
  * (0 on success). */
 typedef void (*shoal_fab_done_fn)(struct shoal_fab_op *op, size_t len, int err, uint64_t now);

@@ -16,7 +16,7 @@
 #include "common/util.h"
 #include "metrics/metrics.h"
 
-int shoal_rpc_wait_fd(int fd, short events, uint64_t deadline)
+static int wait_fd(int fd, short events, uint64_t deadline)
 {
         for (;;) {
                 uint64_t now = shoal_now_ns();
@@ -42,7 +42,7 @@ int shoal_rpc_send_all(int fd, const void *buf, size_t len, uint64_t deadline)
                                 continue;
                         if (errno != EAGAIN)
                                 return -ECONNRESET;
-                        int rc = shoal_rpc_wait_fd(fd, POLLOUT, deadline);
+                        int rc = wait_fd(fd, POLLOUT, deadline);
                         if (rc)
                                 return rc;
                         continue;
@@ -65,7 +65,7 @@ int shoal_rpc_recv_all(int fd, void *buf, size_t len, uint64_t deadline)
                                 continue;
                         if (errno != EAGAIN)
                                 return -ECONNRESET;
-                        int rc = shoal_rpc_wait_fd(fd, POLLIN, deadline);
+                        int rc = wait_fd(fd, POLLIN, deadline);
                         if (rc)
                                 return rc;
                         continue;
@@ -103,7 +103,7 @@ int shoal_rpc_recv_payload(int fd, void *buf, size_t len, uint64_t deadline)
                                 rc = -ECONNRESET;
                                 break;
                         }
-                        rc = shoal_rpc_wait_fd(fd, POLLIN, deadline);
+                        rc = wait_fd(fd, POLLIN, deadline);
                         if (rc)
                                 break;
                         continue;
@@ -219,7 +219,7 @@ static int connect_once(const struct sockaddr_in *sa, const char *addr, uint8_t 
                         rc = -errno;
                         goto out_close;
                 }
-                rc = shoal_rpc_wait_fd(fd, POLLOUT, deadline);
+                rc = wait_fd(fd, POLLOUT, deadline);
                 if (rc)
                         goto out_close;
                 int soerr = 0;

@@ -33,7 +33,6 @@ int shoal_rpc_connect(const char *addr, uint8_t service, const struct shoal_hs_k
 
 /* Blocking socket I/O on non-blocking fds, with a monotonic DEADLINE. Return 0 or -errno
  * (-ETIMEDOUT past the deadline, -ECONNRESET when the peer went away). */
-int shoal_rpc_wait_fd(int fd, short events, uint64_t deadline);
 int shoal_rpc_send_all(int fd, const void *buf, size_t len, uint64_t deadline);
 int shoal_rpc_recv_all(int fd, void *buf, size_t len, uint64_t deadline);
 /* Like shoal_rpc_recv_all for a large payload, woken about once per SHOAL_RPC_LOWAT_PIECE bytes

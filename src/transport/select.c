@@ -138,14 +138,6 @@ bool shoal_remote_member_avoided(struct shoal_remote *rm, const struct shoal_mem
         return avoided;
 }
 
-bool shoal_remote_avoided(struct shoal_remote *rm, const char *member_id)
-{
-        pthread_mutex_lock(&rm->mu);
-        bool avoided = shoal_now_ns() < member_locked(rm, member_id)->avoid_until;
-        pthread_mutex_unlock(&rm->mu);
-        return avoided;
-}
-
 void shoal_remote_avoid(struct shoal_remote *rm, const char *member_id)
 {
         pthread_mutex_lock(&rm->mu);

@@ -66,10 +66,9 @@ unsigned shoal_remote_conns(struct shoal_remote *rm, const struct shoal_member *
 int shoal_remote_register(struct shoal_remote *rm, void *base, size_t len, char *err,
                           size_t errlen);
 
-/* Members that failed recently are avoided for a while [G5]. */
-bool shoal_remote_avoided(struct shoal_remote *rm, const char *member_id);
-/* The same for member M as a view lists it: a member that listens elsewhere than when it
- * failed (it restarted, keeping its id) is not avoided. */
+/* Members that failed recently are avoided for a while [G5], member M as a view lists it: a
+ * member that listens elsewhere than when it failed (it restarted, keeping its id) is not
+ * avoided. */
 bool shoal_remote_member_avoided(struct shoal_remote *rm, const struct shoal_member *m);
 void shoal_remote_avoid(struct shoal_remote *rm, const char *member_id);
 
