@@ -153,6 +153,10 @@
           "Second copies held in memory: blocks filled from their owner for spread reads")         \
         X(group_peer_fills, COUNTER,                                                               \
           "Blocks this member filled from their owner as the next member in their order")          \
+        X(registry_full_reads, COUNTER,                                                            \
+          "Whole-group reads from the registry by a backend that keeps a mirror (etcd)")           \
+        X(registry_watch_events, COUNTER,                                                          \
+          "Changes of the group received by the registry's watch (etcd)")                          \
         /* o: object store */                                                                      \
         X(object_get_requests, COUNTER, "Object store GETs (ranged reads)")                        \
         X(object_get_bytes, COUNTER, "Bytes read from the object store")                           \
