@@ -72,7 +72,7 @@ struct etcd_registry {
         char gprefix[SHOAL_ETCD_KEY_MAX]; /* "shoal/<group>/" */
         /* What readers watch: [prefix, wend) holds the members, presence keys and weights. */
         char wend[SHOAL_ETCD_KEY_MAX];
-        int64_t revision;                 /* the store revision of the last answer */
+        int64_t revision; /* the store revision of the last answer */
         struct etcd_lease leases[ETCD_LEASES];
         unsigned next_lease; /* round-robin slot to reuse */
         char *body;

@@ -371,6 +371,7 @@ static void *watch_main(void *arg)
         struct etcd_registry *r = arg;
         struct etcd_watch *w = &r->w;
         unsigned backoff = WATCH_BACKOFF_MIN_MS, ep = 0;
+        uint64_t quick_ns = 0;
 
         pthread_mutex_lock(&w->lock);
         while (!w->stop) {
@@ -389,6 +390,13 @@ static void *watch_main(void *arg)
                         continue;
                 if (was_healthy) {
                         backoff = WATCH_BACKOFF_MIN_MS;
+                        /* At once (the mirror is current only while a stream runs), but not
+                         * twice a second: a stream that ends as it starts is no stream. */
+                        uint64_t now = shoal_now_ns();
+                        if (now - quick_ns >= SHOAL_NS_PER_SEC) {
+                                quick_ns = now;
+                                continue;
+                        }
                 } else {
                         ep = (ep + 1) % r->u.n;
                         backoff = SHOAL_MIN(backoff * 2, WATCH_BACKOFF_MAX_MS);

@@ -278,6 +278,12 @@ static int etcd_put(struct shoal_registry *base, const char *id, const char *rec
         return ret < 0 ? ret : put_leased(r, l, r->prefix, record, lease_ttl_s(r));
 }
 
+static bool says_goodbye(const char *record)
+{
+        struct shoal_member m;
+        return shoal_member_decode(record, strlen(record), &m) == 0 && m.leaving;
+}
+
 /* A heartbeat is one keep-alive of both leases; the record is written only when it changed,
  * was never written, or its lease was lost (it expired with it). */
 static int etcd_put_lease(struct shoal_registry *base, const char *id, const char *record,
@@ -289,9 +295,11 @@ static int etcd_put_lease(struct shoal_registry *base, const char *id, const cha
 
         if (ret < 0)
                 return ret;
-        /* Presence first: a reader never sees the new record without it (away, for a moment). */
-        if (p->ttl_ms <= 0) {
-                revoke(r, &l->live); /* written as already silent: no presence */
+        /* Presence first: a reader never sees the new record without it (away, for a moment).
+         * A goodbye, or a record written as already silent, ends it: the grace period counts
+         * from now. */
+        if (p->ttl_ms <= 0 || (p->changed && says_goodbye(record))) {
+                revoke(r, &l->live);
         } else if (!l->live) {
                 ret = grant(r, timeout_ttl_s(r), &l->live);
                 if (ret == 0)
