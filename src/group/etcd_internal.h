@@ -8,8 +8,11 @@
 
 #include "group/group_internal.h"
 
-#define ETCD_LEASES      16 /* ids whose leases this process keeps (its own, a tool's few) */
-#define ETCD_REQUEST_MAX (SHOAL_RECORD_MAX * 2 + SHOAL_ETCD_KEY_MAX * 3 + 256)
+#define ETCD_TIMEOUT_MS 2000
+/* A full read may wait behind a crowd's: giving up on it would only ask again. */
+#define ETCD_FULL_READ_TIMEOUT_MS 10000
+#define ETCD_LEASES               16 /* ids whose leases this process keeps (its own, a tool's few) */
+#define ETCD_REQUEST_MAX          (SHOAL_RECORD_MAX * 2 + SHOAL_ETCD_KEY_MAX * 3 + 256)
 /* A range answer of 11,000 records is about 5 MB; anything far beyond is not etcd's. */
 #define ETCD_BODY_MAX (64u << 20)
 

@@ -191,8 +191,10 @@ static int full_read(struct etcd_registry *r)
         int64_t rev = 0;
 
         int ret = shoal_etcd_range_json(r->prefix, r->wend, 0, json, sizeof(json));
+        curl_easy_setopt(r->h, CURLOPT_TIMEOUT_MS, (long)ETCD_FULL_READ_TIMEOUT_MS);
         if (ret == 0)
                 ret = shoal_etcd_post(r, "/v3/kv/range", json, err, sizeof(err));
+        curl_easy_setopt(r->h, CURLOPT_TIMEOUT_MS, (long)ETCD_TIMEOUT_MS);
         if (ret == 0)
                 ret = shoal_etcd_parse_range(r->body, r->body_len, r->gprefix, full_visit, &c, &rev,
                                              err, sizeof(err));

@@ -31,7 +31,6 @@
 #include "common/log.h"
 #include "common/util.h"
 
-#define ETCD_TIMEOUT_MS         2000
 #define ETCD_CONNECT_TIMEOUT_MS 1000
 #define ETCD_LEASE_MIN_S        2 /* etcd refuses shorter leases */
 
