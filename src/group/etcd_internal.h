@@ -55,6 +55,7 @@ struct etcd_watch {
         uint64_t epoch; /* bumped when a full read went back in time: the stream restarts */
         int64_t rev;    /* of the last change applied */
         unsigned syncs; /* sync calls; the watch starts with the second */
+        unsigned unhealthy_syncs; /* in a row, with the watch started but no stream */
         struct etcd_mirror mir;
         /* the watch thread's own */
         uint64_t stream_epoch;

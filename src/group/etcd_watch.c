@@ -37,7 +37,8 @@ static int ent_cmp(const void *key, const void *ent)
 }
 
 /* The entry of ID (LEN bytes, valid), inserted in order when missing and CREATE. */
-static struct etcd_ent *ent_get(struct etcd_mirror *mir, const char *id, size_t len, bool create)
+static struct etcd_ent *ent_get(struct etcd_mirror *mir, const char *id, size_t len, bool create,
+                                int64_t now)
 {
         char key[SHOAL_MEMBER_ID_LEN + 1];
         memcpy(key, id, len);
@@ -61,6 +62,7 @@ static struct etcd_ent *ent_get(struct etcd_mirror *mir, const char *id, size_t 
         e = &mir->v[at];
         memset(e, 0, sizeof(*e));
         memcpy(e->id, key, len + 1);
+        e->lost_ns = now; /* a record without presence: away from the moment it is seen */
         return e;
 }
 
@@ -115,7 +117,7 @@ static int apply_key(struct etcd_mirror *mir, const char *group, const char *key
                                                               : -1;
         if (which < 0 || !shoal_member_id_valid(id, idlen))
                 return 0;
-        struct etcd_ent *e = ent_get(mir, id, idlen, !del);
+        struct etcd_ent *e = ent_get(mir, id, idlen, !del, now);
         if (!e)
                 return del ? 0 : -ENOMEM;
         if (which == 0 && del)
@@ -212,7 +214,7 @@ static int full_read(struct etcd_registry *r)
         for (size_t i = 0; i < c.mir.n; i++) {
                 /* A presence already missing keeps the moment it went. */
                 struct etcd_ent *e = &c.mir.v[i], *old;
-                old = e->present ? NULL : ent_get(&w->mir, e->id, strlen(e->id), false);
+                old = e->present ? NULL : ent_get(&w->mir, e->id, strlen(e->id), false, 0);
                 e->lost_ns = old && !old->present ? old->lost_ns : c.now;
         }
         free(w->mir.v);
@@ -435,7 +437,9 @@ int shoal_etcd_sync(struct shoal_registry *base, const uint64_t *unless_gen,
         pthread_mutex_lock(&w->lock);
         bool full = !w->synced || !w->healthy;
         bool start = !w->started && ++w->syncs >= 2;
-        if (full && w->started && w->synced && !w->fallback_logged) {
+        /* (A watch just started may take a listing or two to run.) */
+        w->unhealthy_syncs = full && w->started && w->synced ? w->unhealthy_syncs + 1 : 0;
+        if (w->unhealthy_syncs >= 3 && !w->fallback_logged) {
                 log_warn("group",
                          "registry etcd: the watch of group \"%s\" has no stream: reading the "
                          "whole group with every listing until it runs again",

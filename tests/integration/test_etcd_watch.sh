@@ -97,6 +97,9 @@ stop_proc etcd
 start_etcd etcd2
 "$SHOAL" group --meta "$META" --cache-group g1 --set-weight "$idb" 7 >/dev/null ||
   fail "--set-weight after the restart failed"
+# Two revisions more, so that the compaction passes the revision a watches from.
+"${ETCDCTL[@]}" put "shoal/g1/other" x >/dev/null
+"${ETCDCTL[@]}" del "shoal/g1/other" >/dev/null
 "${ETCDCTL[@]}" compact "$(revision)" >/dev/null || fail "etcdctl compact failed"
 kill -CONT "${P_PID[$ia]}"
 wait_log "$T/a.log" "member $idb .* now has weight 7 \(was 100\)" 15 ||
