@@ -4,8 +4,11 @@
  * the path) may answer anything.
  *
  * The gateway encodes 64-bit integers as JSON strings and byte strings as base64; keys are
- *   shoal/<group>/members/<id>   a member's record, under its lease
+ *   shoal/<group>/clients/<id>   a client's record, under a lease of the timeout
+ *   shoal/<group>/members/<id>   a member's record, under a lease of the timeout and grace
+ *   shoal/<group>/present/<id>   a member's presence (empty), under a lease of the timeout
  *   shoal/<group>/weights/<id>   a weight set by `shoal group --set-weight` (no lease)
+ * (in this order, so that [members/, weights0) is what a reader watches, without the clients)
  * with '%' and '/' of the group written as %25 and %2F, so that no group's prefix is another
  * group's key. */
 #include "group/group_internal.h"
@@ -292,28 +295,6 @@ int shoal_etcd_parse_grant(const char *body, size_t len, int64_t *lease, char *e
                 ret = -EPROTO;
         } else {
                 *lease = id;
-        }
-        json_decref(root);
-        return ret;
-}
-
-int shoal_etcd_parse_keepalive(const char *body, size_t len, int64_t *ttl, char *err, size_t errlen)
-{
-        json_t *root;
-        int ret = load(body, len, &root, err, errlen);
-        if (ret < 0)
-                return ret;
-        /* The gateway streams: one {"result": {...}} object per keep-alive sent. A lease that
-         * has expired answers without a TTL (or with 0). */
-        const json_t *res = json_object_get(root, "result");
-        int64_t t = 0;
-        if (!json_is_object(res)) {
-                snprintf(err, errlen, "etcd: keep-alive answer without a result");
-                ret = -EPROTO;
-        } else if (!get_int64(json_object_get(res, "TTL"), &t) || t <= 0) {
-                *ttl = 0;
-        } else {
-                *ttl = t;
         }
         json_decref(root);
         return ret;

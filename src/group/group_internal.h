@@ -186,9 +186,6 @@ long shoal_etcd_b64_decode(const char *in, size_t len, void *out, size_t outlen)
 int shoal_etcd_parse_status(const char *body, size_t len, int64_t *revision, char *err,
                             size_t errlen);
 int shoal_etcd_parse_grant(const char *body, size_t len, int64_t *lease, char *err, size_t errlen);
-/* *TTL = the lease's remaining seconds, 0 when the lease has expired. */
-int shoal_etcd_parse_keepalive(const char *body, size_t len, int64_t *ttl, char *err,
-                               size_t errlen);
 /* Calls VISIT(id, record) for every kv whose key lies under PREFIX (others are ignored), in
  * the answer's order; a value that is not base64 is passed as an empty record. Returns VISIT's
  * nonzero return as it is. */

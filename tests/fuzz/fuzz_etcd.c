@@ -4,7 +4,7 @@
  *   byte 0   mode % 8:
  *     0  the rest is a range answer: shoal_etcd_parse_range under the prefix of group "g/1%"
  *     1  the rest is a lease grant answer
- *     2  the rest is a keep-alive answer
+ *     2  the rest is a keep-alive answer (of lease 1)
  *     3  the rest is a status answer (put, delete)
  *     4  the rest is base64 text: decoded, and if it decodes, encoded back to the same text
  *     5  the rest is the URL after "etcd://"
@@ -132,10 +132,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 if (shoal_etcd_parse_grant(body, len, &v, err, sizeof(err)) == 0)
                         FZ_CHECK(v > 0);
                 break;
-        case 2:
-                if (shoal_etcd_parse_keepalive(body, len, &v, err, sizeof(err)) == 0)
+        case 2: {
+                int64_t one = 1;
+                if (shoal_etcd_parse_keepalives(body, len, &one, &v, 1, err, sizeof(err)) == 0)
                         FZ_CHECK(v >= 0);
                 break;
+        }
         case 3:
                 (void)shoal_etcd_parse_status(body, len, &rev, err, sizeof(err));
                 break;

@@ -145,10 +145,14 @@ static void test_answers(void **state)
         const char *big = "{\"ID\":\"99999999999999999999\",\"TTL\":\"5\"}";
         assert_int_equal(shoal_etcd_parse_grant(big, strlen(big), &v, err, sizeof(err)), -EPROTO);
         const char *alive = "{\"result\":{\"ID\":\"1\",\"TTL\":\"4\"}}";
-        assert_int_equal(shoal_etcd_parse_keepalive(alive, strlen(alive), &v, err, sizeof(err)), 0);
+        int64_t one = 1;
+        assert_int_equal(
+                shoal_etcd_parse_keepalives(alive, strlen(alive), &one, &v, 1, err, sizeof(err)),
+                0);
         assert_int_equal(v, 4);
         const char *gone = "{\"result\":{\"ID\":\"1\"}}";
-        assert_int_equal(shoal_etcd_parse_keepalive(gone, strlen(gone), &v, err, sizeof(err)), 0);
+        assert_int_equal(
+                shoal_etcd_parse_keepalives(gone, strlen(gone), &one, &v, 1, err, sizeof(err)), 0);
         assert_int_equal(v, 0);
         const char *nolease = "{\"error\":\"etcdserver: requested lease not found\",\"code\":5}";
         assert_int_equal(shoal_etcd_parse_status(nolease, strlen(nolease), NULL, err, sizeof(err)),
