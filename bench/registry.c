@@ -14,7 +14,15 @@
  *       holds the members), the slowest, and how many failed to start
  *   bench_registry kill URL MEMBER_URL GROUP READERS
  *       READERS client agents on URL; a member in a child process joins through MEMBER_URL and
- *       is killed with -9; prints how long until it had left every reader's view */
+ *       is killed with -9; prints how long until it had left every reader's view
+ *   bench_registry etcd-load URL GROUP MEMBERS CLIENTS
+ *       as load, on etcd: fake members and clients through the registry's own code and key
+ *       layout, under leases of an hour
+ *   bench_registry etcd-cost URL GROUP ETCD_PID COUNTS MEMBERS CLIENTS SECONDS
+ *       as cost, on etcd (URL through a counting proxy that keeps its byte totals, "in out",
+ *       in the file COUNTS): etcd's CPU time from /proc/ETCD_PID/stat and the bytes through
+ *       the proxy per agent per second, whether every view holds every member, and what one
+ *       heartbeat cost before (a put of the record and a range of every record) */
 #include <errno.h>
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
@@ -24,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -435,6 +444,171 @@ static int kill_one(const char *url, const char *member_url, const char *group, 
         return left == readers ? 0 : 1;
 }
 
+/* ---- etcd ---- */
+
+static int etcd_load(const char *url, const char *group, size_t members, size_t clients)
+{
+        struct shoal_registry *r;
+        char err[512];
+        if (shoal_registry_open(url, group, &r, err, sizeof(err))) {
+                fprintf(stderr, "%s\n", err);
+                return 1;
+        }
+        r->timeout_ns = r->lease_ns = 3600 * SHOAL_NS_PER_SEC;
+        struct shoal_member m;
+        for (size_t i = 0; i < members + clients; i++) {
+                bool member = i < members;
+                fake(&m, member ? "fakemember" : "fakeclient", i,
+                     member ? SHOAL_ROLE_PROVIDER : SHOAL_ROLE_CONSUMER);
+                int ret = member ? shoal_registry_put(r, &m) : shoal_registry_put_client(r, &m);
+                if (ret) {
+                        fprintf(stderr, "put %s: %s\n", m.id, strerror(-ret));
+                        return 1;
+                }
+                r->put_id[0] = '\0'; /* each its own record */
+        }
+        shoal_registry_close(r);
+        printf("loaded %zu fake members and %zu fake clients into etcd\n", members, clients);
+        return 0;
+}
+
+/* etcd's CPU time so far (s), and the proxy's byte totals. */
+static double etcd_cpu(int pid)
+{
+        char path[64], buf[2048];
+        snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+        if (f)
+                fclose(f);
+        buf[n] = '\0';
+        const char *p = strrchr(buf, ')');
+        unsigned long ut = 0, st = 0;
+        if (!p ||
+            sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+                return -1;
+        return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static void proxy_bytes(const char *path, double *in, double *out)
+{
+        FILE *f = fopen(path, "r");
+        *in = *out = -1;
+        if (f && fscanf(f, "%lf %lf", in, out) != 2)
+                *in = *out = -1;
+        if (f)
+                fclose(f);
+}
+
+static int noop_visit(void *arg, const char *id, size_t id_len, const char *rec, size_t rec_len)
+{
+        (void)id, (void)id_len, (void)rec, (void)rec_len;
+        ++*(size_t *)arg;
+        return 0;
+}
+
+/* One heartbeat before issue 33, TICKS times: the record put, every record read. */
+static void etcd_before(const char *url, const char *group, int pid, const char *counts)
+{
+        struct shoal_registry *r;
+        struct shoal_member self;
+        char err[512], rec[SHOAL_RECORD_MAX];
+        const unsigned ticks = 20;
+        size_t seen = 0;
+        if (shoal_registry_open(url, group, &r, err, sizeof(err)))
+                return;
+        fake(&self, "benchbefore", 0, SHOAL_ROLE_PROVIDER);
+        shoal_member_encode(&self, rec, sizeof(rec));
+        double in0, out0, in1, out1, c0 = etcd_cpu(pid);
+        proxy_bytes(counts, &in0, &out0);
+        for (unsigned i = 0; i < ticks; i++) {
+                r->ops->put(r, self.id, rec);
+                r->ops->list(r, noop_visit, &seen);
+        }
+        shoal_sleep_ns(SHOAL_NS_PER_SEC / 2); /* the proxy's totals */
+        proxy_bytes(counts, &in1, &out1);
+        double cpu = etcd_cpu(pid) - c0;
+        r->ops->del(r, self.id);
+        shoal_registry_close(r);
+        printf("before (a put and a range of %zu records per heartbeat): etcd CPU %.0f us, "
+               "%.0f B per process per second\n",
+               seen / ticks, cpu * 1e6 / ticks, (in1 - in0 + out1 - out0) / ticks);
+}
+
+/* A member's heartbeat and a client's renewal back to back, N each: etcd's CPU per call with
+ * less of the scheduler in it than a window of agents. */
+static void etcd_back_to_back(const char *url, const char *group, int pid)
+{
+        struct shoal_registry *r;
+        struct shoal_member self;
+        char err[512];
+        const int n = 1000;
+        double per[2];
+        if (shoal_registry_open(url, group, &r, err, sizeof(err)))
+                return;
+        r->timeout_ns = 5 * SHOAL_NS_PER_SEC;
+        fake(&self, "benchself", 0, SHOAL_ROLE_PROVIDER);
+        shoal_registry_put(r, &self);
+        shoal_registry_put_client(r, &self);
+        for (int k = 0; k < 2; k++) {
+                double c0 = etcd_cpu(pid);
+                for (int i = 0; i < n; i++) {
+                        self.beat++;
+                        self.updated_ms = (int64_t)(shoal_wall_ns() / SHOAL_NS_PER_MS);
+                        if (k == 0)
+                                shoal_registry_put(r, &self);
+                        else
+                                shoal_registry_put_client(r, &self);
+                }
+                per[k] = (etcd_cpu(pid) - c0) * 1e6 / n;
+        }
+        shoal_registry_delete(r, self.id);
+        shoal_registry_delete_client(r, self.id);
+        shoal_registry_close(r);
+        printf("back to back: a member's heartbeat (one keep-alive of two leases) %.0f us, a "
+               "client's renewal %.0f us of etcd CPU (idle ticks included)\n",
+               per[0], per[1]);
+}
+
+static int etcd_cost(const char *url, const char *group, int pid, const char *counts,
+                     unsigned members, unsigned clients, unsigned seconds)
+{
+        unsigned n = members + clients;
+        struct shoal_group **g = calloc(n, sizeof(*g));
+        if (!g)
+                return 1;
+        /* etcd's own ticks (raft, the leases of the crowd) with nobody beating, to take off. */
+        double i0 = etcd_cpu(pid);
+        shoal_sleep_ns(seconds * SHOAL_NS_PER_SEC);
+        double idle = (etcd_cpu(pid) - i0) / seconds;
+        for (unsigned i = 0; i < n; i++)
+                if (!(g[i] = agent(url, group,
+                                   i < members ? SHOAL_ROLE_PROVIDER : SHOAL_ROLE_CONSUMER, i)))
+                        return 1;
+        shoal_sleep_ns(5 * SHOAL_NS_PER_SEC); /* every join seen, every watch running */
+        double in0, out0, in1, out1, c0 = etcd_cpu(pid);
+        proxy_bytes(counts, &in0, &out0);
+        uint64_t t0 = shoal_now_ns();
+        shoal_sleep_ns(seconds * SHOAL_NS_PER_SEC);
+        double dt = (double)(shoal_now_ns() - t0) / 1e9;
+        double cpu = etcd_cpu(pid) - c0;
+        proxy_bytes(counts, &in1, &out1);
+        size_t want = view_n(g[0]), bad = 0;
+        for (unsigned i = 0; i < n; i++)
+                bad += view_n(g[i]) != want + (i >= members);
+        printf("agents %u (%u members, %u clients), %.1f s: etcd CPU %.1f us (%.1f us with its "
+               "idle %.0f us/s), in %.0f B, out %.0f B per agent per second; views %zu members, "
+               "%zu agents off\n",
+               n, members, clients, dt, (cpu / dt - idle) * 1e6 / n, cpu * 1e6 / n / dt, idle * 1e6,
+               (in1 - in0) / n / dt, (out1 - out0) / n / dt, want, bad);
+        for (unsigned i = 0; i < n; i++)
+                shoal_group_stop(g[i]);
+        free(g);
+        etcd_back_to_back(url, group, pid);
+        etcd_before(url, group, pid, counts);
+        return bad ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
         signal(SIGPIPE, SIG_IGN);
@@ -447,6 +621,12 @@ int main(int argc, char **argv)
                             (unsigned)atoi(argv[6]), (unsigned)atoi(argv[7]));
         if (argc == 6 && !strcmp(argv[1], "crowd"))
                 return crowd(argv[2], argv[3], argv[4], (unsigned)atoi(argv[5]));
+        if (argc == 6 && !strcmp(argv[1], "etcd-load"))
+                return etcd_load(argv[2], argv[3], strtoul(argv[4], NULL, 10),
+                                 strtoul(argv[5], NULL, 10));
+        if (argc == 9 && !strcmp(argv[1], "etcd-cost"))
+                return etcd_cost(argv[2], argv[3], atoi(argv[4]), argv[5], (unsigned)atoi(argv[6]),
+                                 (unsigned)atoi(argv[7]), (unsigned)atoi(argv[8]));
         if (argc == 6 && !strcmp(argv[1], "kill"))
                 return kill_one(argv[2], argv[3], argv[4], (unsigned)atoi(argv[5]));
         fprintf(stderr, "usage: see bench/registry.c\n");

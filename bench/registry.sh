@@ -10,6 +10,10 @@
 # Agents run in one process (bench_registry), each with its own connection and thread, as
 # separate processes would. Use a Release build:
 #   SHOAL_BUILD=$PWD/build-release bench/registry.sh
+# With "etcd" as the first argument the same crowd lives in a real etcd (its data on tmpfs),
+# and the cost is etcd's CPU time (from /proc/<pid>/stat) and the bytes through a counting
+# proxy in front of it, per real process per second; then what a heartbeat cost before the
+# watch (a put and a range of every record).
 set -euo pipefail
 BUILD=${SHOAL_BUILD:-$PWD/build-release}
 BENCH=$BUILD/bench_registry
@@ -31,6 +35,60 @@ cleanup() {
 }
 trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+if [ "${1:-}" = etcd ]; then
+  CPORT=$(port)
+  EPORT=$(port)
+  XPORT=$(port)
+  DATA=$(mktemp -d /dev/shm/shoal-bench-etcd-XXXXXX)
+  etcd --name b --data-dir "$DATA" --listen-client-urls "http://127.0.0.1:$CPORT" \
+    --advertise-client-urls "http://127.0.0.1:$CPORT" --listen-peer-urls "http://127.0.0.1:$EPORT" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$EPORT" \
+    --initial-cluster "b=http://127.0.0.1:$EPORT" >"$T/etcd.log" 2>&1 &
+  EPID=$!
+  pids+=($EPID)
+  for _ in $(seq 100); do
+    etcdctl --endpoints "127.0.0.1:$CPORT" endpoint health >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  cat >"$T/count.py" <<'PY'
+import asyncio, os, sys
+lport, rport, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+tot = [0, 0]
+async def pipe(r, w, k):
+    try:
+        while True:
+            data = await r.read(65536)
+            if not data: break
+            tot[k] += len(data)
+            w.write(data); await w.drain()
+    except Exception:
+        pass
+    w.close()
+async def handle(cr, cw):
+    sr, sw = await asyncio.open_connection("127.0.0.1", rport)
+    await asyncio.gather(pipe(cr, sw, 0), pipe(sr, cw, 1), return_exceptions=True)
+async def dump():
+    while True:
+        with open(out + ".tmp", "w") as f: f.write("%d %d\n" % (tot[0], tot[1]))
+        os.replace(out + ".tmp", out)
+        await asyncio.sleep(0.2)
+async def main():
+    srv = await asyncio.start_server(handle, "127.0.0.1", lport)
+    asyncio.create_task(dump())
+    async with srv: await srv.serve_forever()
+asyncio.run(main())
+PY
+  python3 "$T/count.py" "$XPORT" "$CPORT" "$T/counts" &
+  pids+=($!)
+  echo "== $FAKE_MEMBERS fake members, $FAKE_CLIENTS fake clients (etcd $(etcd --version | head -n 1))"
+  "$BENCH" etcd-load "etcd://127.0.0.1:$CPORT" big "$FAKE_MEMBERS" "$FAKE_CLIENTS"
+  echo "== cost of $REAL_MEMBERS real members and $REAL_CLIENTS real clients, ${SECONDS_COST}s"
+  "$BENCH" etcd-cost "etcd://127.0.0.1:$XPORT" big "$EPID" "$T/counts" "$REAL_MEMBERS" \
+    "$REAL_CLIENTS" "$SECONDS_COST"
+  rm -rf "$DATA"
+  exit 0
+fi
 
 RPORT=$(port)
 nice -n -5 redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no >"$T/redis.log" 2>&1 &

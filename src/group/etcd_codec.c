@@ -4,8 +4,11 @@
  * the path) may answer anything.
  *
  * The gateway encodes 64-bit integers as JSON strings and byte strings as base64; keys are
- *   shoal/<group>/members/<id>   a member's record, under its lease
+ *   shoal/<group>/clients/<id>   a client's record, under a lease of the timeout
+ *   shoal/<group>/members/<id>   a member's record, under a lease of the timeout and grace
+ *   shoal/<group>/present/<id>   a member's presence (empty), under a lease of the timeout
  *   shoal/<group>/weights/<id>   a weight set by `shoal group --set-weight` (no lease)
+ * (in this order, so that [members/, weights0) is what a reader watches, without the clients)
  * with '%' and '/' of the group written as %25 and %2F, so that no group's prefix is another
  * group's key. */
 #include "group/group_internal.h"
@@ -297,28 +300,6 @@ int shoal_etcd_parse_grant(const char *body, size_t len, int64_t *lease, char *e
         return ret;
 }
 
-int shoal_etcd_parse_keepalive(const char *body, size_t len, int64_t *ttl, char *err, size_t errlen)
-{
-        json_t *root;
-        int ret = load(body, len, &root, err, errlen);
-        if (ret < 0)
-                return ret;
-        /* The gateway streams: one {"result": {...}} object per keep-alive sent. A lease that
-         * has expired answers without a TTL (or with 0). */
-        const json_t *res = json_object_get(root, "result");
-        int64_t t = 0;
-        if (!json_is_object(res)) {
-                snprintf(err, errlen, "etcd: keep-alive answer without a result");
-                ret = -EPROTO;
-        } else if (!get_int64(json_object_get(res, "TTL"), &t) || t <= 0) {
-                *ttl = 0;
-        } else {
-                *ttl = t;
-        }
-        json_decref(root);
-        return ret;
-}
-
 /* One kv of a range answer: its key must lie under PREFIX; the rest of it is the member id. */
 static int visit_kv(const json_t *kv, const char *prefix, size_t plen,
                     shoal_registry_visit_fn visit, void *arg)
@@ -367,6 +348,123 @@ int shoal_etcd_parse_range(const char *body, size_t len, const char *prefix,
                         continue;
                 ret = visit_kv(kv, prefix, plen, visit, arg);
                 if (ret)
+                        goto out;
+        }
+out:
+        json_decref(root);
+        return ret;
+}
+
+size_t shoal_etcd_next_line(const char *buf, size_t len)
+{
+        const char *nl = memchr(buf, '\n', len);
+        return nl ? (size_t)(nl - buf) + 1 : 0;
+}
+
+/* LINE without its trailing blanks: empty lines between a stream's objects are skipped. */
+static bool blank(const char *line, size_t len)
+{
+        for (size_t i = 0; i < len; i++)
+                if (line[i] != ' ' && line[i] != '\t' && line[i] != '\r' && line[i] != '\n')
+                        return false;
+        return true;
+}
+
+int shoal_etcd_parse_keepalives(const char *body, size_t len, const int64_t *ids, int64_t *ttls,
+                                size_t n, char *err, size_t errlen)
+{
+        for (size_t i = 0; i < n; i++)
+                ttls[i] = 0;
+        while (len) {
+                size_t l = shoal_etcd_next_line(body, len);
+                if (l == 0)
+                        l = len; /* the last object, without its newline */
+                if (!blank(body, l)) {
+                        int64_t id = 0, ttl = 0;
+                        json_t *root;
+                        int ret = load(body, l, &root, err, errlen);
+                        if (ret < 0)
+                                return ret;
+                        const json_t *res = json_object_get(root, "result");
+                        if (json_is_object(res) && get_int64(json_object_get(res, "ID"), &id) &&
+                            get_int64(json_object_get(res, "TTL"), &ttl) && ttl > 0)
+                                for (size_t i = 0; i < n; i++)
+                                        if (ids[i] == id)
+                                                ttls[i] = ttl;
+                        json_decref(root);
+                }
+                body += l;
+                len -= l;
+        }
+        return 0;
+}
+
+/* One event of a watch answer; anything that does not read as one is skipped. */
+static int watch_event(const json_t *ev, const char *prefix, size_t plen, shoal_etcd_event_fn fn,
+                       void *arg, struct shoal_etcd_watch_msg *out)
+{
+        char key[SHOAL_ETCD_KEY_MAX], val[SHOAL_RECORD_MAX];
+        const json_t *type = json_object_get(ev, "type"), *kv = json_object_get(ev, "kv");
+        struct shoal_etcd_event e = {.key = key + plen, .val = val};
+
+        if (!json_is_object(kv))
+                return 0;
+        /* The gateway leaves the default (PUT) out. */
+        if (type &&
+            (!json_is_string(type) || (strcmp(json_string_value(type), "PUT") &&
+                                       !(e.del = !strcmp(json_string_value(type), "DELETE")))))
+                return 0;
+        const json_t *k = json_object_get(kv, "key"), *v = json_object_get(kv, "value");
+        if (!json_is_string(k) || !get_int64(json_object_get(kv, "mod_revision"), &e.mod_revision))
+                return 0;
+        long klen = shoal_etcd_b64_decode(json_string_value(k), json_string_length(k), key,
+                                          sizeof(key));
+        if (klen < 0 || (size_t)klen <= plen || memcmp(key, prefix, plen) != 0)
+                return 0;
+        e.key_len = (size_t)klen - plen;
+        long vlen = -1;
+        if (!e.del && json_is_string(v))
+                vlen = shoal_etcd_b64_decode(json_string_value(v), json_string_length(v), val,
+                                             sizeof(val));
+        e.val_len = vlen < 0 ? 0 : (size_t)vlen; /* undecodable: an empty value */
+        if (e.mod_revision > out->last_revision)
+                out->last_revision = e.mod_revision;
+        out->n_events++;
+        return fn(arg, &e);
+}
+
+int shoal_etcd_parse_watch(const char *msg, size_t len, const char *prefix, shoal_etcd_event_fn fn,
+                           void *arg, struct shoal_etcd_watch_msg *out, char *err, size_t errlen)
+{
+        json_t *root;
+        int ret;
+
+        memset(out, 0, sizeof(*out));
+        ret = load(msg, len, &root, err, errlen);
+        if (ret < 0)
+                return ret;
+        const json_t *res = json_object_get(root, "result");
+        if (!json_is_object(res)) {
+                snprintf(err, errlen, "etcd: watch answer without a result");
+                ret = -EPROTO;
+                goto out;
+        }
+        header_revision(res, &out->revision);
+        out->created = json_is_true(json_object_get(res, "created"));
+        out->canceled = json_is_true(json_object_get(res, "canceled"));
+        if (!get_int64(json_object_get(res, "compact_revision"), &out->compact_revision) ||
+            out->compact_revision < 0)
+                out->compact_revision = 0;
+        const json_t *evs = json_object_get(res, "events"), *ev;
+        size_t plen = strlen(prefix), i;
+        if (evs && !json_is_array(evs)) {
+                snprintf(err, errlen, "etcd: watch answer with events not a list");
+                ret = -EPROTO;
+                goto out;
+        }
+        json_array_foreach(evs, i, ev)
+        {
+                if (json_is_object(ev) && (ret = watch_event(ev, prefix, plen, fn, arg, out)))
                         goto out;
         }
 out:

@@ -186,15 +186,44 @@ long shoal_etcd_b64_decode(const char *in, size_t len, void *out, size_t outlen)
 int shoal_etcd_parse_status(const char *body, size_t len, int64_t *revision, char *err,
                             size_t errlen);
 int shoal_etcd_parse_grant(const char *body, size_t len, int64_t *lease, char *err, size_t errlen);
-/* *TTL = the lease's remaining seconds, 0 when the lease has expired. */
-int shoal_etcd_parse_keepalive(const char *body, size_t len, int64_t *ttl, char *err,
-                               size_t errlen);
 /* Calls VISIT(id, record) for every kv whose key lies under PREFIX (others are ignored), in
  * the answer's order; a value that is not base64 is passed as an empty record. Returns VISIT's
  * nonzero return as it is. */
 int shoal_etcd_parse_range(const char *body, size_t len, const char *prefix,
                            shoal_registry_visit_fn visit, void *arg, int64_t *revision, char *err,
                            size_t errlen);
+
+/* Watches (etcd_watch.c). The gateway streams one JSON object a line: the length of the first
+ * complete line of BUF (its '\n' included), 0 when BUF holds none yet. */
+size_t shoal_etcd_next_line(const char *buf, size_t len);
+/* A keep-alive of N leases in one call answers one object a line: TTLS[i] gets the TTL of
+ * IDS[i]'s answer, 0 when it has none (expired, or not answered). Returns 0, or load's errors. */
+int shoal_etcd_parse_keepalives(const char *body, size_t len, const int64_t *ids, int64_t *ttls,
+                                size_t n, char *err, size_t errlen);
+
+/* One change a watch reports. KEY is what follows the watched prefix ("members/<id>"), VAL the
+ * decoded value (empty for a DELETE or a value that is not base64); both point into the
+ * parser's buffers and live only during the callback. */
+struct shoal_etcd_event {
+        bool del;
+        const char *key, *val;
+        size_t key_len, val_len;
+        int64_t mod_revision;
+};
+/* A nonzero return stops the parse and is returned by it. */
+typedef int (*shoal_etcd_event_fn)(void *arg, const struct shoal_etcd_event *ev);
+struct shoal_etcd_watch_msg {
+        bool created, canceled;
+        int64_t revision;         /* of the header; 0 when none */
+        int64_t compact_revision; /* > 0: the watch's start revision is compacted away */
+        int64_t last_revision;    /* the highest mod_revision of an event passed on; 0: none */
+        size_t n_events;          /* the events passed on */
+};
+/* Parses MSG, one object of a watch stream: fills *OUT and calls FN for each event whose key
+ * lies under PREFIX, in order (others are skipped). Returns 0, FN's nonzero return, or as
+ * load: -EIO for an error answer, -EPROTO for anything but a watch answer, with ERR. */
+int shoal_etcd_parse_watch(const char *msg, size_t len, const char *prefix, shoal_etcd_event_fn fn,
+                           void *arg, struct shoal_etcd_watch_msg *out, char *err, size_t errlen);
 
 #define SHOAL_GROUP_HEARTBEAT_DEFAULT SHOAL_NS_PER_SEC
 #define SHOAL_GROUP_TIMEOUT_DEFAULT   (5 * SHOAL_NS_PER_SEC)

@@ -9,9 +9,17 @@
  * silent past the timeout, or etcd lost it), so a member that comes back reappears with its next
  * heartbeat.
  *
+ * A member (put_lease) holds two leases: its record's (the group timeout and its grace period)
+ * and that of its presence key "shoal/<group>/present/<id>" (the timeout), kept alive together
+ * by one keep-alive call per heartbeat. The record is written only when it changed, on the
+ * first put and when its lease was lost, so a quiet group changes no revision. Readers keep a
+ * mirror by a watch (etcd_watch.c): a member whose presence key expired is away for its grace
+ * period, and gone when its record's lease runs out. Clients' records live under
+ * "shoal/<group>/clients/<id>" with a lease of the timeout; a renewal is a keep-alive.
+ *
  * Calls are synchronous with short timeouts (an agent thread makes them under the registry
  * lock). An endpoint that cannot be reached is left for the next one of the URL, in turn. */
-#include "group/group_internal.h"
+#include "group/etcd_internal.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -23,34 +31,8 @@
 #include "common/log.h"
 #include "common/util.h"
 
-#define ETCD_TIMEOUT_MS         2000
 #define ETCD_CONNECT_TIMEOUT_MS 1000
-/* A range answer of 11,000 records is about 5 MB; anything far beyond is not etcd's. */
-#define ETCD_BODY_MAX    (64u << 20)
-#define ETCD_LEASES      16 /* ids whose leases this process keeps (its own, a tool's few) */
-#define ETCD_LEASE_MIN_S 2  /* etcd refuses shorter leases */
-#define ETCD_REQUEST_MAX (SHOAL_RECORD_MAX * 2 + SHOAL_ETCD_KEY_MAX * 3 + 256)
-
-struct etcd_lease {
-        char id[SHOAL_MEMBER_ID_LEN + 1];
-        int64_t lease; /* 0: none */
-};
-
-struct etcd_registry {
-        struct shoal_registry base;
-        CURL *h;
-        struct shoal_etcd_url u;
-        unsigned cur;                     /* endpoint in use */
-        char prefix[SHOAL_ETCD_KEY_MAX];  /* of member records */
-        char wprefix[SHOAL_ETCD_KEY_MAX]; /* of weights set by `shoal group --set-weight` */
-        int64_t revision;                 /* the store revision of the last answer */
-        struct etcd_lease leases[ETCD_LEASES];
-        unsigned next_lease; /* round-robin slot to reuse */
-        char *body;
-        size_t body_len, body_cap;
-        bool body_overflow;
-        char req[ETCD_REQUEST_MAX]; /* a put's request (calls run under the registry lock) */
-};
+#define ETCD_LEASE_MIN_S        2 /* etcd refuses shorter leases */
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc;
@@ -132,8 +114,8 @@ static int post_once(struct etcd_registry *r, const char *path, const char *json
 
 /* post_once on the endpoint in use, then on each other one while the failure is the
  * transport's. */
-static int post(struct etcd_registry *r, const char *path, const char *json, char *err,
-                size_t errlen)
+int shoal_etcd_post(struct etcd_registry *r, const char *path, const char *json, char *err,
+                    size_t errlen)
 {
         int ret = -EIO;
 
@@ -155,117 +137,265 @@ static int key_b64(const char *prefix, const char *id, char *out, size_t outlen)
         return shoal_etcd_b64_encode(key, (size_t)n, out, outlen) < 0 ? -EINVAL : 0;
 }
 
-static struct etcd_lease *lease_slot(struct etcd_registry *r, const char *id, bool create)
+static struct etcd_lease *lease_slot(struct etcd_registry *r, const char *id, bool client,
+                                     bool create)
 {
         for (unsigned i = 0; i < ETCD_LEASES; i++)
-                if (!strcmp(r->leases[i].id, id))
+                if (r->leases[i].client == client && !strcmp(r->leases[i].id, id))
                         return &r->leases[i];
         if (!create)
                 return NULL;
         struct etcd_lease *l = &r->leases[r->next_lease];
         r->next_lease = (r->next_lease + 1) % ETCD_LEASES;
+        free(l->rec);
+        memset(l, 0, sizeof(*l));
         shoal_strlcpy(l->id, id, sizeof(l->id));
-        l->lease = 0;
+        l->client = client;
         return l;
 }
 
-static int64_t lease_ttl_s(const struct etcd_registry *r)
-{
-        uint64_t ns = r->base.lease_ns ? r->base.lease_ns : SHOAL_GROUP_TIMEOUT_DEFAULT;
-        int64_t s = (int64_t)((ns + SHOAL_NS_PER_SEC - 1) / SHOAL_NS_PER_SEC);
-        return s < ETCD_LEASE_MIN_S ? ETCD_LEASE_MIN_S : s;
-}
-
-static void warn(const char *what, const char *err)
+void shoal_etcd_warn(const char *what, const char *err)
 {
         log_ratelimited(SHOAL_LOG_WARN, "group", "registry etcd %s: %s", what, err);
 }
 
-/* Keeps L's lease alive, or grants a new one when it is gone. */
-static int lease_ensure(struct etcd_registry *r, struct etcd_lease *l)
+static int64_t ttl_s(uint64_t ns)
 {
-        char json[128], err[512];
-        int ret;
+        int64_t s = (int64_t)((ns + SHOAL_NS_PER_SEC - 1) / SHOAL_NS_PER_SEC);
+        return s < ETCD_LEASE_MIN_S ? ETCD_LEASE_MIN_S : s;
+}
 
-        if (l->lease) {
-                int64_t ttl = 0;
-                snprintf(json, sizeof(json), "{\"ID\":\"%" PRId64 "\"}", l->lease);
-                ret = post(r, "/v3/lease/keepalive", json, err, sizeof(err));
-                if (ret == 0)
-                        ret = shoal_etcd_parse_keepalive(r->body, r->body_len, &ttl, err,
-                                                         sizeof(err));
-                if (ret < 0) {
-                        warn("keep-alive", err);
-                        return ret;
-                }
-                if (ttl > 0)
-                        return 0;
-                l->lease = 0; /* expired: this member was silent for longer than the lease */
-        }
-        snprintf(json, sizeof(json), "{\"TTL\":%" PRId64 "}", lease_ttl_s(r));
-        ret = post(r, "/v3/lease/grant", json, err, sizeof(err));
+static int64_t lease_ttl_s(const struct etcd_registry *r)
+{
+        return ttl_s(r->base.lease_ns ? r->base.lease_ns : SHOAL_GROUP_TIMEOUT_DEFAULT);
+}
+
+static int64_t timeout_ttl_s(const struct etcd_registry *r)
+{
+        return ttl_s(r->base.timeout_ns ? r->base.timeout_ns : SHOAL_GROUP_TIMEOUT_DEFAULT);
+}
+
+static int grant(struct etcd_registry *r, int64_t ttl, int64_t *lease)
+{
+        char json[64], err[512];
+        snprintf(json, sizeof(json), "{\"TTL\":%" PRId64 "}", ttl);
+        int ret = shoal_etcd_post(r, "/v3/lease/grant", json, err, sizeof(err));
         if (ret == 0)
-                ret = shoal_etcd_parse_grant(r->body, r->body_len, &l->lease, err, sizeof(err));
+                ret = shoal_etcd_parse_grant(r->body, r->body_len, lease, err, sizeof(err));
         if (ret < 0)
-                warn("lease grant", err);
+                shoal_etcd_warn("lease grant", err);
         return ret;
 }
 
+static void revoke(struct etcd_registry *r, int64_t *lease)
+{
+        char json[64], err[512];
+        if (!*lease)
+                return;
+        snprintf(json, sizeof(json), "{\"ID\":\"%" PRId64 "\"}", *lease);
+        /* Best effort: an unrevoked lease only runs out by itself. */
+        if (shoal_etcd_post(r, "/v3/lease/revoke", json, err, sizeof(err)) == 0)
+                *lease = 0;
+}
+
+/* Keeps L's leases alive in one call; a lease that has expired is set to 0. */
+static int keepalive(struct etcd_registry *r, struct etcd_lease *l)
+{
+        int64_t ids[2], ttls[2];
+        size_t n = 0;
+        char json[128], err[512];
+        int o = 0;
+
+        if (l->lease)
+                ids[n++] = l->lease;
+        if (l->live)
+                ids[n++] = l->live;
+        if (n == 0)
+                return 0;
+        for (size_t i = 0; i < n; i++)
+                o += snprintf(json + o, sizeof(json) - (size_t)o, "{\"ID\":\"%" PRId64 "\"}\n",
+                              ids[i]);
+        int ret = shoal_etcd_post(r, "/v3/lease/keepalive", json, err, sizeof(err));
+        if (ret == 0)
+                ret = shoal_etcd_parse_keepalives(r->body, r->body_len, ids, ttls, n, err,
+                                                  sizeof(err));
+        if (ret < 0) {
+                shoal_etcd_warn("keep-alive", err);
+                return ret;
+        }
+        n = 0;
+        /* Expired: this process was silent for longer than the lease (or etcd lost it). */
+        if (l->lease && ttls[n++] <= 0)
+                l->lease = 0;
+        if (l->live && ttls[n] <= 0)
+                l->live = 0;
+        return 0;
+}
+
+/* Puts VALUE (LEN bytes) at PREFIX + ID under LEASE (0: none). -ENOENT: the lease is gone. */
+static int put_kv(struct etcd_registry *r, const char *prefix, const char *id, const char *value,
+                  size_t len, int64_t lease)
+{
+        char kb[SHOAL_ETCD_KEY_MAX * 2], vb[SHOAL_RECORD_MAX * 2], err[512];
+        int ret = key_b64(prefix, id, kb, sizeof(kb));
+
+        if (ret < 0 || shoal_etcd_b64_encode(value, len, vb, sizeof(vb)) < 0)
+                return -EINVAL;
+        snprintf(r->req, sizeof(r->req),
+                 "{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%" PRId64 "\"}", kb, vb, lease);
+        ret = shoal_etcd_post(r, "/v3/kv/put", r->req, err, sizeof(err));
+        if (ret == 0)
+                ret = shoal_etcd_parse_status(r->body, r->body_len, &r->revision, err, sizeof(err));
+        if (ret < 0 && ret != -ENOENT)
+                shoal_etcd_warn("put", err);
+        return ret;
+}
+
+/* Puts RECORD under L's record lease (TTL seconds), granting one when it has none; once more
+ * with a new lease when it was lost between the keep-alive and the put. */
+static int put_leased(struct etcd_registry *r, struct etcd_lease *l, const char *prefix,
+                      const char *record, int64_t ttl)
+{
+        int ret = -ENOENT;
+        for (int attempt = 0; attempt < 2 && ret == -ENOENT; attempt++) {
+                if (!l->lease && (ret = grant(r, ttl, &l->lease)) < 0)
+                        return ret;
+                ret = put_kv(r, prefix, l->id, record, strlen(record), l->lease);
+                if (ret == -ENOENT)
+                        l->lease = 0;
+        }
+        l->written = ret == 0;
+        return ret;
+}
+
+/* A tool's put (no presence): the record under a lease of the timeout and grace. */
 static int etcd_put(struct shoal_registry *base, const char *id, const char *record)
 {
         struct etcd_registry *r = (struct etcd_registry *)base;
-        char *json = r->req;
-        char kb[SHOAL_ETCD_KEY_MAX * 2], vb[SHOAL_RECORD_MAX * 2], err[512];
-        struct etcd_lease *l = lease_slot(r, id, true);
-        int ret = key_b64(r->prefix, id, kb, sizeof(kb));
+        struct etcd_lease *l = lease_slot(r, id, false, true);
+        int ret = keepalive(r, l);
+        return ret < 0 ? ret : put_leased(r, l, r->prefix, record, lease_ttl_s(r));
+}
 
-        if (ret < 0 || shoal_etcd_b64_encode(record, strlen(record), vb, sizeof(vb)) < 0)
-                return -EINVAL;
-        for (int attempt = 0; attempt < 2; attempt++) {
-                ret = lease_ensure(r, l);
-                if (ret < 0)
-                        return ret;
-                snprintf(json, sizeof(r->req),
-                         "{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%" PRId64 "\"}", kb, vb,
-                         l->lease);
-                ret = post(r, "/v3/kv/put", json, err, sizeof(err));
-                if (ret == 0)
-                        ret = shoal_etcd_parse_status(r->body, r->body_len, &r->revision, err,
-                                                      sizeof(err));
-                if (ret != -ENOENT)
-                        break;
-                l->lease = 0; /* revoked or expired between the keep-alive and the put */
-        }
+static bool says_goodbye(const char *record)
+{
+        struct shoal_member m;
+        return shoal_member_decode(record, strlen(record), &m) == 0 && m.leaving;
+}
+
+/* A heartbeat is one keep-alive of both leases; the record is written only when it changed,
+ * was never written, or its lease was lost (it expired with it). */
+static int etcd_put_lease(struct shoal_registry *base, const char *id, const char *record,
+                          const struct shoal_lease_put *p)
+{
+        struct etcd_registry *r = (struct etcd_registry *)base;
+        struct etcd_lease *l = lease_slot(r, id, false, true);
+        int ret = keepalive(r, l);
+
         if (ret < 0)
-                warn("put", err);
+                return ret;
+        /* Presence first: a reader never sees the new record without it (away, for a moment).
+         * A goodbye, or a record written as already silent, ends it: the grace period counts
+         * from now. */
+        if (p->ttl_ms <= 0 || (p->changed && says_goodbye(record))) {
+                revoke(r, &l->live);
+        } else if (!l->live) {
+                ret = grant(r, timeout_ttl_s(r), &l->live);
+                if (ret == 0)
+                        ret = put_kv(r, r->lprefix, id, "", 0, l->live);
+                if (ret < 0) {
+                        l->live = 0; /* the next heartbeat tries again */
+                        return ret;
+                }
+        }
+        if (p->changed || !l->written || !l->lease)
+                ret = put_leased(r, l, r->prefix, record, lease_ttl_s(r));
         return ret;
+}
+
+static int del_key(struct etcd_registry *r, const char *prefix, const char *id)
+{
+        char kb[SHOAL_ETCD_KEY_MAX * 2], json[sizeof(kb) + 32], err[512];
+        int ret = key_b64(prefix, id, kb, sizeof(kb));
+
+        if (ret < 0)
+                return ret;
+        snprintf(json, sizeof(json), "{\"key\":\"%s\"}", kb);
+        ret = shoal_etcd_post(r, "/v3/kv/deleterange", json, err, sizeof(err));
+        if (ret == 0)
+                ret = shoal_etcd_parse_status(r->body, r->body_len, &r->revision, err, sizeof(err));
+        if (ret < 0)
+                shoal_etcd_warn("delete", err);
+        return ret;
+}
+
+static void forget(struct etcd_registry *r, struct etcd_lease *l)
+{
+        if (!l)
+                return;
+        revoke(r, &l->lease);
+        revoke(r, &l->live);
+        free(l->rec);
+        memset(l, 0, sizeof(*l));
 }
 
 static int etcd_del(struct shoal_registry *base, const char *id)
 {
         struct etcd_registry *r = (struct etcd_registry *)base;
-        char kb[SHOAL_ETCD_KEY_MAX * 2], json[sizeof(kb) + 32], err[512];
-        struct etcd_lease *l = lease_slot(r, id, false);
-        int ret = key_b64(r->prefix, id, kb, sizeof(kb));
+        int ret = del_key(r, r->prefix, id);
+        if (ret == 0)
+                ret = del_key(r, r->lprefix, id);
+        if (ret == 0)
+                forget(r, lease_slot(r, id, false, false));
+        return ret;
+}
+
+/* A client's presence: its record under a lease of the timeout; RECORD NULL renews it (and
+ * puts the last record again when the lease was lost). */
+static int etcd_put_client(struct shoal_registry *base, const char *id, const char *record)
+{
+        struct etcd_registry *r = (struct etcd_registry *)base;
+        struct etcd_lease *l = lease_slot(r, id, true, true);
+        int ret = keepalive(r, l);
 
         if (ret < 0)
                 return ret;
-        snprintf(json, sizeof(json), "{\"key\":\"%s\"}", kb);
-        ret = post(r, "/v3/kv/deleterange", json, err, sizeof(err));
-        if (ret == 0)
-                ret = shoal_etcd_parse_status(r->body, r->body_len, &r->revision, err, sizeof(err));
-        if (ret == 0 && l && l->lease) {
-                char rj[64];
-                snprintf(rj, sizeof(rj), "{\"ID\":\"%" PRId64 "\"}", l->lease);
-                /* Best effort: an unrevoked lease only runs out by itself. */
-                if (post(r, "/v3/lease/revoke", rj, err, sizeof(err)) == 0)
-                        l->lease = 0;
+        if (record) {
+                char *copy = strdup(record);
+                if (!copy)
+                        return -ENOMEM;
+                free(l->rec);
+                l->rec = copy;
+        } else if (l->lease && l->written) {
+                return 0;
         }
-        if (l)
-                l->id[0] = '\0';
-        if (ret < 0)
-                warn("delete", err);
+        if (!l->rec)
+                return -ENOENT; /* nothing to put: the caller sends the record next time */
+        return put_leased(r, l, r->cprefix, l->rec, timeout_ttl_s(r));
+}
+
+static int etcd_del_client(struct shoal_registry *base, const char *id)
+{
+        struct etcd_registry *r = (struct etcd_registry *)base;
+        int ret = del_key(r, r->cprefix, id);
+        if (ret == 0)
+                forget(r, lease_slot(r, id, true, false));
         return ret;
+}
+
+int shoal_etcd_range_json(const char *from, const char *to, int64_t rev, char *out, size_t outlen)
+{
+        char kb[SHOAL_ETCD_KEY_MAX * 2], eb[SHOAL_ETCD_KEY_MAX * 2];
+
+        if (shoal_etcd_b64_encode(from, strlen(from), kb, sizeof(kb)) < 0 ||
+            shoal_etcd_b64_encode(to, strlen(to), eb, sizeof(eb)) < 0)
+                return -EINVAL;
+        int n = rev > 0 ? snprintf(out, outlen,
+                                   "{\"key\":\"%s\",\"range_end\":\"%s\",\"revision\":\"%" PRId64
+                                   "\"}",
+                                   kb, eb, rev)
+                        : snprintf(out, outlen, "{\"key\":\"%s\",\"range_end\":\"%s\"}", kb, eb);
+        return n < 0 || (size_t)n >= outlen ? -EINVAL : 0;
 }
 
 /* Calls VISIT for every key under PREFIX: one range read. */
@@ -273,23 +403,26 @@ static int range(struct etcd_registry *r, const char *prefix, shoal_registry_vis
                  void *arg)
 {
         size_t plen = strlen(prefix);
-        char kb[SHOAL_ETCD_KEY_MAX * 2], eb[SHOAL_ETCD_KEY_MAX * 2], end[SHOAL_ETCD_KEY_MAX];
-        char json[sizeof(kb) * 2 + 64], err[512];
+        char end[SHOAL_ETCD_KEY_MAX], json[SHOAL_ETCD_KEY_MAX * 5], err[512];
 
         /* The range [prefix, prefix with its last byte + 1): the prefix ends in '/', so '0'. */
         memcpy(end, prefix, plen + 1);
         end[plen - 1]++;
-        if (shoal_etcd_b64_encode(prefix, plen, kb, sizeof(kb)) < 0 ||
-            shoal_etcd_b64_encode(end, plen, eb, sizeof(eb)) < 0)
+        if (shoal_etcd_range_json(prefix, end, 0, json, sizeof(json)) < 0)
                 return -EINVAL;
-        snprintf(json, sizeof(json), "{\"key\":\"%s\",\"range_end\":\"%s\"}", kb, eb);
-        int ret = post(r, "/v3/kv/range", json, err, sizeof(err));
+        int ret = shoal_etcd_post(r, "/v3/kv/range", json, err, sizeof(err));
         if (ret == 0)
                 ret = shoal_etcd_parse_range(r->body, r->body_len, prefix, visit, arg, &r->revision,
                                              err, sizeof(err));
         if (ret < 0)
-                warn("list", err);
+                shoal_etcd_warn("list", err);
         return ret;
+}
+
+static int etcd_list_clients(struct shoal_registry *base, shoal_registry_visit_fn visit, void *arg)
+{
+        struct etcd_registry *r = (struct etcd_registry *)base;
+        return range(r, r->cprefix, visit, arg);
 }
 
 static int etcd_list(struct shoal_registry *base, shoal_registry_visit_fn visit, void *arg)
@@ -317,15 +450,15 @@ static int etcd_set_weight(struct shoal_registry *base, const char *id, const ch
                 if (shoal_etcd_b64_encode(weight, strlen(weight), vb, sizeof(vb)) < 0)
                         return -EINVAL;
                 snprintf(json, sizeof(json), "{\"key\":\"%s\",\"value\":\"%s\"}", kb, vb);
-                ret = post(r, "/v3/kv/put", json, err, sizeof(err));
+                ret = shoal_etcd_post(r, "/v3/kv/put", json, err, sizeof(err));
         } else {
                 snprintf(json, sizeof(json), "{\"key\":\"%s\"}", kb);
-                ret = post(r, "/v3/kv/deleterange", json, err, sizeof(err));
+                ret = shoal_etcd_post(r, "/v3/kv/deleterange", json, err, sizeof(err));
         }
         if (ret == 0)
                 ret = shoal_etcd_parse_status(r->body, r->body_len, &r->revision, err, sizeof(err));
         if (ret < 0)
-                warn("set weight", err);
+                shoal_etcd_warn("set weight", err);
         return ret;
 }
 
@@ -333,6 +466,9 @@ static void etcd_close(struct shoal_registry *base)
 {
         struct etcd_registry *r = (struct etcd_registry *)base;
 
+        shoal_etcd_watch_close(r);
+        for (unsigned i = 0; i < ETCD_LEASES; i++)
+                free(r->leases[i].rec);
         if (r->h)
                 curl_easy_cleanup(r->h);
         free(r->body);
@@ -347,6 +483,11 @@ static const struct shoal_registry_ops etcd_ops = {
         .set_weight = etcd_set_weight,
         .list_weights = etcd_list_weights,
         .close = etcd_close,
+        .put_lease = etcd_put_lease,
+        .sync = shoal_etcd_sync,
+        .put_client = etcd_put_client,
+        .del_client = etcd_del_client,
+        .list_clients = etcd_list_clients,
 };
 
 static void setup_handle(struct etcd_registry *r)
@@ -378,7 +519,9 @@ int shoal_registry_etcd_open(const char *rest, const char *group, struct shoal_r
         if (ret < 0)
                 goto out_free;
         if (shoal_etcd_prefix(group, "members", r->prefix, sizeof(r->prefix)) < 0 ||
-            shoal_etcd_prefix(group, "weights", r->wprefix, sizeof(r->wprefix)) < 0) {
+            shoal_etcd_prefix(group, "weights", r->wprefix, sizeof(r->wprefix)) < 0 ||
+            shoal_etcd_prefix(group, "present", r->lprefix, sizeof(r->lprefix)) < 0 ||
+            shoal_etcd_prefix(group, "clients", r->cprefix, sizeof(r->cprefix)) < 0) {
                 snprintf(err, errlen, "registry: group name too long for etcd");
                 ret = -EINVAL;
                 goto out_free;
@@ -391,6 +534,15 @@ int shoal_registry_etcd_open(const char *rest, const char *group, struct shoal_r
                 goto out_free;
         }
         setup_handle(r);
+        /* "shoal/<group>/": the members prefix without its kind. */
+        memcpy(r->gprefix, r->prefix, strlen(r->prefix) - strlen("members/"));
+        memcpy(r->wend, r->wprefix, sizeof(r->wend));
+        r->wend[strlen(r->wend) - 1]++; /* "weights/" -> "weights0" */
+        if (shoal_etcd_watch_init(r) < 0) {
+                snprintf(err, errlen, "registry: out of memory");
+                ret = -ENOMEM;
+                goto out_free;
+        }
         /* Reach the server now, so that a wrong address is reported at start, not as a stream
          * of heartbeat warnings. */
         char json[SHOAL_ETCD_KEY_MAX * 2 + 32], kb[SHOAL_ETCD_KEY_MAX * 2];
@@ -399,7 +551,7 @@ int shoal_registry_etcd_open(const char *rest, const char *group, struct shoal_r
                 goto out_free;
         }
         snprintf(json, sizeof(json), "{\"key\":\"%s\",\"count_only\":true}", kb);
-        ret = post(r, "/v3/kv/range", json, cerr, sizeof(cerr));
+        ret = shoal_etcd_post(r, "/v3/kv/range", json, cerr, sizeof(cerr));
         if (ret == 0)
                 ret = shoal_etcd_parse_status(r->body, r->body_len, &r->revision, cerr,
                                               sizeof(cerr));
@@ -413,6 +565,7 @@ int shoal_registry_etcd_open(const char *rest, const char *group, struct shoal_r
         return 0;
 
 out_free:
+        shoal_etcd_watch_close(r);
         if (r->h)
                 curl_easy_cleanup(r->h);
         free(r->body);

@@ -157,6 +157,10 @@
           "Reads refused as not this member's, asked under another view than this member's")       \
         X(group_view_early_refreshes, COUNTER,                                                     \
           "View refreshes made at once, not at the next heartbeat: a member saw another view")     \
+        X(registry_full_reads, COUNTER,                                                            \
+          "Whole-group reads from the registry by a backend that keeps a mirror (etcd)")           \
+        X(registry_watch_events, COUNTER,                                                          \
+          "Changes of the group received by the registry's watch (etcd)")                          \
         /* o: object store */                                                                      \
         X(object_get_requests, COUNTER, "Object store GETs (ranged reads)")                        \
         X(object_get_bytes, COUNTER, "Bytes read from the object store")                           \

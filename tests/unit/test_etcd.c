@@ -145,10 +145,14 @@ static void test_answers(void **state)
         const char *big = "{\"ID\":\"99999999999999999999\",\"TTL\":\"5\"}";
         assert_int_equal(shoal_etcd_parse_grant(big, strlen(big), &v, err, sizeof(err)), -EPROTO);
         const char *alive = "{\"result\":{\"ID\":\"1\",\"TTL\":\"4\"}}";
-        assert_int_equal(shoal_etcd_parse_keepalive(alive, strlen(alive), &v, err, sizeof(err)), 0);
+        int64_t one = 1;
+        assert_int_equal(
+                shoal_etcd_parse_keepalives(alive, strlen(alive), &one, &v, 1, err, sizeof(err)),
+                0);
         assert_int_equal(v, 4);
         const char *gone = "{\"result\":{\"ID\":\"1\"}}";
-        assert_int_equal(shoal_etcd_parse_keepalive(gone, strlen(gone), &v, err, sizeof(err)), 0);
+        assert_int_equal(
+                shoal_etcd_parse_keepalives(gone, strlen(gone), &one, &v, 1, err, sizeof(err)), 0);
         assert_int_equal(v, 0);
         const char *nolease = "{\"error\":\"etcdserver: requested lease not found\",\"code\":5}";
         assert_int_equal(shoal_etcd_parse_status(nolease, strlen(nolease), NULL, err, sizeof(err)),
@@ -162,12 +166,160 @@ static void test_answers(void **state)
         assert_int_equal(shoal_etcd_parse_grant(dup, strlen(dup), &v, err, sizeof(err)), -EPROTO);
 }
 
+struct seen_events {
+        int n;
+        char keys[4][64];
+        char vals[4][64];
+        bool del[4];
+        int64_t rev[4];
+        int stop_at; /* return 1 at this event (0: never) */
+};
+
+static int on_ev(void *arg, const struct shoal_etcd_event *ev)
+{
+        struct seen_events *s = arg;
+        assert_true(s->n < 4);
+        snprintf(s->keys[s->n], sizeof(s->keys[0]), "%.*s", (int)ev->key_len, ev->key);
+        snprintf(s->vals[s->n], sizeof(s->vals[0]), "%.*s", (int)ev->val_len, ev->val);
+        s->del[s->n] = ev->del;
+        s->rev[s->n] = ev->mod_revision;
+        return ++s->n == s->stop_at;
+}
+
+/* KEY and VALUE in base64 into an event object of TYPE (NULL: none, as the gateway writes PUT). */
+static void event_json(char *out, size_t len, const char *type, const char *key, const char *value,
+                       int rev)
+{
+        char kb[128], vb[128];
+        assert_true(shoal_etcd_b64_encode(key, strlen(key), kb, sizeof(kb)) >= 0);
+        assert_true(shoal_etcd_b64_encode(value, strlen(value), vb, sizeof(vb)) >= 0);
+        char t[32] = "";
+        if (type)
+                snprintf(t, sizeof(t), "\"type\":\"%s\",", type);
+        snprintf(out, len, "{%s\"kv\":{\"key\":\"%s\",\"mod_revision\":\"%d\",\"value\":\"%s\"}}",
+                 t, kb, rev, vb);
+}
+
+static void test_watch(void **state)
+{
+        struct shoal_etcd_watch_msg m;
+        struct seen_events s = {0};
+        char err[256], e1[256], e2[256], e3[256], e4[256], msg[2048];
+        (void)state;
+
+        const char *created = "{\"result\":{\"header\":{\"revision\":\"7\"},\"created\":true}}\n";
+        assert_int_equal(shoal_etcd_parse_watch(created, strlen(created), "shoal/g/", on_ev, &s, &m,
+                                                err, sizeof(err)),
+                         0);
+        assert_true(m.created && !m.canceled);
+        assert_int_equal(m.revision, 7);
+        assert_int_equal(m.n_events, 0);
+
+        event_json(e1, sizeof(e1), NULL, "shoal/g/members/a", "rec-a", 8);
+        event_json(e2, sizeof(e2), "DELETE", "shoal/g/present/b", "", 9);
+        event_json(e3, sizeof(e3), NULL, "shoal/h/members/c", "other group", 10);
+        event_json(e4, sizeof(e4), "BOGUS", "shoal/g/members/d", "odd type", 11);
+        snprintf(msg, sizeof(msg),
+                 "{\"result\":{\"header\":{\"revision\":\"11\"},\"events\":[%s,%s,%s,%s,7]}}", e1,
+                 e2, e3, e4);
+        assert_int_equal(shoal_etcd_parse_watch(msg, strlen(msg), "shoal/g/", on_ev, &s, &m, err,
+                                                sizeof(err)),
+                         0);
+        assert_int_equal(s.n, 2);
+        assert_string_equal(s.keys[0], "members/a");
+        assert_string_equal(s.vals[0], "rec-a");
+        assert_false(s.del[0]);
+        assert_string_equal(s.keys[1], "present/b");
+        assert_string_equal(s.vals[1], "");
+        assert_true(s.del[1]);
+        assert_int_equal(s.rev[1], 9);
+        assert_int_equal(m.n_events, 2);
+        assert_int_equal(m.last_revision, 9);
+
+        /* A nonzero return of the callback stops the parse and comes back. */
+        struct seen_events s2 = {.stop_at = 1};
+        assert_int_equal(shoal_etcd_parse_watch(msg, strlen(msg), "shoal/g/", on_ev, &s2, &m, err,
+                                                sizeof(err)),
+                         1);
+        assert_int_equal(s2.n, 1);
+
+        const char *compacted = "{\"result\":{\"header\":{},\"canceled\":true,"
+                                "\"compact_revision\":\"5\"}}";
+        assert_int_equal(shoal_etcd_parse_watch(compacted, strlen(compacted), "shoal/g/", on_ev, &s,
+                                                &m, err, sizeof(err)),
+                         0);
+        assert_true(m.canceled);
+        assert_int_equal(m.compact_revision, 5);
+
+        /* A value that is not base64 is an empty value; a key that is not base64 is skipped. */
+        struct seen_events s3 = {0};
+        const char *bad =
+                "{\"result\":{\"events\":[{\"kv\":{\"key\":\"c2hvYWwvZy9tZW1iZXJzL3g=\","
+                "\"mod_revision\":\"3\",\"value\":\"!!!\"}},{\"kv\":{\"key\":\"%%%\","
+                "\"mod_revision\":\"4\"}},{\"kv\":{\"key\":\"c2hvYWwvZy9tZW1iZXJzL3k=\"}}]}}";
+        assert_int_equal(shoal_etcd_parse_watch(bad, strlen(bad), "shoal/g/", on_ev, &s3, &m, err,
+                                                sizeof(err)),
+                         0);
+        assert_int_equal(s3.n, 1);
+        assert_string_equal(s3.keys[0], "members/x");
+        assert_string_equal(s3.vals[0], "");
+
+        const char *notlist = "{\"result\":{\"events\":{}}}";
+        assert_int_equal(shoal_etcd_parse_watch(notlist, strlen(notlist), "shoal/g/", on_ev, &s, &m,
+                                                err, sizeof(err)),
+                         -EPROTO);
+        const char *noresult = "{\"header\":{}}";
+        assert_int_equal(shoal_etcd_parse_watch(noresult, strlen(noresult), "shoal/g/", on_ev, &s,
+                                                &m, err, sizeof(err)),
+                         -EPROTO);
+        const char *error = "{\"error\":{\"grpc_code\":14,\"message\":\"unavailable\"}}";
+        assert_int_equal(shoal_etcd_parse_watch(error, strlen(error), "shoal/g/", on_ev, &s, &m,
+                                                err, sizeof(err)),
+                         -EIO);
+        assert_int_equal(shoal_etcd_parse_watch("{\"result\":", 10, "shoal/g/", on_ev, &s, &m, err,
+                                                sizeof(err)),
+                         -EPROTO);
+}
+
+static void test_lines_and_keepalives(void **state)
+{
+        char err[256];
+        int64_t ids[3] = {11, 22, 33}, ttls[3];
+        (void)state;
+
+        assert_int_equal(shoal_etcd_next_line("{}\n{", 4), 3);
+        assert_int_equal(shoal_etcd_next_line("{\"a\":1}", 7), 0);
+        assert_int_equal(shoal_etcd_next_line("", 0), 0);
+
+        /* 11 alive, 22 expired (no TTL), 33 not answered; an unknown id is ignored. */
+        const char *body = "{\"result\":{\"ID\":\"11\",\"TTL\":\"5\"}}\n"
+                           "{\"result\":{\"ID\":\"22\"}}\n\n"
+                           "{\"result\":{\"ID\":\"44\",\"TTL\":\"9\"}}";
+        assert_int_equal(
+                shoal_etcd_parse_keepalives(body, strlen(body), ids, ttls, 3, err, sizeof(err)), 0);
+        assert_int_equal(ttls[0], 5);
+        assert_int_equal(ttls[1], 0);
+        assert_int_equal(ttls[2], 0);
+        const char *garbage = "{\"result\":{\"ID\":\"11\",\"TTL\":\"5\"}}\nnot json\n";
+        assert_int_equal(shoal_etcd_parse_keepalives(garbage, strlen(garbage), ids, ttls, 3, err,
+                                                     sizeof(err)),
+                         -EPROTO);
+        const char *lost = "{\"error\":\"etcdserver: requested lease not found\",\"code\":5}";
+        assert_int_equal(
+                shoal_etcd_parse_keepalives(lost, strlen(lost), ids, ttls, 3, err, sizeof(err)),
+                -ENOENT);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
-                cmocka_unit_test(test_base64),  cmocka_unit_test(test_prefix),
-                cmocka_unit_test(test_url),     cmocka_unit_test(test_range),
+                cmocka_unit_test(test_base64),
+                cmocka_unit_test(test_prefix),
+                cmocka_unit_test(test_url),
+                cmocka_unit_test(test_range),
                 cmocka_unit_test(test_answers),
+                cmocka_unit_test(test_watch),
+                cmocka_unit_test(test_lines_and_keepalives),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
