@@ -196,8 +196,10 @@ static void event_json(char *out, size_t len, const char *type, const char *key,
         char t[32] = "";
         if (type)
                 snprintf(t, sizeof(t), "\"type\":\"%s\",", type);
-        snprintf(out, len, "{%s\"kv\":{\"key\":\"%s\",\"mod_revision\":\"%d\",\"value\":\"%s\"}}",
-                 t, kb, rev, vb);
+        int n = snprintf(out, len,
+                         "{%s\"kv\":{\"key\":\"%s\",\"mod_revision\":\"%d\",\"value\":\"%s\"}}", t,
+                         kb, rev, vb);
+        assert_true(n > 0 && (size_t)n < len); /* (and -Wformat-truncation sees it checked) */
 }
 
 static void test_watch(void **state)
