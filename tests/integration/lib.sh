@@ -614,6 +614,26 @@ start_redis() {
   wait_for redis-cli -p "$port" ping || fail "redis did not start"
 }
 
+# start_etcd [NAME] — (first call) picks EP (127.0.0.1:PORT) and sets ETCDCTL and META; then an
+# etcd (Debian's etcd-server) listening there and nowhere else, its data in $T (kept across
+# restarts: call it again after stopping NAME), tracked as NAME (etcd); waits until it answers.
+start_etcd() {
+  command -v etcd >/dev/null || skip "no etcd (Debian's etcd-server)"
+  command -v etcdctl >/dev/null || skip "no etcdctl (Debian's etcd-client)"
+  if [ -z "${EP:-}" ]; then
+    EP=127.0.0.1:$(free_port)
+    ETCD_PEER_PORT=$(free_port)
+    ETCDCTL=(etcdctl --endpoints "$EP" --dial-timeout 2s --command-timeout 5s)
+    META="etcd://$EP"
+  fi
+  etcd --name t --data-dir "$T/etcd.data" --listen-client-urls "http://$EP" \
+    --advertise-client-urls "http://$EP" --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "t=http://127.0.0.1:$ETCD_PEER_PORT" --log-outputs stderr >>"$T/etcd.log" 2>&1 &
+  track "${1:-etcd}" $! infra "$T/etcd.log"
+  wait_for "${ETCDCTL[@]}" endpoint health || fail "etcd did not start"
+}
+
 # metrics_addr NAME — the HOST:PORT of NAME's metrics endpoint, from the line it logs at start
 # ("prometheus metrics listening on IP:PORT" in $T/NAME.log); waits up to 20 s.
 metrics_addr() {

@@ -8,22 +8,9 @@
 # the group's prefix (garbage, another id than the key) are skipped; a bad etcd URL is one line
 # and exit 2; an etcd that does not answer fails the start naming it.
 . "$(dirname "$0")/lib.sh"
-command -v etcd >/dev/null || skip "no etcd (Debian's etcd-server)"
-command -v etcdctl >/dev/null || skip "no etcdctl (Debian's etcd-client)"
 export SHOAL_GROUP_TIMEOUT=3s SHOAL_GROUP_HEARTBEAT=300ms SHOAL_GROUP_GRACE=2s
 
-CPORT=$(free_port)
-PPORT=$(free_port)
-EP=127.0.0.1:$CPORT
-# etcd listens where this test says and nowhere else; its data lives in $T.
-etcd --name t --data-dir "$T/etcd.data" --listen-client-urls "http://$EP" \
-  --advertise-client-urls "http://$EP" --listen-peer-urls "http://127.0.0.1:$PPORT" \
-  --initial-advertise-peer-urls "http://127.0.0.1:$PPORT" \
-  --initial-cluster "t=http://127.0.0.1:$PPORT" --log-outputs stderr >"$T/etcd.log" 2>&1 &
-track etcd $! infra "$T/etcd.log"
-ETCDCTL=(etcdctl --endpoints "$EP" --dial-timeout 2s --command-timeout 5s)
-wait_for "${ETCDCTL[@]}" endpoint health || fail "etcd did not start"
-META="etcd://$EP"
+start_etcd etcd
 
 records() { "${ETCDCTL[@]}" get --prefix "shoal/g1/members/" --keys-only | grep -c members || true; }
 records_are() { [ "$(records)" -eq "$1" ]; }

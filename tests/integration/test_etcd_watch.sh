@@ -7,24 +7,9 @@
 # value, a presence key without a record) are skipped; an etcd restart and a compaction past
 # the observer's revision end in a full read and a right view, and the watch runs again.
 . "$(dirname "$0")/lib.sh"
-command -v etcd >/dev/null || skip "no etcd (Debian's etcd-server)"
-command -v etcdctl >/dev/null || skip "no etcdctl (Debian's etcd-client)"
 export SHOAL_GROUP_TIMEOUT=3s SHOAL_GROUP_HEARTBEAT=300ms SHOAL_GROUP_GRACE=2s
 
-CPORT=$(free_port)
-PPORT=$(free_port)
-EP=127.0.0.1:$CPORT
-start_etcd() { # start_etcd NAME — etcd on $EP with its data in $T (kept across restarts)
-  etcd --name t --data-dir "$T/etcd.data" --listen-client-urls "http://$EP" \
-    --advertise-client-urls "http://$EP" --listen-peer-urls "http://127.0.0.1:$PPORT" \
-    --initial-advertise-peer-urls "http://127.0.0.1:$PPORT" \
-    --initial-cluster "t=http://127.0.0.1:$PPORT" --log-outputs stderr >>"$T/etcd.log" 2>&1 &
-  track "$1" $! infra "$T/etcd.log"
-  wait_for "${ETCDCTL[@]}" endpoint health || fail "etcd did not start"
-}
-ETCDCTL=(etcdctl --endpoints "$EP" --dial-timeout 2s --command-timeout 5s)
 start_etcd etcd
-META="etcd://$EP"
 revision() { "${ETCDCTL[@]}" get x --write-out=json | python3 -c 'import json,sys; print(json.load(sys.stdin)["header"]["revision"])'; }
 
 STORE=$T/store
