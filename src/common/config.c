@@ -67,6 +67,7 @@ static const struct var vars[] = {
         {"AWS_SECRET_ACCESS_KEY", K_STRING, F(aws_secret_access_key), 0},
         {"AWS_SESSION_TOKEN", K_STRING, F(aws_session_token), 0},
         {"SHOAL_METRICS_HOSTS", K_STRING, F(metrics_hosts), 0},
+        {"SHOAL_METRICS_CLIENT_TIMEOUT", K_DURATION, F(metrics_client_timeout_ns), 0},
         {"HOME", K_STRING, F(home), 0},
         {"TMPDIR", K_STRING, F(tmpdir), 0},
 };

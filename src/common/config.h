@@ -30,16 +30,17 @@
 
 struct shoal_env {
         /* durations in ns; 0 = not set */
-        uint64_t group_heartbeat_ns;    /* SHOAL_GROUP_HEARTBEAT */
-        uint64_t group_timeout_ns;      /* SHOAL_GROUP_TIMEOUT */
-        uint64_t group_grace_ns;        /* SHOAL_GROUP_GRACE */
-        uint64_t remote_timeout_ns;     /* SHOAL_REMOTE_TIMEOUT */
-        uint64_t avoid_ns;              /* SHOAL_AVOID_DURATION */
-        uint64_t iorpc_scale_period_ns; /* SHOAL_IORPC_SCALE_PERIOD */
-        uint64_t rdma_retry_ns;         /* IORPC_RDMA_RETRY_DURATION */
-        uint64_t rdma_heartbeat_ns;     /* SHOAL_RDMA_HEARTBEAT */
-        uint64_t rdma_channel_wait_ns;  /* SHOAL_RDMA_CHANNEL_WAIT */
-        uint64_t store_deadline_ns;     /* SHOAL_STORE_DEADLINE */
+        uint64_t group_heartbeat_ns;        /* SHOAL_GROUP_HEARTBEAT */
+        uint64_t group_timeout_ns;          /* SHOAL_GROUP_TIMEOUT */
+        uint64_t group_grace_ns;            /* SHOAL_GROUP_GRACE */
+        uint64_t remote_timeout_ns;         /* SHOAL_REMOTE_TIMEOUT */
+        uint64_t avoid_ns;                  /* SHOAL_AVOID_DURATION */
+        uint64_t iorpc_scale_period_ns;     /* SHOAL_IORPC_SCALE_PERIOD */
+        uint64_t rdma_retry_ns;             /* IORPC_RDMA_RETRY_DURATION */
+        uint64_t rdma_heartbeat_ns;         /* SHOAL_RDMA_HEARTBEAT */
+        uint64_t rdma_channel_wait_ns;      /* SHOAL_RDMA_CHANNEL_WAIT */
+        uint64_t store_deadline_ns;         /* SHOAL_STORE_DEADLINE */
+        uint64_t metrics_client_timeout_ns; /* SHOAL_METRICS_CLIENT_TIMEOUT */
         /* counts; 0 = not set */
         unsigned store_attempts;   /* SHOAL_STORE_ATTEMPTS, 1..1000 */
         unsigned s3_list_max_keys; /* SHOAL_S3_LIST_MAX_KEYS, 1..1000 */

@@ -38,6 +38,7 @@ struct shoal_metrics_http {
         /* Names a request's Host may carry besides IP literals and localhost. */
         char hosts[SHOAL_METRICS_HTTP_MAX_HOSTS][256];
         unsigned n_hosts;
+        uint64_t client_timeout_ns;  /* from accept to the answer's last byte */
         struct http_client *clients; /* SHOAL_METRICS_HTTP_MAX_CLIENTS */
         /* Owned by the server thread once it runs. */
         struct shoal_metrics_snap ring[RING];
@@ -395,7 +396,7 @@ static void accept_clients(struct shoal_metrics_http *h)
                 struct http_client *c = client_slot(h);
                 c->fd = fd;
                 c->in_len = 0;
-                c->deadline = shoal_now_ns() + SHOAL_METRICS_HTTP_TIMEOUT_MS * SHOAL_NS_PER_MS;
+                c->deadline = shoal_now_ns() + h->client_timeout_ns;
         }
 }
 
@@ -597,6 +598,9 @@ struct shoal_metrics_http *shoal_metrics_http_start(const struct shoal_metrics_h
                 snprintf(err, errlen, "out of memory");
                 return NULL;
         }
+        h->client_timeout_ns =
+                shoal_config_pick(0, shoal_config_env()->metrics_client_timeout_ns,
+                                  (uint64_t)SHOAL_METRICS_HTTP_TIMEOUT_MS * SHOAL_NS_PER_MS);
         if (labels_and_slots(h, cfg, err, errlen) || hosts_init(h, cfg->addr, err, errlen))
                 goto out_labels;
         h->lfd = listen_where(h, cfg->addr, err, errlen);

@@ -12,9 +12,9 @@
  * Bounds: up to SHOAL_METRICS_HTTP_MAX_CLIENTS connections at once, served together by one
  * thread that never waits on any of them (a slow client delays no other; when all places are
  * taken the one closest to its deadline gives way); a request head of at most
- * SHOAL_METRICS_HTTP_MAX_REQ bytes; SHOAL_METRICS_HTTP_TIMEOUT_MS from accept to the last byte of
- * the answer, then the connection is closed (Connection: close). The data path is never touched:
- * rendering only reads the per-thread counters.
+ * SHOAL_METRICS_HTTP_MAX_REQ bytes; SHOAL_METRICS_HTTP_TIMEOUT_MS (SHOAL_METRICS_CLIENT_TIMEOUT)
+ * from accept to the last byte of the answer, then the connection is closed (Connection: close).
+ * The data path is never touched: rendering only reads the per-thread counters.
  *
  * DNS rebinding: a request's Host must be an IP literal, "localhost", this machine's name, the
  * name --metrics was given, or one listed in SHOAL_METRICS_HOSTS (comma-separated); any other is
