@@ -39,6 +39,7 @@ static const struct var vars[] = {
         {"SHOAL_LOCAL_SECRET_FILE", K_STRING, F(local_secret_file), 0},
         {"SHOAL_GROUP_HEARTBEAT", K_DURATION, F(group_heartbeat_ns), 0},
         {"SHOAL_GROUP_TIMEOUT", K_DURATION, F(group_timeout_ns), 0},
+        {"SHOAL_GROUP_CLIENT_TTL", K_DURATION, F(group_client_ttl_ns), 0},
         {"SHOAL_GROUP_GRACE", K_DURATION, F(group_grace_ns), 0},
         {"SHOAL_REMOTE_TIMEOUT", K_DURATION, F(remote_timeout_ns), 0},
         {"SHOAL_AVOID_DURATION", K_DURATION, F(avoid_ns), 0},

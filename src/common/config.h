@@ -32,6 +32,7 @@ struct shoal_env {
         /* durations in ns; 0 = not set */
         uint64_t group_heartbeat_ns;        /* SHOAL_GROUP_HEARTBEAT */
         uint64_t group_timeout_ns;          /* SHOAL_GROUP_TIMEOUT */
+        uint64_t group_client_ttl_ns;       /* SHOAL_GROUP_CLIENT_TTL */
         uint64_t group_grace_ns;            /* SHOAL_GROUP_GRACE */
         uint64_t remote_timeout_ns;         /* SHOAL_REMOTE_TIMEOUT */
         uint64_t avoid_ns;                  /* SHOAL_AVOID_DURATION */

@@ -605,9 +605,10 @@ static void tick(struct shoal_group *g)
         g->self.beat++;
         g->self.updated_ms = wall_ms();
 
-        /* A client's presence is renewed twice a timeout, not with every poll. */
+        /* A client's presence is renewed twice a client TTL (or timeout), not with every poll. */
         uint64_t now = shoal_now_ns();
-        if (g->self.role != SHOAL_ROLE_CONSUMER || now - g->presence_ns >= g->timeout_ns / 2) {
+        if (g->self.role != SHOAL_ROLE_CONSUMER ||
+            now - g->presence_ns >= shoal_registry_client_renew_ns(g->reg)) {
                 ret = put_self(g);
                 if (ret < 0)
                         note_error(g, "heartbeat", ret);
@@ -839,6 +840,7 @@ static int join_once(struct shoal_group *g, struct shoal_member **list, size_t *
                  * timeout and this member's grace period, during which it keeps its place. */
                 g->reg->lease_ns = g->timeout_ns + g->grace_ns;
                 g->reg->timeout_ns = g->timeout_ns;
+                g->reg->client_ttl_ns = SHOAL_MAX(g->reg->client_ttl_ns, g->timeout_ns);
         }
         ret = shoal_registry_list(g->reg, list, n);
         if (ret < 0) {

@@ -84,6 +84,12 @@ struct shoal_registry {
         /* How long a record outlives its writer's last put where the backend expires records
          * itself (etcd leases); 0: SHOAL_GROUP_TIMEOUT_DEFAULT. Set by the agent after open. */
         uint64_t lease_ns;
+        /* How long a client's presence outlives its last renewal where the backend expires it
+         * (put_client: Redis, etcd); never less than the timeout. Set by open. A client renews
+         * it every half of this, not with every poll: presence only feeds `shoal group`'s
+         * count, so a killed client may be counted this long, and its renewals cost the
+         * registry TTL/2 times less than a heartbeat's. */
+        uint64_t client_ttl_ns;
 };
 
 /* Backend constructors: REST is the URL after "scheme://". They fill (*OUT)->ops and their own
@@ -121,6 +127,9 @@ int shoal_registry_list_since(struct shoal_registry *r, uint64_t *gen, struct sh
                               size_t *n);
 /* True when R's listings carry liveness from leases (alive, age_ms, grace_left_ms filled). */
 bool shoal_registry_has_leases(const struct shoal_registry *r);
+/* How often a client renews its presence in R: half the client TTL where the backend expires
+ * presence itself, else half the timeout (a companion group judges clients by their age). */
+uint64_t shoal_registry_client_renew_ns(const struct shoal_registry *r);
 
 struct redisReply;
 /* Calls VISIT for every (field, value) pair of REP, the reply to HGETALL, skipping pairs that are
@@ -225,9 +234,10 @@ struct shoal_etcd_watch_msg {
 int shoal_etcd_parse_watch(const char *msg, size_t len, const char *prefix, shoal_etcd_event_fn fn,
                            void *arg, struct shoal_etcd_watch_msg *out, char *err, size_t errlen);
 
-#define SHOAL_GROUP_HEARTBEAT_DEFAULT SHOAL_NS_PER_SEC
-#define SHOAL_GROUP_TIMEOUT_DEFAULT   (5 * SHOAL_NS_PER_SEC)
-#define SHOAL_GROUP_GRACE_DEFAULT     (60 * SHOAL_NS_PER_SEC)
+#define SHOAL_GROUP_HEARTBEAT_DEFAULT  SHOAL_NS_PER_SEC
+#define SHOAL_GROUP_TIMEOUT_DEFAULT    (5 * SHOAL_NS_PER_SEC)
+#define SHOAL_GROUP_GRACE_DEFAULT      (60 * SHOAL_NS_PER_SEC)
+#define SHOAL_GROUP_CLIENT_TTL_DEFAULT (60 * SHOAL_NS_PER_SEC)
 /* A grace period longer than this in a record is read as this: a record cannot pin a place for
  * ever. */
 #define SHOAL_GROUP_GRACE_MAX_MS (24 * 3600 * 1000ULL)

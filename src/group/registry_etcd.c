@@ -350,7 +350,7 @@ static int etcd_del(struct shoal_registry *base, const char *id)
         return ret;
 }
 
-/* A client's presence: its record under a lease of the timeout; RECORD NULL renews it (and
+/* A client's presence: its record under a lease of the client TTL; RECORD NULL renews it (and
  * puts the last record again when the lease was lost). */
 static int etcd_put_client(struct shoal_registry *base, const char *id, const char *record)
 {
@@ -371,7 +371,7 @@ static int etcd_put_client(struct shoal_registry *base, const char *id, const ch
         }
         if (!l->rec)
                 return -ENOENT; /* nothing to put: the caller sends the record next time */
-        return put_leased(r, l, r->cprefix, l->rec, timeout_ttl_s(r));
+        return put_leased(r, l, r->cprefix, l->rec, ttl_s(base->client_ttl_ns));
 }
 
 static int etcd_del_client(struct shoal_registry *base, const char *id)

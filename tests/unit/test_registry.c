@@ -1377,6 +1377,44 @@ static void test_redis_clients(void **state)
         check_clients(redis_url, "clients");
 }
 
+/* A client's presence on Redis lasts the client TTL, not the timeout, and is renewed every half
+ * of it; a companion group (sqlite) keeps judging clients by the timeout. */
+static void test_redis_client_ttl(void **state)
+{
+        need_redis();
+        char err[512] = "";
+        struct shoal_registry *r = reg_open(redis_url, "cttl", err, sizeof(err));
+        if (!r)
+                fail_msg("open: %s", err);
+        r->timeout_ns = SHOAL_NS_PER_SEC;
+        r->client_ttl_ns = 4 * SHOAL_NS_PER_SEC;
+        assert_int_equal(shoal_registry_client_renew_ns(r), 2 * SHOAL_NS_PER_SEC);
+        struct shoal_member m, *v = NULL;
+        size_t n = 0;
+        fill_member(&m, "ttl-client", 7);
+        m.role = SHOAL_ROLE_CONSUMER;
+        assert_int_equal(shoal_registry_put_client(r, &m), 0);
+        /* two timeouts later: still there (the timeout would have ended it) */
+        shoal_sleep_ns(2 * SHOAL_NS_PER_SEC);
+        assert_int_equal(shoal_registry_list_clients(r, &v, &n), 0);
+        assert_non_null(find(v, n, "ttl-client"));
+        free(v);
+        /* past the TTL: gone, nobody deleted it */
+        shoal_sleep_ns(2500 * SHOAL_NS_PER_MS);
+        assert_int_equal(shoal_registry_list_clients(r, &v, &n), 0);
+        assert_null(find(v, n, "ttl-client"));
+        free(v);
+        shoal_registry_close(r);
+
+        struct shoal_registry *q = reg_open(new_sqlite_url(), "cttl", err, sizeof(err));
+        if (!q)
+                fail_msg("open: %s", err);
+        q->timeout_ns = SHOAL_NS_PER_SEC;
+        q->client_ttl_ns = 4 * SHOAL_NS_PER_SEC;
+        assert_int_equal(shoal_registry_client_renew_ns(q), SHOAL_NS_PER_SEC / 2);
+        shoal_registry_close(q);
+}
+
 /* An integer (or a number held as a string) that a command on C answers; -1 for none. */
 static long long redis_num(redisContext *c, const char *cmd, const char *arg)
 {
@@ -1653,6 +1691,7 @@ int main(void)
                 cmocka_unit_test(test_redis_grace),
                 cmocka_unit_test(test_redis_set_weight),
                 cmocka_unit_test(test_redis_clients),
+                cmocka_unit_test(test_redis_client_ttl),
                 cmocka_unit_test(test_redis_versions),
                 cmocka_unit_test(test_redis_lying_log),
                 cmocka_unit_test(test_redis_background_join),
