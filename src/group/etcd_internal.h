@@ -19,10 +19,11 @@
 struct etcd_lease {
         char id[SHOAL_MEMBER_ID_LEN + 1];
         bool client;
-        bool written;  /* the record was put under LEASE */
-        int64_t lease; /* of the record (0: none) */
-        int64_t live;  /* a member's: of its presence key, the group timeout (0: none) */
-        char *rec;     /* a client's last record, put again when its lease was lost */
+        bool written;        /* the record was put under LEASE */
+        int64_t lease;       /* of the record (0: none) */
+        int64_t live;        /* a member's: of its presence key, the group timeout (0: none) */
+        char *rec;           /* a client's last record, put again when its lease was lost */
+        uint64_t renewed_ns; /* monotonic time of the last keep-alive etcd answered (0: none) */
 };
 
 /* What a reader knows of one id: its record, its presence key and its weight. */

@@ -229,7 +229,18 @@ static int keepalive(struct etcd_registry *r, struct etcd_lease *l)
                 l->lease = 0;
         if (l->live && ttls[n] <= 0)
                 l->live = 0;
+        l->renewed_ns = shoal_now_ns();
         return 0;
+}
+
+/* Whether L's leases need a keep-alive now: a third of the presence lease TTL_S has passed
+ * since the last one. Every heartbeat would cost etcd a keep-alive a second per member (the
+ * gateway's ~1 ms each, docs/benchmarks.md); a third leaves two thirds of the lease as slack
+ * for a late heartbeat, at least two heartbeats where the timeout is two or more. */
+static bool renew_due(const struct etcd_lease *l, int64_t ttl_s)
+{
+        uint64_t third = (uint64_t)ttl_s * SHOAL_NS_PER_SEC / 3;
+        return !l->renewed_ns || shoal_now_ns() - l->renewed_ns >= third;
 }
 
 /* Puts VALUE (LEN bytes) at PREFIX + ID under LEASE (0: none). -ENOENT: the lease is gone. */
@@ -283,15 +294,19 @@ static bool says_goodbye(const char *record)
         return shoal_member_decode(record, strlen(record), &m) == 0 && m.leaving;
 }
 
-/* A heartbeat is one keep-alive of both leases; the record is written only when it changed,
- * was never written, or its lease was lost (it expired with it). */
+/* A heartbeat is one keep-alive of both leases when one is due (renew_due), else nothing; the
+ * record is written only when it changed, was never written, or its lease was lost (it expired
+ * with it). */
 static int etcd_put_lease(struct shoal_registry *base, const char *id, const char *record,
                           const struct shoal_lease_put *p)
 {
         struct etcd_registry *r = (struct etcd_registry *)base;
         struct etcd_lease *l = lease_slot(r, id, false, true);
-        int ret = keepalive(r, l);
+        int ret = 0;
 
+        /* A change is put after a keep-alive: it learns whether the record's lease still runs. */
+        if (p->changed || !l->written || !l->lease || !l->live || renew_due(l, timeout_ttl_s(r)))
+                ret = keepalive(r, l);
         if (ret < 0)
                 return ret;
         /* Presence first: a reader never sees the new record without it (away, for a moment).

@@ -34,6 +34,20 @@ readers all "$S" --meta "$META" --cache-group g1 --verify-dir "$STORE" "${BS[@]}
   --log-level error "${BS[@]}" >"$T/o7" || fail "shoal cat through the etcd group failed"
 cmp -s "$T/o7" "$STORE/obj/o7" || fail "shoal cat returned other bytes"
 
+echo "== a quiet group renews its leases a third of a lease at a time, not every heartbeat"
+# Each member holds two leases (record, presence) and renews them in one keep-alive when a
+# third of the 3 s presence lease has passed: about 2 x 3 x 6 = 36 renewals in 6 s for three
+# members; renewing with every 300 ms heartbeat would be 120.
+renewed() { curl -sf "http://$EP/metrics" | awk '$1 == "etcd_debugging_lease_renewed_total" { print $2 }'; }
+r0=$(renewed)
+sleep 6
+r1=$(renewed)
+[ -n "$r0" ] && [ -n "$r1" ] || fail "etcd gave no lease renewal count"
+dr=$(awk -v a="$r0" -v b="$r1" 'BEGIN { printf "%d", b - a }')
+echo "renewals in 6 s: $dr"
+[ "$dr" -gt 0 ] && [ "$dr" -le 48 ] || fail "three quiet members renewed $dr leases in 6 s (expected 1..48)"
+wait_members "$META" g1 3
+
 echo "== a stranger's records under the group's prefix are skipped"
 "${ETCDCTL[@]}" put "shoal/g1/members/junk" 'm1|not|a|record' >/dev/null
 "${ETCDCTL[@]}" put "shoal/g1/members/$(member_id a)x" "$("${ETCDCTL[@]}" get --print-value-only \
