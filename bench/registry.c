@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -294,13 +295,16 @@ static int cost(const char *url, const char *group, const char *hostport, unsign
                 if (rep)
                         freeReplyObject(rep);
         }
+        /* A client polls every second and renews its presence every half client TTL. */
+        double renew_s = (double)shoal_registry_client_renew_ns(r) / 1e9;
         shoal_registry_delete(r, self.id);
         shoal_registry_delete_client(r, self.id);
         shoal_registry_close(r);
         printf("back to back: a poll %.1f us, a member's heartbeat %.1f us, a client's presence "
-               "%.1f us; so a member %.1f us and a client %.1f us of server time per second\n",
-               per_call[0], per_call[1], per_call[2], per_call[0] + per_call[1],
-               per_call[0] + 0.4 * per_call[2]);
+               "%.1f us (every %.0f s); so a member %.1f us and a client %.1f us of server time "
+               "per second\n",
+               per_call[0], per_call[1], per_call[2], renew_s, per_call[0] + per_call[1],
+               per_call[0] + per_call[2] / renew_s);
         /* A member's view: every member; a client's: every member and itself. (Two heartbeats
          * first: the delete of benchself above reaches each agent with its next poll, and an
          * agent judged before that would count one member more than one judged after.) */
@@ -562,12 +566,21 @@ static void etcd_back_to_back(const char *url, const char *group, int pid)
                 }
                 per[k] = (etcd_cpu(pid) - c0) * 1e6 / n;
         }
+        double hb = (double)SHOAL_GROUP_HEARTBEAT_DEFAULT / 1e9;
+        double every = ceil((double)r->timeout_ns / 1e9 / 3 / hb) * hb;
+        double renew_s = (double)shoal_registry_client_renew_ns(r) / 1e9;
         shoal_registry_delete(r, self.id);
         shoal_registry_delete_client(r, self.id);
         shoal_registry_close(r);
-        printf("back to back: a member's heartbeat (one keep-alive of two leases) %.0f us, a "
-               "client's renewal %.0f us of etcd CPU (idle ticks included)\n",
-               per[0], per[1]);
+        /* A member keeps its leases alive once a third of its presence lease has passed (at
+         * the heartbeat after), a client every half client TTL. */
+        /* Back to back, a member's heartbeats find no keep-alive due (renew_due); a client's
+         * renewal is one keep-alive call, as a member's of its two leases is. */
+        printf("back to back: a member's heartbeat with no keep-alive due %.0f us, a keep-alive "
+               "(a client's renewal) %.0f us of etcd CPU (idle ticks included); so a member %.0f "
+               "us/s (a keep-alive every %.0f s) and a client %.0f us/s (every %.0f s)\n",
+               per[0], per[1], (per[1] + (every - 1) * per[0]) / every, every, per[1] / renew_s,
+               renew_s);
 }
 
 static int etcd_cost(const char *url, const char *group, int pid, const char *counts,
