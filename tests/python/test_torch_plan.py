@@ -5,6 +5,7 @@ reads find their record already in memory (plan hits)."""
 import faulthandler
 import os
 import random
+import re
 
 import pytest
 import torch
@@ -102,7 +103,14 @@ def test_example_with_plans(harness, tmp_path):
                        capture_output=True, env=python_env(ASAN_OPTIONS="detect_leaks=0"),
                        timeout=600)
     err = r.stderr.decode("utf-8", "replace")
-    assert r.returncode == 0, err[-3000:]
+    if r.returncode != 0:
+        with open(os.path.join(harness.tmp, "example.err"), "w") as f:
+            f.write(err)
+    # A sanitizer report from its start (a worker's report is otherwise cut off by the
+    # DataLoader's own traceback after it).
+    report = re.search(SANITIZER_RE.pattern.decode(), err)
+    head = err[max(0, report.start() - 200):][:6000] if report else ""
+    assert r.returncode == 0, head + err[-3000:]
     assert not SANITIZER_RE.search(r.stderr), err[-3000:]
     seen = {}
     for line in r.stdout.decode().splitlines():
