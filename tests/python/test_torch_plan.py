@@ -2,7 +2,6 @@
 through a 2-member group, reads 2 shuffled epochs exact, each worker planning exactly the
 indices it is given (no read off its plan), and in the second (warm) epoch at least 95 % of the
 reads find their record already in memory (plan hits)."""
-import faulthandler
 import os
 import random
 import re
@@ -18,11 +17,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
 RECORD = 32 * 1024
 PER_OBJECT = 32  # records of one object (1 MiB)
-
-
-def _watch(worker_id):
-    """A worker still running after 240 s prints its threads' stacks (a hang shows where)."""
-    faulthandler.dump_traceback_later(240, exit=False)
 
 
 class Probe(st.PlanDataset):
@@ -55,10 +49,7 @@ def test_dataloader_4_workers_2_epochs(harness, tmp_path):
                       buffer_size="16M") as c:
         ds = Probe(c, keys, record_size=RECORD, window=8 << 20)
         assert len(ds) == 16 * PER_OBJECT
-        # A worker that hangs fails the test after 300 s, with its stacks (_watch), instead
-        # of ctest's silent timeout (one loaded CI run hung here; not reproduced yet).
-        loader = st.loader(ds, batch_size=None, shuffle=True, seed=7, num_workers=4,
-                           timeout=300, worker_init_fn=_watch)
+        loader = st.loader(ds, batch_size=None, shuffle=True, seed=7, num_workers=4)
         orders = []
         for epoch in range(2):
             loader.sampler.set_epoch(epoch)
@@ -103,9 +94,6 @@ def test_example_with_plans(harness, tmp_path):
                        capture_output=True, env=python_env(ASAN_OPTIONS="detect_leaks=0"),
                        timeout=600)
     err = r.stderr.decode("utf-8", "replace")
-    if r.returncode != 0:
-        with open(os.path.join(harness.tmp, "example.err"), "w") as f:
-            f.write(err)
     # A sanitizer report from its start (a worker's report is otherwise cut off by the
     # DataLoader's own traceback after it).
     report = re.search(SANITIZER_RE.pattern.decode(), err)
