@@ -573,9 +573,9 @@ static void etcd_back_to_back(const char *url, const char *group, int pid)
         shoal_registry_delete_client(r, self.id);
         shoal_registry_close(r);
         /* A member keeps its leases alive once a third of its presence lease has passed (at
-         * the heartbeat after), a client every half client TTL. */
-        /* Back to back, a member's heartbeats find no keep-alive due (renew_due); a client's
-         * renewal is one keep-alive call, as a member's of its two leases is. */
+         * the heartbeat after), a client every half client TTL. Back to back, a member's
+         * heartbeats find no keep-alive due; a client's renewal is one keep-alive call, as a
+         * member's of its two leases is. */
         printf("back to back: a member's heartbeat with no keep-alive due %.0f us, a keep-alive "
                "(a client's renewal) %.0f us of etcd CPU (idle ticks included); so a member %.0f "
                "us/s (a keep-alive every %.0f s) and a client %.0f us/s (every %.0f s)\n",

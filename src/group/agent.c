@@ -840,7 +840,6 @@ static int join_once(struct shoal_group *g, struct shoal_member **list, size_t *
                  * timeout and this member's grace period, during which it keeps its place. */
                 g->reg->lease_ns = g->timeout_ns + g->grace_ns;
                 g->reg->timeout_ns = g->timeout_ns;
-                g->reg->client_ttl_ns = SHOAL_MAX(g->reg->client_ttl_ns, g->timeout_ns);
         }
         ret = shoal_registry_list(g->reg, list, n);
         if (ret < 0) {

@@ -85,7 +85,8 @@ struct shoal_registry {
          * itself (etcd leases); 0: SHOAL_GROUP_TIMEOUT_DEFAULT. Set by the agent after open. */
         uint64_t lease_ns;
         /* How long a client's presence outlives its last renewal where the backend expires it
-         * (put_client: Redis, etcd); never less than the timeout. Set by open. A client renews
+         * (put_client: Redis, etcd); read through shoal_registry_client_ttl_ns, never less than
+         * the timeout. Set by open. A client renews
          * it every half of this, not with every poll: presence only feeds `shoal group`'s
          * count, so a killed client may be counted this long, and its renewals cost the
          * registry TTL/2 times less than a heartbeat's. */
@@ -127,6 +128,8 @@ int shoal_registry_list_since(struct shoal_registry *r, uint64_t *gen, struct sh
                               size_t *n);
 /* True when R's listings carry liveness from leases (alive, age_ms, grace_left_ms filled). */
 bool shoal_registry_has_leases(const struct shoal_registry *r);
+/* The client TTL in force: R's, or its timeout where that is longer. */
+uint64_t shoal_registry_client_ttl_ns(const struct shoal_registry *r);
 /* How often a client renews its presence in R: half the client TTL where the backend expires
  * presence itself, else half the timeout (a companion group judges clients by their age). */
 uint64_t shoal_registry_client_renew_ns(const struct shoal_registry *r);

@@ -103,7 +103,6 @@ static int registry_open_raw(const char *url, const char *group, struct shoal_re
         r->client_ttl_ns = shoal_config_env()->group_client_ttl_ns
                                    ? shoal_config_env()->group_client_ttl_ns
                                    : SHOAL_GROUP_CLIENT_TTL_DEFAULT;
-        r->client_ttl_ns = SHOAL_MAX(r->client_ttl_ns, r->timeout_ns);
         r->url = strdup(url);
         if (!r->url) {
                 shoal_registry_close(r);
@@ -186,10 +185,14 @@ bool shoal_registry_has_leases(const struct shoal_registry *r)
         return r->ops->sync != NULL;
 }
 
+uint64_t shoal_registry_client_ttl_ns(const struct shoal_registry *r)
+{
+        return SHOAL_MAX(r->client_ttl_ns, r->timeout_ns);
+}
+
 uint64_t shoal_registry_client_renew_ns(const struct shoal_registry *r)
 {
-        return (r->ops->put_client ? SHOAL_MAX(r->client_ttl_ns, r->timeout_ns) : r->timeout_ns) /
-               2;
+        return (r->ops->put_client ? shoal_registry_client_ttl_ns(r) : r->timeout_ns) / 2;
 }
 
 /* What readers of the view depend on in a record (not its heartbeat, age or cache use). */

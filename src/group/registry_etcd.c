@@ -386,7 +386,7 @@ static int etcd_put_client(struct shoal_registry *base, const char *id, const ch
         }
         if (!l->rec)
                 return -ENOENT; /* nothing to put: the caller sends the record next time */
-        return put_leased(r, l, r->cprefix, l->rec, ttl_s(base->client_ttl_ns));
+        return put_leased(r, l, r->cprefix, l->rec, ttl_s(shoal_registry_client_ttl_ns(base)));
 }
 
 static int etcd_del_client(struct shoal_registry *base, const char *id)

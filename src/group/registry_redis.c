@@ -697,7 +697,8 @@ static int redis_set_weight(struct shoal_registry *base, const char *id, const c
 static int redis_put_client(struct shoal_registry *base, const char *id, const char *record)
 {
         char ttl[24];
-        snprintf(ttl, sizeof(ttl), "%" PRIu64, (uint64_t)(base->client_ttl_ns / SHOAL_NS_PER_MS));
+        snprintf(ttl, sizeof(ttl), "%" PRIu64,
+                 (uint64_t)(shoal_registry_client_ttl_ns(base) / SHOAL_NS_PER_MS));
         const char *args[] = {id, record ? record : "", ttl};
         return script_simple((struct redis_registry *)base, S_CLIENT, 3, args);
 }
