@@ -18,6 +18,7 @@
 
 #include "cli/cli.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/util.h"
 #include "group/group.h"
 #include "metrics/http.h"
@@ -166,7 +167,7 @@ static int run_threads(struct bench *b, unsigned nthreads, bool warm, struct wor
                 w->nthreads = nthreads;
                 w->warm_only = warm;
                 w->nlat = 0;
-                if (pthread_create(&w->th, NULL, worker_main, w))
+                if (shoal_thread_create(&w->th, worker_main, w))
                         return -EAGAIN;
         }
         return 0;

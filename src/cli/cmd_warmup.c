@@ -23,6 +23,7 @@
 
 #include "cli/cli.h"
 #include "client/reader.h"
+#include "common/thread.h"
 #include "common/util.h"
 #include "group/group.h"
 #include "store/store.h"
@@ -507,7 +508,7 @@ static int run_workers(struct warm *w, uint64_t threads, const char *unit)
         uint64_t t0 = shoal_now_ns();
         unsigned started = 0;
         for (unsigned t = 0; th && t < threads; t++)
-                if (!pthread_create(&th[t], NULL, worker_main, w))
+                if (!shoal_thread_create(&th[t], worker_main, w))
                         started++;
         uint64_t next_print = t0 + PROGRESS_EVERY_NS;
         bool emptied = false;

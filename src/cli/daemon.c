@@ -13,6 +13,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/util.h"
 
 static int ready_fd = -1;
@@ -187,7 +188,7 @@ int shoal_daemon_hup_start(const char *cmd)
 {
         hup_cmd = cmd;
         __atomic_store_n(&hup_stop, 0, __ATOMIC_RELEASE);
-        int rc = pthread_create(&hup_thread, NULL, hup_main, NULL);
+        int rc = shoal_thread_create(&hup_thread, hup_main, NULL);
         hup_running = !rc;
         return -rc;
 }

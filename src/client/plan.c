@@ -8,6 +8,7 @@
 #include "client/reader.h"
 #include "common/block.h"
 #include "common/forkgate.h"
+#include "common/thread.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
 #include "store/store.h"
@@ -506,7 +507,7 @@ int shoal_planner_create(const struct shoal_planner_config *cfg, struct shoal_pl
         pthread_mutex_init(&p->mu, NULL);
         pthread_cond_init(&p->cond, NULL);
         for (unsigned i = 0; i < cfg->inflight; i++) {
-                if (pthread_create(&p->threads[i], NULL, planner_main, p))
+                if (shoal_thread_create(&p->threads[i], planner_main, p))
                         break;
                 p->nthreads++;
         }

@@ -13,6 +13,7 @@
 #include "cache/cache.h"
 #include "common/config.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/util.h"
 #include "group/group.h"
 #include "metrics/metrics.h"
@@ -261,7 +262,7 @@ unsigned shoal_push_stage_commit(struct shoal_push_stage *st, const struct shoal
                 if (!ts[i].buf)
                         break;
                 /* The first runs on this thread: a one-block object starts no thread. */
-                if (i && pthread_create(&ts[i].tid, NULL, push_main, &ts[i])) {
+                if (i && shoal_thread_create(&ts[i].tid, push_main, &ts[i])) {
                         free(ts[i].buf);
                         ts[i].buf = NULL;
                         break;

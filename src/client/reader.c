@@ -13,6 +13,7 @@
 #include "common/bufpool.h"
 #include "common/forkgate.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/util.h"
 #include "group/group.h"
 #include "metrics/metrics.h"
@@ -597,9 +598,8 @@ static void prefetch_enqueue(struct shoal_reader *r, const struct shoal_object *
 static void *prefetch_main(void *arg)
 {
         struct shoal_reader *r = arg;
-        struct shoal_object *obj = malloc(sizeof(*obj));
-        if (!obj)
-                return NULL;
+        /* On the stack: an allocation here is outside the fork gate (common/thread.h). */
+        struct shoal_object objbuf, *obj = &objbuf;
         pthread_mutex_lock(&r->mu);
         for (;;) {
                 while (!r->q_len && !r->stopping)
@@ -631,7 +631,6 @@ static void *prefetch_main(void *arg)
                 mblock_put_locked(r, mb);
         }
         pthread_mutex_unlock(&r->mu);
-        free(obj);
         return NULL;
 }
 
@@ -679,7 +678,7 @@ struct shoal_reader *shoal_reader_create(const struct shoal_reader_config *cfg, 
         if (cfg->readahead && cfg->prefetch_threads) {
                 r->threads = calloc(cfg->prefetch_threads, sizeof(pthread_t));
                 for (unsigned i = 0; r->threads && i < cfg->prefetch_threads; i++) {
-                        if (pthread_create(&r->threads[i], NULL, prefetch_main, r))
+                        if (shoal_thread_create(&r->threads[i], prefetch_main, r))
                                 break;
                         r->nthreads++;
                 }

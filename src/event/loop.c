@@ -9,6 +9,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "common/thread.h"
 #include "common/util.h"
 
 struct shoal_loop {
@@ -217,7 +218,7 @@ struct shoal_workers *shoal_workers_create(unsigned threads, const char *name)
         pthread_mutex_init(&ws->mu, NULL);
         pthread_cond_init(&ws->cond, NULL);
         for (unsigned i = 0; i < threads; i++) {
-                if (pthread_create(&ws->threads[i], NULL, worker_main, ws))
+                if (shoal_thread_create(&ws->threads[i], worker_main, ws))
                         break;
                 char tn[32];
                 snprintf(tn, sizeof(tn), "%.10s-%u", name, i % 1000);

@@ -10,6 +10,7 @@
 
 #include "node/node.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/util.h"
 #include "fuse/fuse_internal.h"
 
@@ -205,7 +206,7 @@ int shoal_fuse_loop(struct shoal_fuse *f)
         __atomic_store_n(&loop_done, 0, __ATOMIC_RELEASE);
         if (!pipe2(kick_fds, O_CLOEXEC | O_NONBLOCK)) {
                 fcntl(kick_fds[0], F_SETFL, 0); /* the kicker blocks; the handler must not */
-                kicking = !pthread_create(&kick_th, NULL, kicker, &self);
+                kicking = !shoal_thread_create(&kick_th, kicker, &self);
         }
         if (!kicking)
                 log_warn("fuse", "no kicker thread: a signal at the loop's start may be missed");

@@ -31,6 +31,7 @@
 #include "common/config.h"
 #include "common/forkgate.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
 
@@ -925,7 +926,7 @@ int shoal_group_start(const struct shoal_group_config *cfg, struct shoal_group *
         }
         /* Read before the agent runs: it replaces (and frees) the view under g->lock. */
         size_t live = g->view->n;
-        ret = pthread_create(&g->thread, NULL, agent_main, g);
+        ret = shoal_thread_create(&g->thread, agent_main, g);
         if (ret) {
                 snprintf(err, errlen, "group: cannot start the agent thread: %s", strerror(ret));
                 ret = -ret;

@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
 
@@ -414,7 +415,7 @@ static void *watch_main(void *arg)
 static void start_thread(struct etcd_registry *r)
 {
         struct etcd_watch *w = &r->w;
-        int rc = pthread_create(&w->thread, NULL, watch_main, r);
+        int rc = shoal_thread_create(&w->thread, watch_main, r);
         if (rc) {
                 log_ratelimited(SHOAL_LOG_WARN, "group",
                                 "registry etcd: cannot start the watch thread: %s", strerror(rc));

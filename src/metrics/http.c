@@ -19,6 +19,7 @@
 
 #include "common/config.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/util.h"
 #include "metrics/http_parse.h"
 #include "metrics/metrics.h"
@@ -581,7 +582,7 @@ static int start_thread(struct shoal_metrics_http *h, char *err, size_t errlen)
                 snprintf(err, errlen, "metrics: eventfd: %s", strerror(e));
                 return -e;
         }
-        int rc = pthread_create(&h->thread, NULL, http_main, h);
+        int rc = shoal_thread_create(&h->thread, http_main, h);
         if (rc) {
                 snprintf(err, errlen, "metrics: cannot start a thread: %s", strerror(rc));
                 close(h->wake_fd);

@@ -43,6 +43,7 @@
 
 #include "common/list.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
 #include "wire/handshake.h"
@@ -825,7 +826,7 @@ struct shoal_rdma_server *shoal_rdma_server_start(struct shoal_server *srv, cons
                 held &= rs->rails[i].held_mr != NULL;
         if (held)
                 shoal_server_rdma_held_direct(srv);
-        if (pthread_create(&rs->thread, NULL, progress_main, rs)) {
+        if (shoal_thread_create(&rs->thread, progress_main, rs)) {
                 snprintf(err, errlen, "rdma: cannot start the progress thread");
                 goto out_stop;
         }

@@ -19,6 +19,7 @@
 #include "client/reader.h"
 #include "common/bufpool.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/util.h"
 #include "event/loop.h"
 #include "metrics/metrics.h"
@@ -103,7 +104,7 @@ static int threads_start(struct shoal_server *s, char *err, size_t errlen)
 {
         for (unsigned i = 0; i < s->nloops; i++) {
                 struct srv_loop *lp = &s->loops[i];
-                if (pthread_create(&lp->thread, NULL, loop_main, lp)) {
+                if (shoal_thread_create(&lp->thread, loop_main, lp)) {
                         snprintf(err, errlen, "cannot start loop thread");
                         return -1;
                 }

@@ -17,6 +17,7 @@
 #include <openssl/evp.h>
 
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
 #include "store/store.h"
@@ -100,7 +101,7 @@ static int pool_grow(struct upload_pool *p, unsigned queued)
 {
         if (p->nthreads >= UPLOAD_WORKERS || (p->nthreads && queued <= 1))
                 return 0;
-        if (pthread_create(&p->threads[p->nthreads], NULL, worker_main, p))
+        if (shoal_thread_create(&p->threads[p->nthreads], worker_main, p))
                 return p->nthreads ? 0 : -ENOMEM;
         p->nthreads++;
         return 0;

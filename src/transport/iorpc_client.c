@@ -45,6 +45,7 @@
 #include "common/config.h"
 #include "common/list.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
 #include "transport/client_conn.h"
@@ -965,7 +966,7 @@ struct shoal_iorpc *shoal_iorpc_create(const struct shoal_iorpc_config *cfg)
         pthread_condattr_setclock(&cl->cond_attr, CLOCK_MONOTONIC);
         pthread_cond_init(&cl->cond, &cl->cond_attr);
         cl->next_id >>= 1; /* never wraps to 0 in practice; 0 marks an empty abandoned slot */
-        if (pthread_create(&cl->scaler, NULL, scaler_main, cl)) {
+        if (shoal_thread_create(&cl->scaler, scaler_main, cl)) {
                 pthread_mutex_destroy(&cl->mu);
                 pthread_cond_destroy(&cl->cond);
                 goto out_free;

@@ -46,6 +46,7 @@
 #include "common/config.h"
 #include "common/forkgate.h"
 #include "common/log.h"
+#include "common/thread.h"
 #include "common/util.h"
 #include "metrics/metrics.h"
 #include "transport/client_conn.h"
@@ -872,13 +873,13 @@ struct shoal_rdma_client *shoal_rdma_client_create(const struct shoal_rdma_clien
         void *bbase = shoal_bufpool_base(cl->bounce, &blen);
         if (record_region(cl, bbase, blen, err, errlen))
                 goto out_destroy;
-        if (pthread_create(&cl->connector, NULL, connector_main, cl)) {
+        if (shoal_thread_create(&cl->connector, connector_main, cl)) {
                 snprintf(err, errlen, "rdma: cannot start the connector thread");
                 goto out_destroy;
         }
         pthread_setname_np(cl->connector, "shoal-rdma-conn");
         cl->connector_started = true;
-        if (pthread_create(&cl->thread, NULL, progress_main, cl)) {
+        if (shoal_thread_create(&cl->thread, progress_main, cl)) {
                 snprintf(err, errlen, "rdma: cannot start the progress thread");
                 goto out_destroy;
         }

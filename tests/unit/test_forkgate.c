@@ -1,7 +1,8 @@
 /* The fork gate (common/forkgate.h): off until installed; closing waits for every thread inside
  * and holds new entries off (blocking ones wait, trying ones are refused); a child's reset leaves
  * an open, empty gate; a real fork through libshoal-style handlers neither deadlocks nor copies
- * the gate closed. The order of the tests matters: the first runs before the gate is installed. */
+ * the gate closed; threads started by shoal_thread_create are running when it returns. The order of
+ * the tests matters: the first runs before the gate is installed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -9,11 +10,13 @@
 #include <stdint.h>
 #include <pthread.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "common/forkgate.h"
+#include "common/thread.h"
 #include "common/util.h"
 
 static void test_off_until_installed(void **state)
@@ -177,6 +180,34 @@ static void test_fork_with_handlers(void **state)
         }
 }
 
+/* Waits until *ARG is set: a live thread, whose CPU clock can be read. */
+static void *idle_main(void *arg)
+{
+        while (!__atomic_load_n((bool *)arg, __ATOMIC_ACQUIRE))
+                shoal_sleep_ns(SHOAL_NS_PER_MS);
+        return NULL;
+}
+
+/* shoal_thread_create returns only once the thread has run (common/thread.h: no fork may catch a
+ * thread of ours inside its start-up): its CPU clock has counted time by then. A plain
+ * pthread_create fails this at once: the creator nearly always returns before the new thread is
+ * first scheduled. */
+static void test_thread_create_returns_running(void **state)
+{
+        for (int i = 0; i < 200; i++) {
+                pthread_t th;
+                bool done = false;
+                assert_int_equal(shoal_thread_create(&th, idle_main, &done), 0);
+                clockid_t clk;
+                struct timespec ts = {0, 0};
+                assert_int_equal(pthread_getcpuclockid(th, &clk), 0);
+                assert_int_equal(clock_gettime(clk, &ts), 0);
+                assert_true(ts.tv_sec > 0 || ts.tv_nsec > 0);
+                __atomic_store_n(&done, true, __ATOMIC_RELEASE);
+                assert_int_equal(pthread_join(th, NULL), 0);
+        }
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -185,6 +216,7 @@ int main(void)
                 cmocka_unit_test(test_entries_wait_while_closed),
                 cmocka_unit_test(test_background_door),
                 cmocka_unit_test(test_fork_with_handlers),
+                cmocka_unit_test(test_thread_create_returns_running),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
