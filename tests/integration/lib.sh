@@ -450,8 +450,20 @@ cleanup() {
     echo "FAIL: a subshell or background job failed: $(head -n 3 "$T/.failures")" >&2
     rc=1
   fi
+  [ "$rc" -eq 0 ] || _show_logs
   if [ -n "${SHOAL_KEEP_TMP:-}" ]; then echo "kept $T" >&2; else rm -rf "$T"; fi
   exit $rc
+}
+
+# _show_logs — on a failure, the end of every log the test's processes wrote, before $T goes: a
+# failure on a busy CI machine must be diagnosable from its output alone.
+_show_logs() {
+  local f
+  for f in "$T"/*.log; do
+    [ -s "$f" ] || continue
+    echo "--- last lines of $(basename "$f"):" >&2
+    tail -n "${SHOAL_LOG_TAIL:-25}" "$f" | cut -c1-300 >&2
+  done
 }
 trap cleanup EXIT
 
