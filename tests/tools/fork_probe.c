@@ -1,12 +1,11 @@
 /* Forks right after starting threads, ROUNDS times, and counts the children that hang (issue 24,
- * docs/reliability.md "The suite with both cores busy"). Each round starts 4 threads that sleep
- * 1 ms, forks at once, and the child starts one thread of its own and exits; a child that has not
- * exited within 3 s hung and is killed. Built with AddressSanitizer (GCC 12's has no fork handler
- * for its allocator), a plain pthread_create lets the fork catch a new thread inside the
- * runtime's start-up with an allocator lock held, and some children hang on a busy machine; with
- * -s the threads start through shoal_thread_create, which returns only once they run.
- *
- * The parent's threads wait until the fork is made, so only their start-up can be caught.
+ * docs/reliability.md "The suite with both cores busy"). Each round starts 4 threads (which wait
+ * until the fork is made, so that only their start-up can be caught), forks at once, and the child
+ * starts one thread of its own and exits; a child that has not exited within 3 s hung and is
+ * killed. Built with AddressSanitizer (GCC 12's has no fork handler for its allocator), a plain
+ * pthread_create lets the fork catch a new thread inside the runtime's start-up with an allocator
+ * lock held, and some children hang on a busy machine; with -s the threads start through
+ * shoal_thread_create, which returns only once they run.
  *
  * usage: fork_probe [-s] [ROUNDS]   prints "hung N of ROUNDS"; exit 1 when any hung. */
 #include <pthread.h>
