@@ -437,15 +437,44 @@ def run_flood(addr, n, key, version, size, bs, length=65536, go_file=None):
         print("sent %d, holding" % n, flush=True)
         while not os.path.exists(go_file):
             time.sleep(0.05)
-    answered = errors = 0
-    for s, k in conns:
-        for _ in range(k):
-            typ, status, _, _, _ = read_frame(s)
-            answered += 1
-            errors += typ == ERROR
-        s.close()
+    answered, errors = read_all_answers(conns, 120)
     print("sent %d, answered %d, errors %d" % (n, answered, errors))
     return 0 if answered == n and errors == 0 else 1
+
+
+def read_all_answers(conns, timeout_s):
+    """(answered, errors) after reading K frames from each (socket, K) of CONNS at once.
+
+    At once, as a client reads: the member's cap on requests in process is server-wide, and an
+    answer holds its slot until it is sent, so a client that read one connection to its end
+    before the next would leave the others' answers unsent and their slots taken; the first
+    connection's queued requests would then wait for the member's send deadline (30 s) to
+    close the others."""
+    import select
+    want = {s: k for s, k in conns}
+    bufs = {s: bytearray() for s, _ in conns}
+    answered = errors = 0
+    deadline = time.monotonic() + timeout_s
+    while want and time.monotonic() < deadline:
+        r, _, _ = select.select(list(want), [], [], 1.0)
+        for s in r:
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError("closed with %d answers unread" % want[s])
+            buf = bufs[s]
+            buf += chunk
+            while len(buf) >= 32 and want[s]:
+                typ, bl, pl = buf[5], *struct.unpack_from("<II", buf, 12)
+                if len(buf) < 32 + bl + pl:
+                    break
+                del buf[:32 + bl + pl]
+                answered += 1
+                errors += typ == ERROR
+                want[s] -= 1
+            if not want[s]:
+                del want[s]
+                s.close()
+    return answered, errors
 
 
 def run_hold(ports, first_src, nsrc, per_src, stopfile):
