@@ -33,6 +33,7 @@ struct shoal_bufpool *shoal_bufpool_create(size_t size, unsigned count)
                 mmap(NULL, p->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (p->base == MAP_FAILED)
                 goto out_free;
+        shoal_mapped_fresh(p->base, p->map_len);
         /* Huge pages make the first touch of a buffer ~25x cheaper (DESIGN.md). */
         madvise(p->base, p->map_len, MADV_HUGEPAGE);
         p->free_idx = malloc(sizeof(unsigned) * count);

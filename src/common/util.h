@@ -20,6 +20,33 @@
 #define SHOAL_NS_PER_MS  1000000ULL
 #define SHOAL_NS_PER_SEC 1000000000ULL
 
+/* Marks LEN bytes at P, a mapping just made, addressable for AddressSanitizer; nothing in a
+ * build without it. A fresh mapping is addressable memory, but ASan's shadow of its addresses
+ * may still say otherwise: in a forked child, new mappings land where glibc freed the parent's
+ * thread stacks, whose shadow keeps the poison of the frames live at the fork (GCC 12's libasan
+ * clears no shadow on mmap; a fork without exec is what a DataLoader worker is). A recv into such
+ * a buffer was then reported as a write into a dead thread's stack frame, and the report itself
+ * failed a check (docs/reliability.md, issue 24). Every mmap in src/ calls this. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SHOAL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SHOAL_ASAN 1
+#endif
+#endif
+#ifdef SHOAL_ASAN
+void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
+#endif
+static inline void shoal_mapped_fresh(void *p, size_t len)
+{
+#ifdef SHOAL_ASAN
+        __asan_unpoison_memory_region(p, len);
+#else
+        (void)p;
+        (void)len;
+#endif
+}
+
 /* TS in nanoseconds (TS not before the clock's epoch). */
 /* Stafford's variant 13 of MurmurHash3's finaliser (splitmix64's): every input bit affects every
  * output bit. Placement's rendezvous scores and the cache's spreading of blocks over folders and

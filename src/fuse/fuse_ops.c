@@ -154,6 +154,7 @@ static void *thread_buf(struct shoal_fuse *f, size_t need)
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
         if (mem == MAP_FAILED)
                 return NULL;
+        shoal_mapped_fresh(mem, cap);
         if (!b) {
                 b = calloc(1, sizeof(*b));
                 if (!b || pthread_setspecific(f->buf_key, b)) {

@@ -228,6 +228,7 @@ static int map_locked(struct shoal_fuse *f, struct vblock *vb)
                        (off_t)moff);
         if (m == MAP_FAILED)
                 return -errno;
+        shoal_mapped_fresh(m, vb->map_len);
         vb->map = m;
         if (mlock(m, vb->map_len)) {
                 int e = errno;

@@ -251,6 +251,7 @@ static void mr_cache_check_keys(struct shoal_fab *f)
                 mmap(NULL, (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (page == MAP_FAILED)
                 return;
+        shoal_mapped_fresh(page, (size_t)pg);
         struct fid_mr *mr[2] = {NULL, NULL};
         uint64_t key[2] = {0, 0};
         int rc = 0;
@@ -842,6 +843,7 @@ int shoal_fab_slots_open(struct shoal_fab *f, struct fid_domain *dom, unsigned n
                 s->mem = NULL;
                 return -ENOMEM;
         }
+        shoal_mapped_fresh(s->mem, s->len);
         s->n = n;
         int rc = shoal_fab_mr_reg_dom(f, dom, s->mem, s->len, FI_SEND | FI_RECV, true, &s->mr);
         if (rc)

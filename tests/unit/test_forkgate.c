@@ -15,9 +15,14 @@
 
 #include <cmocka.h>
 
+#include "common/bufpool.h"
 #include "common/forkgate.h"
 #include "common/thread.h"
 #include "common/util.h"
+
+#ifdef SHOAL_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
 
 static void test_off_until_installed(void **state)
 {
@@ -208,6 +213,81 @@ static void test_thread_create_returns_running(void **state)
         }
 }
 
+#ifdef SHOAL_ASAN
+/* Threads parked deep in instrumented frames (their stacks' shadow poisoned around each frame's
+ * locals) while the test forks. */
+static pthread_barrier_t parked;
+static bool unpark;
+
+__attribute__((noinline)) static void park_deep(int depth)
+{
+        volatile char local[2048];
+        local[0] = (char)depth;
+        if (depth > 0) {
+                park_deep(depth - 1);
+        } else {
+                pthread_barrier_wait(&parked);
+                while (!__atomic_load_n(&unpark, __ATOMIC_ACQUIRE))
+                        shoal_sleep_ns(SHOAL_NS_PER_MS);
+        }
+        (void)local[0];
+}
+
+static void *park_main(void *arg)
+{
+        park_deep(64);
+        return arg;
+}
+
+static void *nop_main(void *arg)
+{
+        return arg;
+}
+
+/* In a child forked while threads ran, buffer pools are addressable (common/util.h,
+ * shoal_mapped_fresh): glibc frees the parent's thread stacks in the child once a thread of the
+ * child ends, new mappings land there, and without the unpoisoning their shadow still holds the
+ * poison of the parked frames (several of 64 pools, before the fix). */
+static void test_child_mappings_addressable(void **state)
+{
+        enum {
+                THREADS = 12,
+                POOLS = 64
+        };
+        pthread_t th[THREADS];
+        assert_int_equal(pthread_barrier_init(&parked, NULL, THREADS + 1), 0);
+        for (int i = 0; i < THREADS; i++)
+                assert_int_equal(shoal_thread_create(&th[i], park_main, NULL), 0);
+        pthread_barrier_wait(&parked);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                pthread_t x;
+                if (pthread_create(&x, NULL, nop_main, NULL) || pthread_join(x, NULL))
+                        _exit(3);
+                int bad = 0;
+                for (int i = 0; i < POOLS; i++) {
+                        struct shoal_bufpool *p = shoal_bufpool_create(8 * SHOAL_MiB, 1);
+                        if (!p)
+                                _exit(4);
+                        size_t len;
+                        void *base = shoal_bufpool_base(p, &len);
+                        bad += __asan_region_is_poisoned(base, len) != NULL;
+                        /* kept: the next pool maps elsewhere */
+                }
+                _exit(bad ? 1 : 0);
+        }
+        int st;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        __atomic_store_n(&unpark, true, __ATOMIC_RELEASE);
+        for (int i = 0; i < THREADS; i++)
+                assert_int_equal(pthread_join(th[i], NULL), 0);
+        pthread_barrier_destroy(&parked);
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 0);
+}
+#endif
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -217,6 +297,9 @@ int main(void)
                 cmocka_unit_test(test_background_door),
                 cmocka_unit_test(test_fork_with_handlers),
                 cmocka_unit_test(test_thread_create_returns_running),
+#ifdef SHOAL_ASAN
+                cmocka_unit_test(test_child_mappings_addressable),
+#endif
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
