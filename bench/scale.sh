@@ -19,6 +19,7 @@
 # processes read one 1 GiB object from start to end at once (ONE_MIB, 1024), both ways
 # (SPREAD_BUSY, 2, is the spread threshold used there: a cat has few reads in flight). Members
 # reach each other through the client's namespace, so a peer fill crosses the owner's capped link.
+# CAT_FLAGS adds flags to those 8 cats (e.g. "--prefetch 8"); ONE_ONLY=1 skips the random reads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "bench: needs root (network namespaces)" >&2; exit 1; }
@@ -33,6 +34,8 @@ MAXN=$(echo "$NS" | tr ' ' '\n' | sort -n | tail -n 1)
 MODE=${MODE:-bench}
 ONE_MIB=${ONE_MIB:-1024}
 SPREAD_BUSY=${SPREAD_BUSY:-2}
+CAT_FLAGS=${CAT_FLAGS:-}
+ONE_ONLY=${ONE_ONLY:-0}
 export SHOAL_IORPC_SCALE_PERIOD=${SHOAL_IORPC_SCALE_PERIOD:-250ms}
 export SHOAL_GROUP_SECRET=${SHOAL_GROUP_SECRET:-scale-bench-secret-0123456789abcdef}
 if [ -z "${SHOAL_BIN:-}" ]; then
@@ -84,7 +87,7 @@ cap() { # cap on|off — the tbf on every member's side of its link (member -> c
 }
 
 echo "machine: $(nproc) cores, kernel $(uname -r); $(date -u '+%F %H:%M UTC'); load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "links: veth, member->client capped by tbf at $RATE; data $DATA_MIB MiB in $BS blocks; $THREADS readers per member; ${DUR}s per point after ${RAMP}s"
+echo "links: veth, member->client capped by tbf at $RATE; data $DATA_MIB MiB in $BS blocks; $THREADS readers per member; ${DUR}s per point after ${RAMP}s${CAT_FLAGS:+; 8 cats with $CAT_FLAGS}"
 
 # --- one link alone: iperf3 from a member's namespace to the client's (4 streams: one stream
 # backs off at the tbf's drops and leaves the link partly idle) ---
@@ -205,7 +208,7 @@ one_object() {
   t0=$(date +%s.%N)
   for k in $(seq 1 8); do
     ip netns exec "$CNS" env "$@" "$SHOAL" cat "$S" one/big --meta "$META" --cache-group "s$n" --block-size "$BS" \
-      --no-sharing --cache-size 0 $RFLAGS --log-level error | cmp -s - "$D/store/one/big" &
+      --no-sharing --cache-size 0 $RFLAGS $CAT_FLAGS --log-level error | cmp -s - "$D/store/one/big" &
     pids+=($!)
   done
   local bad=0
@@ -237,8 +240,10 @@ run_spread() { # run_spread N — as run_group, through the read path, spread of
   for t in pool iorpc; do
     RFLAGS=""
     [ $t = iorpc ] && RFLAGS=--use-iorpc
-    readers_rate "$t spread off" "$n" SHOAL_SPREAD_COPIES=1
-    readers_rate "$t spread on" "$n" SHOAL_SPREAD_COPIES=2
+    if [ "$ONE_ONLY" != 1 ]; then
+      readers_rate "$t spread off" "$n" SHOAL_SPREAD_COPIES=1
+      readers_rate "$t spread on" "$n" SHOAL_SPREAD_COPIES=2
+    fi
     if [ "$n" -eq 3 ]; then
       one_object "$t spread off" "$n" SHOAL_SPREAD_COPIES=1
       one_object "$t spread on" "$n" SHOAL_SPREAD_COPIES=2 SHOAL_SPREAD_BUSY="$SPREAD_BUSY"
