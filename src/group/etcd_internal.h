@@ -19,11 +19,12 @@
 struct etcd_lease {
         char id[SHOAL_MEMBER_ID_LEN + 1];
         bool client;
-        bool written;        /* the record was put under LEASE */
-        int64_t lease;       /* of the record (0: none) */
-        int64_t live;        /* a member's: of its presence key, the group timeout (0: none) */
-        char *rec;           /* a client's last record, put again when its lease was lost */
-        uint64_t renewed_ns; /* monotonic time of the last keep-alive etcd answered (0: none) */
+        bool written;            /* the record was put under LEASE */
+        int64_t lease;           /* of the record (0: none) */
+        int64_t live;            /* a member's: of its presence key, the group timeout (0: none) */
+        char *rec;               /* a client's last record, put again when its lease was lost */
+        uint64_t renewed_ns;     /* monotonic time of the last keep-alive etcd answered (0: none) */
+        uint64_t rec_renewed_ns; /* ... that included the record's lease (0: none) */
 };
 
 /* What a reader knows of one id: its record, its presence key and its weight. */
@@ -65,6 +66,15 @@ struct etcd_watch {
         bool failed; /* the stream said something that ends it */
 };
 
+/* The keep-alive stream (etcd_grpc.c). */
+struct etcd_ka {
+        int fd;            /* -1: no connection */
+        uint64_t retry_ns; /* after a failure, keep-alives go through the gateway until then */
+        unsigned
+                failures; /* calls that fell back to the gateway, for the tests (a log line each) */
+        struct shoal_h2ka h2;
+};
+
 struct etcd_registry {
         struct shoal_registry base;
         CURL *h;
@@ -85,6 +95,7 @@ struct etcd_registry {
         bool body_overflow;
         char req[ETCD_REQUEST_MAX]; /* a put's request (calls run under the registry lock) */
         struct etcd_watch w;
+        struct etcd_ka ka;
 };
 
 /* POSTs JSON to PATH, on the endpoint in use and then each other one while the failure is the
@@ -95,6 +106,13 @@ int shoal_etcd_post(struct etcd_registry *r, const char *path, const char *json,
  * that revision. */
 int shoal_etcd_range_json(const char *from, const char *to, int64_t rev, char *out, size_t outlen);
 void shoal_etcd_warn(const char *what, const char *err);
+
+/* Keeps IDS[0..N) alive on the gRPC stream (N <= SHOAL_H2KA_IDS_MAX): TTLS[i] gets each lease's
+ * TTL, 0 when it is gone. Returns 0, or a negative errno with ERR (the connection is closed then;
+ * the next call opens a new one). close ends the connection. */
+int shoal_etcd_ka_keepalive(struct etcd_registry *r, const int64_t *ids, int64_t *ttls, size_t n,
+                            char *err, size_t errlen);
+void shoal_etcd_ka_close(struct etcd_registry *r);
 
 /* The watch half (etcd_watch.c). init: 0 or -ENOMEM; close stops and joins the thread. */
 int shoal_etcd_watch_init(struct etcd_registry *r);

@@ -237,6 +237,46 @@ struct shoal_etcd_watch_msg {
 int shoal_etcd_parse_watch(const char *msg, size_t len, const char *prefix, shoal_etcd_event_fn fn,
                            void *arg, struct shoal_etcd_watch_msg *out, char *err, size_t errlen);
 
+/* etcd's LeaseKeepAlive over gRPC on HTTP/2 (etcd_h2.c: pure, fuzzed; etcd_grpc.c: the socket).
+ * One connection carries one bidirectional stream (id 1) for as long as it lasts. */
+#define SHOAL_H2_FRAME_MAX  16384 /* the default SETTINGS_MAX_FRAME_SIZE, which ours keep */
+#define SHOAL_H2KA_MSG_MAX  1024  /* an answer is a few dozen bytes */
+#define SHOAL_H2KA_IDS_MAX  4     /* leases one call keeps alive */
+#define SHOAL_H2KA_OPEN_MAX 512   /* what shoal_h2ka_open writes, at most */
+
+/* Called for each LeaseKeepAliveResponse: its ID and TTL (0 when the lease is gone). */
+typedef void (*shoal_h2ka_answer_fn)(void *arg, int64_t id, int64_t ttl);
+
+struct shoal_h2ka {
+        uint8_t frame[9 + SHOAL_H2_FRAME_MAX]; /* the frame being read */
+        size_t frame_len;
+        uint8_t msg[5 + SHOAL_H2KA_MSG_MAX]; /* the gRPC message being assembled */
+        size_t msg_len;
+        uint8_t out[1024]; /* frames we owe the server (acks, window updates), to be sent */
+        size_t out_len;
+        int64_t send_conn, send_stream; /* what the server lets us send */
+        uint32_t peer_initial_window;
+        uint32_t taken; /* DATA bytes read since our last window update */
+        bool in_headers, end_after_headers;
+        bool ended;  /* the stream or the connection is over: open a new one */
+        bool broken; /* the server broke the protocol: close */
+        uint64_t answers;
+};
+
+/* The client's opening (preface, SETTINGS, the request's HEADERS) for AUTHORITY ("host:port")
+ * into OUT (OUTLEN >= SHOAL_H2KA_OPEN_MAX). Returns its length, 0 if AUTHORITY is too long. */
+size_t shoal_h2ka_open(uint8_t *out, size_t outlen, const char *authority);
+/* One DATA frame of stream 1 with a LeaseKeepAliveRequest for each of IDS[0..N) (N <=
+ * SHOAL_H2KA_IDS_MAX; OUTLEN >= 9 + 16 N). Returns its length (its payload is 9 less). */
+size_t shoal_h2ka_request(uint8_t *out, size_t outlen, const int64_t *ids, size_t n);
+void shoal_h2ka_init(struct shoal_h2ka *k);
+/* Takes LEN received bytes: calls FN for each answer, queues what the server is owed in K->out
+ * and updates the send windows. Returns 0, or -EPROTO (K is broken from then on: close). */
+int shoal_h2ka_feed(struct shoal_h2ka *k, const uint8_t *in, size_t len, shoal_h2ka_answer_fn fn,
+                    void *arg);
+/* The ID and TTL of a LeaseKeepAliveResponse (LEN bytes of protobuf). 0 or -EPROTO. */
+int shoal_h2ka_parse_answer(const uint8_t *pb, size_t len, int64_t *id, int64_t *ttl);
+
 #define SHOAL_GROUP_HEARTBEAT_DEFAULT  SHOAL_NS_PER_SEC
 #define SHOAL_GROUP_TIMEOUT_DEFAULT    (5 * SHOAL_NS_PER_SEC)
 #define SHOAL_GROUP_GRACE_DEFAULT      (60 * SHOAL_NS_PER_SEC)

@@ -198,15 +198,43 @@ static void revoke(struct etcd_registry *r, int64_t *lease)
                 *lease = 0;
 }
 
-/* Keeps L's leases alive in one call; a lease that has expired is set to 0. */
-static int keepalive(struct etcd_registry *r, struct etcd_lease *l)
+/* Keeps IDS alive on the gRPC stream: 1 when it did (TTLS filled), a negative errno when the
+ * gateway must do it this time. A stream that failed is tried again 30 s later; each failure is
+ * logged, so that a test sees a keep-alive that left the stream. */
+static int keepalive_stream(struct etcd_registry *r, const int64_t *ids, int64_t *ttls, size_t n)
+{
+        char err[512];
+        uint64_t now = shoal_now_ns();
+        if (r->ka.retry_ns && now < r->ka.retry_ns)
+                return -EAGAIN;
+        int ret = shoal_etcd_ka_keepalive(r, ids, ttls, n, err, sizeof(err));
+        if (ret < 0) {
+                r->ka.failures++;
+                r->ka.retry_ns = now + 30 * SHOAL_NS_PER_SEC;
+                log_ratelimited(SHOAL_LOG_WARN, "group",
+                                "registry etcd %s; keep-alives go through the v3 gateway for 30 s",
+                                err);
+                return ret;
+        }
+        r->ka.retry_ns = 0;
+        return 1;
+}
+
+/* Keeps L's leases alive in one call; a lease that has expired is set to 0. The record's lease
+ * (of the timeout and the grace period) is in it when ALL is set or a third of it has passed;
+ * the presence lease, which a killed member must lose within the timeout, always. */
+static int keepalive(struct etcd_registry *r, struct etcd_lease *l, bool all)
 {
         int64_t ids[2], ttls[2];
         size_t n = 0;
         char json[128], err[512];
         int o = 0;
+        uint64_t now = shoal_now_ns();
+        bool rec = l->lease &&
+                   (all || !l->rec_renewed_ns ||
+                    now - l->rec_renewed_ns >= (uint64_t)lease_ttl_s(r) * SHOAL_NS_PER_SEC / 3);
 
-        if (l->lease)
+        if (rec)
                 ids[n++] = l->lease;
         if (l->live)
                 ids[n++] = l->live;
@@ -215,21 +243,27 @@ static int keepalive(struct etcd_registry *r, struct etcd_lease *l)
         for (size_t i = 0; i < n; i++)
                 o += snprintf(json + o, sizeof(json) - (size_t)o, "{\"ID\":\"%" PRId64 "\"}\n",
                               ids[i]);
-        int ret = shoal_etcd_post(r, "/v3/lease/keepalive", json, err, sizeof(err));
+        int ret = keepalive_stream(r, ids, ttls, n);
+        if (ret < 0)
+                ret = shoal_etcd_post(r, "/v3/lease/keepalive", json, err, sizeof(err));
         if (ret == 0)
                 ret = shoal_etcd_parse_keepalives(r->body, r->body_len, ids, ttls, n, err,
                                                   sizeof(err));
+        else if (ret == 1)
+                ret = 0;
         if (ret < 0) {
                 shoal_etcd_warn("keep-alive", err);
                 return ret;
         }
         n = 0;
         /* Expired: this process was silent for longer than the lease (or etcd lost it). */
-        if (l->lease && ttls[n++] <= 0)
+        if (rec && ttls[n++] <= 0)
                 l->lease = 0;
         if (l->live && ttls[n] <= 0)
                 l->live = 0;
-        l->renewed_ns = shoal_now_ns();
+        l->renewed_ns = now;
+        if (rec)
+                l->rec_renewed_ns = now;
         return 0;
 }
 
@@ -284,7 +318,7 @@ static int etcd_put(struct shoal_registry *base, const char *id, const char *rec
 {
         struct etcd_registry *r = (struct etcd_registry *)base;
         struct etcd_lease *l = lease_slot(r, id, false, true);
-        int ret = keepalive(r, l);
+        int ret = keepalive(r, l, true);
         return ret < 0 ? ret : put_leased(r, l, r->prefix, record, lease_ttl_s(r));
 }
 
@@ -304,9 +338,11 @@ static int etcd_put_lease(struct shoal_registry *base, const char *id, const cha
         struct etcd_lease *l = lease_slot(r, id, false, true);
         int ret = 0;
 
-        /* A change is put after a keep-alive: it learns whether the record's lease still runs. */
-        if (p->changed || !l->written || !l->lease || !l->live || renew_due(l, timeout_ttl_s(r)))
-                ret = keepalive(r, l);
+        /* A change is put after a keep-alive: it learns whether the record's lease still runs;
+         * so does a member whose presence lapsed (its record's lease may have too). */
+        bool all = p->changed || !l->written || !l->lease || !l->live;
+        if (all || renew_due(l, timeout_ttl_s(r)))
+                ret = keepalive(r, l, all);
         if (ret < 0)
                 return ret;
         /* Presence first: a reader never sees the new record without it (away, for a moment).
@@ -371,7 +407,7 @@ static int etcd_put_client(struct shoal_registry *base, const char *id, const ch
 {
         struct etcd_registry *r = (struct etcd_registry *)base;
         struct etcd_lease *l = lease_slot(r, id, true, true);
-        int ret = keepalive(r, l);
+        int ret = keepalive(r, l, true);
 
         if (ret < 0)
                 return ret;
@@ -482,6 +518,7 @@ static void etcd_close(struct shoal_registry *base)
         struct etcd_registry *r = (struct etcd_registry *)base;
 
         shoal_etcd_watch_close(r);
+        shoal_etcd_ka_close(r);
         for (unsigned i = 0; i < ETCD_LEASES; i++)
                 free(r->leases[i].rec);
         if (r->h)
@@ -530,6 +567,7 @@ int shoal_registry_etcd_open(const char *rest, const char *group, struct shoal_r
                 return -ENOMEM;
         }
         r->base.ops = &etcd_ops;
+        r->ka.fd = -1;
         ret = shoal_etcd_url_parse(rest, &r->u, err, errlen);
         if (ret < 0)
                 goto out_free;
@@ -581,6 +619,7 @@ int shoal_registry_etcd_open(const char *rest, const char *group, struct shoal_r
 
 out_free:
         shoal_etcd_watch_close(r);
+        shoal_etcd_ka_close(r);
         if (r->h)
                 curl_easy_cleanup(r->h);
         free(r->body);

@@ -34,18 +34,33 @@ readers all "$S" --meta "$META" --cache-group g1 --verify-dir "$STORE" "${BS[@]}
   --log-level error "${BS[@]}" >"$T/o7" || fail "shoal cat through the etcd group failed"
 cmp -s "$T/o7" "$STORE/obj/o7" || fail "shoal cat returned other bytes"
 
-echo "== a quiet group renews its leases a third of a lease at a time, not every heartbeat"
-# Each member holds two leases (record, presence) and renews them in one keep-alive when a
-# third of the 3 s presence lease has passed: about 2 x 3 x 6 = 36 renewals in 6 s for three
-# members; renewing with every 300 ms heartbeat would be 120.
-renewed() { curl -sf "http://$EP/metrics" | awk '$1 == "etcd_debugging_lease_renewed_total" { print $2 }'; }
-r0=$(renewed)
+echo "== a quiet group renews its leases a third of a lease at a time, on one gRPC stream each"
+# Each member holds two leases: its presence (the 3 s timeout), renewed once a third of it has
+# passed, and its record's (timeout + grace, 5 s), once a third of that has: about
+# 3 x (6 + 3.6) = 29 renewals in 6 s for three members; renewing both with every 300 ms
+# heartbeat would be 120. Every renewal is a message on the stream each member holds open
+# (etcd_grpc.c): no keep-alive stream starts in the window (the v3 gateway starts one per
+# call), and no member says it went through the gateway.
+# etcd_counts — "renewals streams messages" of keep-alives, from one scrape of etcd's metrics
+etcd_counts() {
+  curl -sf "http://$EP/metrics" | awk '
+    $1 == "etcd_debugging_lease_renewed_total" { r += $2 }
+    index($1, "grpc_server_started_total{") == 1 && index($1, "grpc_method=\"LeaseKeepAlive\"") { s += $2 }
+    index($1, "grpc_server_msg_received_total{") == 1 && index($1, "grpc_method=\"LeaseKeepAlive\"") { k += $2 }
+    END { printf "%d %d %d\n", r, s, k }'
+}
+read -r r0 s0 k0 < <(etcd_counts)
 sleep 6
-r1=$(renewed)
-[ -n "$r0" ] && [ -n "$r1" ] || fail "etcd gave no lease renewal count"
-dr=$(awk -v a="$r0" -v b="$r1" 'BEGIN { printf "%d", b - a }')
-echo "renewals in 6 s: $dr"
+read -r r1 s1 k1 < <(etcd_counts)
+dr=$((r1 - r0))
+echo "renewals in 6 s: $dr; keep-alive messages $((k1 - k0)), keep-alive streams started $((s1 - s0))"
 [ "$dr" -gt 0 ] && [ "$dr" -le 48 ] || fail "three quiet members renewed $dr leases in 6 s (expected 1..48)"
+[ "$s1" -eq "$s0" ] || fail "$((s1 - s0)) keep-alive streams started in 6 s: a member used the gateway"
+# (the two counters of one scrape are not read at one instant: a renewal may fall between)
+[ $((k1 - k0)) -ge $((dr - 2)) ] || fail "$dr renewals but $((k1 - k0)) keep-alive messages"
+for m in a b c; do
+  ! grep -q "through the v3 gateway" "$T/$m.log" || fail "$m: $(grep -m1 "through the v3 gateway" "$T/$m.log")"
+done
 wait_members "$META" g1 3
 
 echo "== a stranger's records under the group's prefix are skipped"

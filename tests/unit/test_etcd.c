@@ -1,7 +1,9 @@
 /* The etcd registry's pure half (src/group/etcd_codec.c): base64 against RFC 4648's vectors,
  * key prefixes that keep groups apart, the etcd:// URL, and the gateway's answers — ids taken
  * only from keys under the prefix, error answers told apart, leases and TTLs read as int64
- * strings. The backend against a real etcd is tests/integration/test_etcd.sh. */
+ * strings; and the gRPC keep-alive stream's bytes (etcd_h2.c): what we send, answers put together
+ * across reads, what the server is owed, and hostile frames that end the connection. The backend
+ * against a real etcd is tests/integration/test_etcd.sh. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -312,6 +314,204 @@ static void test_lines_and_keepalives(void **state)
                 -ENOENT);
 }
 
+/* ---- the gRPC keep-alive stream's bytes (etcd_h2.c) ---- */
+
+static size_t h2_frame(uint8_t *p, uint8_t type, uint8_t flags, uint32_t stream, const void *pl,
+                       size_t len)
+{
+        p[0] = (uint8_t)(len >> 16);
+        p[1] = (uint8_t)(len >> 8);
+        p[2] = (uint8_t)len;
+        p[3] = type;
+        p[4] = flags;
+        p[5] = (uint8_t)(stream >> 24);
+        p[6] = (uint8_t)(stream >> 16);
+        p[7] = (uint8_t)(stream >> 8);
+        p[8] = (uint8_t)stream;
+        if (len)
+                memcpy(p + 9, pl, len);
+        return 9 + len;
+}
+
+/* A gRPC message holding LeaseKeepAliveResponse{header{revision 5}, ID, TTL} (TTL 0: left out). */
+static size_t h2_answer(uint8_t *p, uint8_t id, uint8_t ttl)
+{
+        uint8_t pb[16];
+        size_t n = 0;
+        pb[n++] = 0x0a; /* header, 2 bytes: revision (field 3) = 5 */
+        pb[n++] = 2;
+        pb[n++] = 0x18;
+        pb[n++] = 5;
+        pb[n++] = 0x10;
+        pb[n++] = id;
+        if (ttl) {
+                pb[n++] = 0x18;
+                pb[n++] = ttl;
+        }
+        p[0] = 0;
+        p[1] = p[2] = p[3] = 0;
+        p[4] = (uint8_t)n;
+        memcpy(p + 5, pb, n);
+        return 5 + n;
+}
+
+struct h2_got {
+        int64_t id[8], ttl[8];
+        unsigned n;
+};
+
+static void h2_on(void *arg, int64_t id, int64_t ttl)
+{
+        struct h2_got *g = arg;
+        if (g->n < 8) {
+                g->id[g->n] = id;
+                g->ttl[g->n] = ttl;
+        }
+        g->n++;
+}
+
+static void test_h2_open_and_request(void **state)
+{
+        (void)state;
+        uint8_t out[SHOAL_H2KA_OPEN_MAX];
+        size_t n = shoal_h2ka_open(out, sizeof(out), "127.0.0.1:2379");
+        assert_true(n > 24);
+        assert_memory_equal(out, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
+        assert_non_null(memmem(out, n, "/etcdserverpb.Lease/LeaseKeepAlive", 34));
+        assert_non_null(memmem(out, n, "127.0.0.1:2379", 14));
+        char big[200];
+        memset(big, 'a', sizeof(big) - 1);
+        big[sizeof(big) - 1] = '\0';
+        assert_int_equal(shoal_h2ka_open(out, sizeof(out), big), 0);
+
+        uint8_t req[9 + 16 * SHOAL_H2KA_IDS_MAX];
+        int64_t ids[2] = {300, 7};
+        n = shoal_h2ka_request(req, sizeof(req), ids, 2);
+        /* DATA of stream 1: [0, len 3, 08 ac 02] [0, len 2, 08 07] */
+        const uint8_t want[] = {0, 0, 15,   0,    0,    0, 0, 0, 1, 0, 0,    0,
+                                0, 3, 0x08, 0xac, 0x02, 0, 0, 0, 0, 2, 0x08, 0x07};
+        assert_int_equal(n, sizeof(want));
+        assert_memory_equal(req, want, sizeof(want));
+        assert_int_equal(shoal_h2ka_request(req, sizeof(req), ids, 0), 0);
+}
+
+static void test_h2_answers(void **state)
+{
+        (void)state;
+        static struct shoal_h2ka k;
+        shoal_h2ka_init(&k);
+        uint8_t in[512], msg[64];
+        size_t n = 0;
+        const uint8_t set[] = {0, 4, 0, 0x40, 0, 0}; /* INITIAL_WINDOW_SIZE 4 MiB */
+        n += h2_frame(in + n, 4, 0, 0, set, sizeof(set));
+        n += h2_frame(in + n, 6, 0, 0, "pingpong", 8);
+        n += h2_frame(in + n, 1, 0x4, 1, "\x88", 1); /* response headers, skipped */
+        size_t m = h2_answer(msg, 41, 3);
+        m += h2_answer(msg + m, 42, 0);
+        n += h2_frame(in + n, 0, 0, 1, msg, m);
+        struct h2_got g = {0};
+        /* In pieces of 3 bytes: frames and messages are put together across reads. */
+        for (size_t o = 0; o < n; o += 3)
+                assert_int_equal(shoal_h2ka_feed(&k, in + o, n - o < 3 ? n - o : 3, h2_on, &g), 0);
+        assert_int_equal(g.n, 2);
+        assert_int_equal(g.id[0], 41);
+        assert_int_equal(g.ttl[0], 3);
+        assert_int_equal(g.id[1], 42);
+        assert_int_equal(g.ttl[1], 0); /* gone */
+        assert_int_equal(k.send_stream, 4 << 20);
+        assert_int_equal(k.send_conn, 65535);
+        /* Owed: the SETTINGS ack, then the PING ack with its payload. */
+        assert_int_equal(k.out_len, 9 + 17);
+        assert_int_equal(k.out[3], 4);
+        assert_int_equal(k.out[4], 1);
+        assert_int_equal(k.out[9 + 3], 6);
+        assert_int_equal(k.out[9 + 4], 1);
+        assert_memory_equal(k.out + 18, "pingpong", 8);
+        assert_false(k.ended);
+        k.out_len = 0;
+
+        /* 40 KiB of DATA taken: a window update for the connection and the stream. */
+        static uint8_t data[9 + 16384];
+        size_t dl = 0;
+        for (int i = 0; i < 3; i++) {
+                memset(data, 0, sizeof(data));
+                dl = 0;
+                uint8_t body[14000];
+                size_t bl = 0;
+                while (bl + 13 <= sizeof(body))
+                        bl += h2_answer(body + bl, 1, 1);
+                dl = h2_frame(data, 0, 0, 1, body, bl);
+                assert_int_equal(shoal_h2ka_feed(&k, data, dl, NULL, NULL), 0);
+        }
+        assert_int_equal(k.out_len, 2 * 13);
+        assert_int_equal(k.out[3], 8);
+        assert_int_equal(k.out[13 + 3], 8);
+        assert_int_equal(k.out[13 + 8], 1);
+
+        /* Trailers: the call is over. */
+        n = h2_frame(in, 1, 0x5, 1, "\x40", 1);
+        assert_int_equal(shoal_h2ka_feed(&k, in, n, NULL, NULL), 0);
+        assert_true(k.ended);
+}
+
+static void test_h2_hostile(void **state)
+{
+        (void)state;
+        static struct shoal_h2ka k;
+        uint8_t in[64], msg[32];
+        size_t n;
+        /* A frame longer than our SETTINGS_MAX_FRAME_SIZE. */
+        shoal_h2ka_init(&k);
+        const uint8_t head[9] = {0, 0x40, 0x01, 0, 0, 0, 0, 0, 1};
+        assert_int_equal(shoal_h2ka_feed(&k, head, 9, NULL, NULL), -EPROTO);
+        assert_int_equal(shoal_h2ka_feed(&k, (const uint8_t *)"x", 1, NULL, NULL), -EPROTO);
+        /* A compressed message (none was offered). */
+        shoal_h2ka_init(&k);
+        size_t m = h2_answer(msg, 1, 1);
+        msg[0] = 1;
+        n = h2_frame(in, 0, 0, 1, msg, m);
+        assert_int_equal(shoal_h2ka_feed(&k, in, n, NULL, NULL), -EPROTO);
+        /* A message longer than an answer can be. */
+        shoal_h2ka_init(&k);
+        const uint8_t huge[5] = {0, 0, 0, 0x10, 0};
+        n = h2_frame(in, 0, 0, 1, huge, 5);
+        assert_int_equal(shoal_h2ka_feed(&k, in, n, NULL, NULL), -EPROTO);
+        /* DATA on another stream, a push, padding longer than the frame. */
+        shoal_h2ka_init(&k);
+        n = h2_frame(in, 0, 0, 3, msg, 4);
+        assert_int_equal(shoal_h2ka_feed(&k, in, n, NULL, NULL), -EPROTO);
+        shoal_h2ka_init(&k);
+        n = h2_frame(in, 5, 0x4, 1, "\0\0\0\2", 4);
+        assert_int_equal(shoal_h2ka_feed(&k, in, n, NULL, NULL), -EPROTO);
+        shoal_h2ka_init(&k);
+        n = h2_frame(in, 0, 0x8, 1, "\x09xyz", 4);
+        assert_int_equal(shoal_h2ka_feed(&k, in, n, NULL, NULL), -EPROTO);
+        /* A window past 2^31 - 1, and a zero increment. */
+        shoal_h2ka_init(&k);
+        n = h2_frame(in, 8, 0, 0, "\x7f\xff\xff\xff", 4);
+        assert_int_equal(shoal_h2ka_feed(&k, in, n, NULL, NULL), -EPROTO);
+        shoal_h2ka_init(&k);
+        n = h2_frame(in, 8, 0, 1, "\0\0\0\0", 4);
+        assert_int_equal(shoal_h2ka_feed(&k, in, n, NULL, NULL), -EPROTO);
+        /* Something between a header block and its CONTINUATION. */
+        shoal_h2ka_init(&k);
+        n = h2_frame(in, 1, 0, 1, "\x88", 1);
+        n += h2_frame(in + n, 6, 0, 0, "pingpong", 8);
+        assert_int_equal(shoal_h2ka_feed(&k, in, n, NULL, NULL), -EPROTO);
+        /* A protobuf field whose length runs past the message. */
+        int64_t id, ttl;
+        assert_int_equal(shoal_h2ka_parse_answer((const uint8_t *)"\x0a\x05\x01", 3, &id, &ttl),
+                         -EPROTO);
+        assert_int_equal(shoal_h2ka_parse_answer((const uint8_t *)"\x10\x80", 2, &id, &ttl),
+                         -EPROTO);
+        /* Unknown frame types are ignored; GOAWAY ends the connection. */
+        shoal_h2ka_init(&k);
+        n = h2_frame(in, 0xfa, 0, 0, "ab", 2);
+        n += h2_frame(in + n, 7, 0, 0, "\0\0\0\1\0\0\0\0", 8);
+        assert_int_equal(shoal_h2ka_feed(&k, in, n, NULL, NULL), 0);
+        assert_true(k.ended);
+}
+
 int main(void)
 {
         const struct CMUnitTest tests[] = {
@@ -322,6 +522,9 @@ int main(void)
                 cmocka_unit_test(test_answers),
                 cmocka_unit_test(test_watch),
                 cmocka_unit_test(test_lines_and_keepalives),
+                cmocka_unit_test(test_h2_open_and_request),
+                cmocka_unit_test(test_h2_answers),
+                cmocka_unit_test(test_h2_hostile),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
