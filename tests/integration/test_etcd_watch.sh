@@ -18,11 +18,14 @@ S="file://$STORE"
 member() { start_member "$1" "$S" --meta "$META" --cache-group g1 --group-ip 127.0.0.1 --block-size 64K "${@:2}"; }
 
 member a --metrics 127.0.0.1:0
-for m in b c; do member "$m"; done
-wait_members "$META" g1 3
 A=$(metrics_addr a)
 alive_is() { [ "$(metric "$A" group_members_alive)" -eq "$1" ]; }
 away_is() { [ "$(metric "$A" group_members_away)" -eq "$1" ]; }
+# b and c join after a has read the group (its view holds itself), so that a learns of them by
+# its watch: started together, a busy machine may let them join before a's first full read.
+wait_until 20 alive_is 1 || fail "a's view has $(metric "$A" group_members_alive) members, expected itself"
+for m in b c; do member "$m"; done
+wait_members "$META" g1 3
 wait_until 20 alive_is 3 || fail "a's view has $(metric "$A" group_members_alive) members, expected 3"
 idb=$(member_id b)
 
