@@ -185,6 +185,9 @@ static int ka_call(struct etcd_registry *r, struct ka_wait *w, uint64_t deadline
         if (!len)
                 return -EINVAL;
         int rc = 0;
+        /* A stream the server ended (GOAWAY, trailers) since the last call is not used again. */
+        if (r->ka.fd >= 0 && (r->ka.h2.ended || r->ka.h2.broken))
+                shoal_etcd_ka_close(r);
         if (r->ka.fd < 0 && (rc = ka_open(r, deadline)))
                 return rc;
         struct shoal_h2ka *k = &r->ka.h2;
@@ -210,7 +213,17 @@ int shoal_etcd_ka_keepalive(struct etcd_registry *r, const int64_t *ids, int64_t
                 return -EINVAL;
         struct ka_wait w = {.ids = ids, .ttls = ttls, .got = got, .n = n, .left = n};
         uint64_t deadline = shoal_now_ns() + ETCD_TIMEOUT_MS * SHOAL_NS_PER_MS;
+        bool reused = r->ka.fd >= 0;
         int rc = ka_call(r, &w, deadline);
+        if (rc && reused && rc != -ETIMEDOUT) {
+                /* A connection that sat idle between calls may have been closed by the server
+                 * (or by a middlebox): once more on a new one. A keep-alive sent twice renews
+                 * twice, which is harmless. */
+                shoal_etcd_ka_close(r);
+                memset(got, 0, sizeof(got));
+                w.left = n;
+                rc = ka_call(r, &w, deadline);
+        }
         if (rc) {
                 const struct shoal_etcd_endpoint *ep = &r->u.ep[r->cur];
                 snprintf(err, errlen, "%s:%d: gRPC keep-alive stream: %s", ep->host, ep->port,
