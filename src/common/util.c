@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,6 +250,22 @@ void shoal_sleep_ns(uint64_t ns)
         struct timespec ts = shoal_ns_timespec(ns);
         while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
                 ;
+}
+
+int shoal_wait_fd(int fd, short events, uint64_t deadline)
+{
+        for (;;) {
+                uint64_t now = shoal_now_ns();
+                if (now >= deadline)
+                        return -ETIMEDOUT;
+                uint64_t ms = (deadline - now + SHOAL_NS_PER_MS - 1) / SHOAL_NS_PER_MS;
+                struct pollfd p = {.fd = fd, .events = events};
+                int n = poll(&p, 1, (int)SHOAL_MIN(ms, 60000ULL));
+                if (n > 0)
+                        return 0;
+                if (n < 0 && errno != EINTR)
+                        return -errno;
+        }
 }
 
 int shoal_write_all(int fd, const void *buf, size_t len)

@@ -125,6 +125,10 @@ uint64_t shoal_rand64(void);
 /* Sleeps for NS nanoseconds (restarting on EINTR). */
 void shoal_sleep_ns(uint64_t ns);
 
+/* Waits until FD has one of EVENTS (poll(2) flags) or the monotonic DEADLINE passes: 0,
+ * -ETIMEDOUT, or -errno (EINTR restarts). */
+int shoal_wait_fd(int fd, short events, uint64_t deadline);
+
 /* write(2) loop that finishes the whole buffer; returns 0 or -errno. */
 int shoal_write_all(int fd, const void *buf, size_t len);
 /* pread(2) loop: returns bytes read (short only at EOF) or -errno. */

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -27,22 +28,6 @@ void shoal_etcd_ka_close(struct etcd_registry *r)
         r->ka.fd = -1;
 }
 
-static int wait_fd(int fd, short events, uint64_t deadline)
-{
-        for (;;) {
-                uint64_t now = shoal_now_ns();
-                if (now >= deadline)
-                        return -ETIMEDOUT;
-                int ms = (int)SHOAL_MIN((deadline - now) / SHOAL_NS_PER_MS + 1, 60000ULL);
-                struct pollfd p = {.fd = fd, .events = events};
-                int n = poll(&p, 1, ms);
-                if (n > 0)
-                        return 0;
-                if (n < 0 && errno != EINTR)
-                        return -errno;
-        }
-}
-
 static int send_all(int fd, const uint8_t *p, size_t len, uint64_t deadline)
 {
         while (len) {
@@ -54,7 +39,7 @@ static int send_all(int fd, const uint8_t *p, size_t len, uint64_t deadline)
                 }
                 if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
                         return -errno;
-                int rc = wait_fd(fd, POLLOUT, deadline);
+                int rc = shoal_wait_fd(fd, POLLOUT, deadline);
                 if (rc)
                         return rc;
         }
@@ -70,21 +55,31 @@ static int flush_owed(struct etcd_registry *r, uint64_t deadline)
         return rc;
 }
 
-/* A non-blocking TCP connection to EP within DEADLINE. Returns the socket or a negative errno. */
-static int dial(const struct shoal_etcd_endpoint *ep, uint64_t deadline)
+/* Keep-alive probes and a send timeout, so that a peer gone silent is noticed within seconds
+ * even between calls, not after the kernel's minutes. */
+static void tune(int fd)
 {
-        char host[sizeof(ep->host)], port[16];
-        size_t hl = strlen(ep->host);
-        if (hl >= 2 && ep->host[0] == '[' && ep->host[hl - 1] == ']') {
-                memcpy(host, ep->host + 1, hl - 2); /* a bracketed IPv6 address */
-                host[hl - 2] = '\0';
-        } else {
-                shoal_strlcpy(host, ep->host, sizeof(host));
-        }
-        snprintf(port, sizeof(port), "%d", ep->port);
-        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+        int one = 1, idle = 5, intvl = 2, cnt = 2;
+        unsigned user_ms = 3000;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof(user_ms));
+}
+
+/* A non-blocking TCP connection to the address HOST (numeric: a name would need a lookup
+ * without a deadline) and PORT within DEADLINE. Returns the socket or a negative errno. */
+static int dial(const char *host, int port, uint64_t deadline)
+{
+        char ps[16];
+        snprintf(ps, sizeof(ps), "%d", port);
+        struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                                 .ai_socktype = SOCK_STREAM,
+                                 .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
         struct addrinfo *res = NULL;
-        if (getaddrinfo(host, port, &hints, &res) || !res)
+        if (getaddrinfo(host, ps, &hints, &res) || !res)
                 return -EHOSTUNREACH;
         int rc = -ECONNREFUSED;
         for (struct addrinfo *a = res; a; a = a->ai_next) {
@@ -101,15 +96,14 @@ static int dial(const struct shoal_etcd_endpoint *ep, uint64_t deadline)
                 }
                 int soerr = 0;
                 socklen_t sl = sizeof(soerr);
-                rc = wait_fd(fd, POLLOUT, deadline);
+                rc = shoal_wait_fd(fd, POLLOUT, deadline);
                 if (!rc && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr)
                         rc = -soerr;
                 if (rc) {
                         close(fd);
                         continue;
                 }
-                int one = 1;
-                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+                tune(fd);
                 freeaddrinfo(res);
                 return fd;
         }
@@ -126,7 +120,28 @@ static int ka_open(struct etcd_registry *r, uint64_t deadline)
         size_t len = shoal_h2ka_open(open, sizeof(open), authority);
         if (!len)
                 return -EINVAL;
-        int fd = dial(ep, deadline);
+        /* The endpoint's address; for a name, the address libcurl resolved for the last gateway
+         * call (its resolver keeps a deadline), which went to this endpoint: a failed call moves
+         * r->cur on, a successful one leaves it. */
+        char host[sizeof(ep->host)];
+        size_t hl = strlen(ep->host);
+        if (hl >= 2 && ep->host[0] == '[' && ep->host[hl - 1] == ']') {
+                memcpy(host, ep->host + 1, hl - 2); /* a bracketed IPv6 address */
+                host[hl - 2] = '\0';
+        } else {
+                shoal_strlcpy(host, ep->host, sizeof(host));
+        }
+        unsigned char a6[16];
+        if (inet_pton(AF_INET, host, a6) != 1 && inet_pton(AF_INET6, host, a6) != 1) {
+                char *ip = NULL;
+                long port = 0;
+                if (curl_easy_getinfo(r->h, CURLINFO_PRIMARY_IP, &ip) != CURLE_OK || !ip || !*ip ||
+                    curl_easy_getinfo(r->h, CURLINFO_PRIMARY_PORT, &port) != CURLE_OK ||
+                    port != ep->port)
+                        return -EHOSTUNREACH;
+                shoal_strlcpy(host, ip, sizeof(host));
+        }
+        int fd = dial(host, ep->port, deadline);
         if (fd < 0)
                 return fd;
         r->ka.fd = fd;
@@ -162,7 +177,7 @@ static void on_answer(void *arg, int64_t id, int64_t ttl)
 static int read_some(struct etcd_registry *r, struct ka_wait *w, uint64_t deadline)
 {
         uint8_t buf[16384];
-        int rc = wait_fd(r->ka.fd, POLLIN, deadline);
+        int rc = shoal_wait_fd(r->ka.fd, POLLIN, deadline);
         if (rc)
                 return rc;
         ssize_t n = recv(r->ka.fd, buf, sizeof(buf), 0);
@@ -185,9 +200,6 @@ static int ka_call(struct etcd_registry *r, struct ka_wait *w, uint64_t deadline
         if (!len)
                 return -EINVAL;
         int rc = 0;
-        /* A stream the server ended (GOAWAY, trailers) since the last call is not used again. */
-        if (r->ka.fd >= 0 && (r->ka.h2.ended || r->ka.h2.broken))
-                shoal_etcd_ka_close(r);
         if (r->ka.fd < 0 && (rc = ka_open(r, deadline)))
                 return rc;
         struct shoal_h2ka *k = &r->ka.h2;
@@ -212,7 +224,14 @@ int shoal_etcd_ka_keepalive(struct etcd_registry *r, const int64_t *ids, int64_t
         if (n == 0 || n > SHOAL_H2KA_IDS_MAX)
                 return -EINVAL;
         struct ka_wait w = {.ids = ids, .ttls = ttls, .got = got, .n = n, .left = n};
-        uint64_t deadline = shoal_now_ns() + ETCD_TIMEOUT_MS * SHOAL_NS_PER_MS;
+        /* Half the call timeout: a stream that fails leaves the gateway time before the
+         * presence lease (the timeout, renewed every third of it) runs out. */
+        uint64_t deadline = shoal_now_ns() + ETCD_TIMEOUT_MS / 2 * SHOAL_NS_PER_MS;
+        /* A stream the server ended or is draining (GOAWAY) since the last call is not used
+         * again. */
+        struct shoal_h2ka *k = &r->ka.h2;
+        if (r->ka.fd >= 0 && (k->ended || k->broken || k->draining))
+                shoal_etcd_ka_close(r);
         bool reused = r->ka.fd >= 0;
         int rc = ka_call(r, &w, deadline);
         if (rc && reused && rc != -ETIMEDOUT) {
@@ -227,7 +246,10 @@ int shoal_etcd_ka_keepalive(struct etcd_registry *r, const int64_t *ids, int64_t
         if (rc) {
                 const struct shoal_etcd_endpoint *ep = &r->u.ep[r->cur];
                 snprintf(err, errlen, "%s:%d: gRPC keep-alive stream: %s", ep->host, ep->port,
-                         rc == -EPROTO ? "the server broke HTTP/2 or gRPC" : strerror(-rc));
+                         rc == -EPROTO ? "the server broke HTTP/2 or gRPC"
+                         : r->ka.fd >= 0 && k->ended
+                                 ? "the server ended the stream (GOAWAY, RST_STREAM or an error)"
+                                 : strerror(-rc));
                 shoal_etcd_ka_close(r);
         }
         return rc;

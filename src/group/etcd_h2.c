@@ -370,7 +370,13 @@ static int frame(struct shoal_h2ka *k, uint8_t type, uint8_t flags, uint32_t str
         case H2_GOAWAY:
                 if (stream || len < 8)
                         return -EPROTO;
-                k->ended = true;
+                /* RFC 9113 6.8: streams up to the last id the server names still complete (a
+                 * graceful stop names 2^31 - 1): this call's answers come, the connection is not
+                 * used again. */
+                if ((get32(p) & 0x7fffffffu) >= H2_STREAM)
+                        k->draining = true;
+                else
+                        k->ended = true;
                 return 0;
         case H2_PUSH_PROMISE:
                 return -EPROTO; /* refused in our SETTINGS */

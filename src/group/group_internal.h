@@ -258,8 +258,9 @@ struct shoal_h2ka {
         uint32_t peer_initial_window;
         uint32_t taken; /* DATA bytes read since our last window update */
         bool in_headers, end_after_headers;
-        bool ended;  /* the stream or the connection is over: open a new one */
-        bool broken; /* the server broke the protocol: close */
+        bool ended;    /* the stream or the connection is over: open a new one */
+        bool draining; /* GOAWAY: this call's answers still come; do not reuse */
+        bool broken;   /* the server broke the protocol: close */
         uint64_t answers;
 };
 

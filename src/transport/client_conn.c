@@ -16,22 +16,6 @@
 #include "common/util.h"
 #include "metrics/metrics.h"
 
-static int wait_fd(int fd, short events, uint64_t deadline)
-{
-        for (;;) {
-                uint64_t now = shoal_now_ns();
-                if (now >= deadline)
-                        return -ETIMEDOUT;
-                int ms = (int)((deadline - now + SHOAL_NS_PER_MS - 1) / SHOAL_NS_PER_MS);
-                struct pollfd p = {.fd = fd, .events = events};
-                int n = poll(&p, 1, ms);
-                if (n > 0)
-                        return 0;
-                if (n < 0 && errno != EINTR)
-                        return -errno;
-        }
-}
-
 int shoal_rpc_send_all(int fd, const void *buf, size_t len, uint64_t deadline)
 {
         const char *p = buf;
@@ -42,7 +26,7 @@ int shoal_rpc_send_all(int fd, const void *buf, size_t len, uint64_t deadline)
                                 continue;
                         if (errno != EAGAIN)
                                 return -ECONNRESET;
-                        int rc = wait_fd(fd, POLLOUT, deadline);
+                        int rc = shoal_wait_fd(fd, POLLOUT, deadline);
                         if (rc)
                                 return rc;
                         continue;
@@ -65,7 +49,7 @@ int shoal_rpc_recv_all(int fd, void *buf, size_t len, uint64_t deadline)
                                 continue;
                         if (errno != EAGAIN)
                                 return -ECONNRESET;
-                        int rc = wait_fd(fd, POLLIN, deadline);
+                        int rc = shoal_wait_fd(fd, POLLIN, deadline);
                         if (rc)
                                 return rc;
                         continue;
@@ -103,7 +87,7 @@ int shoal_rpc_recv_payload(int fd, void *buf, size_t len, uint64_t deadline)
                                 rc = -ECONNRESET;
                                 break;
                         }
-                        rc = wait_fd(fd, POLLIN, deadline);
+                        rc = shoal_wait_fd(fd, POLLIN, deadline);
                         if (rc)
                                 break;
                         continue;
@@ -219,7 +203,7 @@ static int connect_once(const struct sockaddr_in *sa, const char *addr, uint8_t 
                         rc = -errno;
                         goto out_close;
                 }
-                rc = wait_fd(fd, POLLOUT, deadline);
+                rc = shoal_wait_fd(fd, POLLOUT, deadline);
                 if (rc)
                         goto out_close;
                 int soerr = 0;

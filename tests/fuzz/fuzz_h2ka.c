@@ -1,7 +1,9 @@
 /* libFuzzer target: what an etcd server (or anyone on its port) answers the gRPC keep-alive
  * stream (src/group/etcd_h2.c): a byte stream of HTTP/2 frames, fed to shoal_h2ka_feed in pieces.
  *
- *   byte 0   how the rest is cut into pieces: (byte 0 % 64) + 1 bytes a piece, the last shorter
+ *   byte 0   how the rest is cut: pieces of (byte 0 & 63) + 1 bytes, times 256 when bit 6 is
+ *            set (up to 16 KiB, what a recv gives); bit 7: what we owe the server is not
+ *            taken away between pieces (a server that makes us owe more than fits, a flood)
  *   rest     the server's bytes
  *
  * Invariants: nothing crashes, leaks or reads out of bounds; a broken stream stays broken; the
@@ -61,7 +63,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
         if (size < 1)
                 return 0;
-        size_t piece = (size_t)(data[0] % 64) + 1;
+        size_t piece = (size_t)(data[0] & 63) + 1;
+        if (data[0] & 64)
+                piece *= 256;
+        bool keep_owed = data[0] & 128;
         data++;
         size--;
         struct shoal_h2ka *k = malloc(sizeof(*k));
@@ -79,7 +84,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 broken = rc != 0;
                 FZ_CHECK(broken == k->broken);
                 check_owed(k);
-                k->out_len = 0; /* sent */
+                if (!keep_owed)
+                        k->out_len = 0; /* sent */
                 FZ_CHECK(k->send_conn <= 0x7fffffffLL && k->send_stream <= 0x7fffffffLL);
                 fed += n;
         }

@@ -377,8 +377,36 @@ static void test_h2_open_and_request(void **state)
         size_t n = shoal_h2ka_open(out, sizeof(out), "127.0.0.1:2379");
         assert_true(n > 24);
         assert_memory_equal(out, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
-        assert_non_null(memmem(out, n, "/etcdserverpb.Lease/LeaseKeepAlive", 34));
-        assert_non_null(memmem(out, n, "127.0.0.1:2379", 14));
+        /* SETTINGS (no push), then HEADERS of stream 1, END_HEADERS, with the exact HPACK block:
+         * indexed :method POST and :scheme http, literals without indexing for :path and
+         * :authority (names 4 and 1), content-type (name 31: 0x0f 0x10) and te (a new name). */
+        const uint8_t settings[] = {0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0};
+        assert_memory_equal(out + 24, settings, sizeof(settings));
+        uint8_t block[160];
+        size_t b = 0;
+        block[b++] = 0x83;
+        block[b++] = 0x86;
+        block[b++] = 0x04;
+        block[b++] = 34;
+        memcpy(block + b, "/etcdserverpb.Lease/LeaseKeepAlive", 34);
+        b += 34;
+        block[b++] = 0x01;
+        block[b++] = 14;
+        memcpy(block + b, "127.0.0.1:2379", 14);
+        b += 14;
+        memcpy(block + b,
+               "\x0f\x10\x10"
+               "application/grpc"
+               "\x00\x02te\x08trailers",
+               3 + 16 + 13);
+        b += 3 + 16 + 13;
+        const uint8_t *h = out + 24 + sizeof(settings);
+        assert_int_equal(n, 24 + sizeof(settings) + 9 + b);
+        assert_int_equal((size_t)h[0] << 16 | (size_t)h[1] << 8 | h[2], b);
+        assert_int_equal(h[3], 1);   /* HEADERS */
+        assert_int_equal(h[4], 0x4); /* END_HEADERS, not END_STREAM */
+        assert_int_equal(h[8], 1);
+        assert_memory_equal(h + 9, block, b);
         char big[200];
         memset(big, 'a', sizeof(big) - 1);
         big[sizeof(big) - 1] = '\0';
@@ -504,10 +532,20 @@ static void test_h2_hostile(void **state)
                          -EPROTO);
         assert_int_equal(shoal_h2ka_parse_answer((const uint8_t *)"\x10\x80", 2, &id, &ttl),
                          -EPROTO);
-        /* Unknown frame types are ignored; GOAWAY ends the connection. */
+        /* Unknown frame types are ignored. A GOAWAY that lets stream 1 finish (a graceful stop)
+         * drains: the answers still come, the connection is not reused; one below it ends. */
         shoal_h2ka_init(&k);
         n = h2_frame(in, 0xfa, 0, 0, "ab", 2);
-        n += h2_frame(in + n, 7, 0, 0, "\0\0\0\1\0\0\0\0", 8);
+        n += h2_frame(in + n, 7, 0, 0, "\x7f\xff\xff\xff\0\0\0\0", 8);
+        m = h2_answer(msg, 9, 4);
+        n += h2_frame(in + n, 0, 0, 1, msg, m);
+        struct h2_got g = {0};
+        assert_int_equal(shoal_h2ka_feed(&k, in, n, h2_on, &g), 0);
+        assert_true(k.draining);
+        assert_false(k.ended);
+        assert_int_equal(g.n, 1);
+        shoal_h2ka_init(&k);
+        n = h2_frame(in, 7, 0, 0, "\0\0\0\0\0\0\0\2", 8);
         assert_int_equal(shoal_h2ka_feed(&k, in, n, NULL, NULL), 0);
         assert_true(k.ended);
 }
