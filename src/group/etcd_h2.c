@@ -281,11 +281,13 @@ static int settings(struct shoal_h2ka *k, const uint8_t *p, uint32_t len, uint8_
                 if (id == H2_SET_INITIAL_WINDOW) {
                         if (v > H2_WINDOW_MAX)
                                 return -EPROTO;
-                        /* RFC 9113 6.9.2: the change applies to the open stream's window. */
-                        k->send_stream += (int64_t)v - k->peer_initial_window;
-                        k->peer_initial_window = v;
-                        if (k->send_stream > H2_WINDOW_MAX)
+                        /* RFC 9113 6.9.2: the change applies to the open stream's window,
+                         * which may not pass 2^31 - 1 (checked before it is taken). */
+                        int64_t w = k->send_stream + (int64_t)v - k->peer_initial_window;
+                        if (w > H2_WINDOW_MAX)
                                 return -EPROTO;
+                        k->send_stream = w;
+                        k->peer_initial_window = v;
                 }
         }
         return queue(k, H2_SETTINGS, H2_ACK, 0, NULL, 0);
