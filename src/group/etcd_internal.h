@@ -70,8 +70,6 @@ struct etcd_watch {
 struct etcd_ka {
         int fd;            /* -1: no connection */
         uint64_t retry_ns; /* after a failure, keep-alives go through the gateway until then */
-        unsigned
-                failures; /* calls that fell back to the gateway, for the tests (a log line each) */
         struct shoal_h2ka h2;
 };
 

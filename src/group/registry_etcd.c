@@ -209,7 +209,6 @@ static int keepalive_stream(struct etcd_registry *r, const int64_t *ids, int64_t
                 return -EAGAIN;
         int ret = shoal_etcd_ka_keepalive(r, ids, ttls, n, err, sizeof(err));
         if (ret < 0) {
-                r->ka.failures++;
                 r->ka.retry_ns = now + 30 * SHOAL_NS_PER_SEC;
                 log_ratelimited(SHOAL_LOG_WARN, "group",
                                 "registry etcd %s; keep-alives go through the v3 gateway for 30 s",
